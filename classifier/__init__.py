@@ -1,0 +1,1 @@
+"""Request-content classifier: code / prose / structured."""

@@ -1,0 +1,1 @@
+"""Decoding engines. Importing this package does not import MLX; submodules that need it do."""

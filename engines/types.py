@@ -1,0 +1,127 @@
+"""Types shared by the engines and the gateway. No MLX here: the gateway imports this module."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Iterator, Protocol, Sequence
+
+ENGINE_NAMES: tuple[str, ...] = ("raw", "mtp", "ddtree")
+
+
+class SwitchyardError(Exception):
+    """Base class of the typed errors library code raises; the gateway maps them to HTTP."""
+
+
+class ModelLoadError(SwitchyardError):
+    """A model, MTP head or drafter directory is missing or malformed."""
+
+
+class InvalidRequestError(SwitchyardError):
+    """The request cannot be served as asked (bad parameter, prompt too long, ...)."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+class EngineUnavailableError(SwitchyardError):
+    """The requested engine is not loaded (or quarantined)."""
+
+
+class EngineFailure(SwitchyardError):
+    """An engine raised while generating; the request fails, the engine may be quarantined."""
+
+    def __init__(self, engine: str, cause: BaseException):
+        super().__init__(f"engine {engine!r} failed: {cause}")
+        self.engine = engine
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What the sampler needs. None means "use the model's generation_config default"."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature is not None and self.temperature <= 0.0
+
+
+@dataclass
+class StepResult:
+    """One engine step (a decode step, or a draft+verify cycle)."""
+
+    tokens: list[int]          # tokens emitted by this step, in order
+    drafted: int = 0           # draft tokens proposed (0 for raw)
+    accepted: int = 0          # draft tokens accepted by the verify
+    seconds: float = 0.0       # wall time of the step
+    engine: str = "raw"        # engine that produced the step (differs after a mid-request fallback)
+    accepted_positions: list[bool] = field(default_factory=list)  # per draft position, accepted?
+
+
+class CancelToken:
+    """A flag the decode loop polls once per step."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+class Engine(Protocol):
+    """The one engine interface. The router and monitor only ever see StepResults."""
+
+    name: str
+
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+    ) -> Iterator[StepResult]:
+        """Prefill, then yield one StepResult per step until cancelled or the caller stops."""
+        ...
+
+
+@dataclass
+class GenerationChunk:
+    """What the runtime hands the gateway per engine step: detokenized, stop/length applied once."""
+
+    text: str                          # new text since the previous chunk ("" is allowed)
+    token_ids: list[int]               # tokens this chunk accounts for (after truncation)
+    finish_reason: str | None = None   # None while running; "stop" | "length" | "cancelled" at the end
+    step: StepResult | None = None     # the engine step behind this chunk (None for the final marker)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0         # running total
+
+
+class Backend(Protocol):
+    """What the gateway needs from the loaded model (implemented by engines.runtime.Runtime).
+
+    All methods except the properties run on the scheduler's single worker thread.
+    """
+
+    model_id: str
+    engine_names: tuple[str, ...]   # engines loaded, always including "raw"
+    context_length: int
+
+    def encode_chat(self, messages: list[dict]) -> list[int]: ...
+
+    def encode_prompt(self, prompt: str) -> list[int]: ...
+
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, engine: str, cancel: CancelToken
+    ) -> Iterator[GenerationChunk]: ...
+
+    def memory_bytes(self) -> dict[str, int]: ...
