@@ -125,3 +125,17 @@ class Backend(Protocol):
     ) -> Iterator[GenerationChunk]: ...
 
     def memory_bytes(self) -> dict[str, int]: ...
+
+
+@dataclass(frozen=True)
+class FallbackRule:
+    """Mid-request hand-off of a speculative engine to raw (DESIGN.md "Router and online monitor").
+
+    After at least `window` steps, if the mean accepted draft tokens over the last `window` steps is
+    below `min_accepted` (the break-even α* = c − 1 from the monitor's cost ratio, minus a margin for
+    hysteresis), the engine stops drafting and decodes the rest of the request like raw, reusing
+    the target caches (no re-prefill). Once handed off, a request never switches back (no flapping).
+    """
+
+    window: int = 8
+    min_accepted: float = 0.5
