@@ -1,0 +1,134 @@
+"""ModelBundle: the ONE loaded copy of the target (mlx-lm), shared by every engine."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from .types import ModelLoadError
+
+SUPPORTED_MODEL_TYPES = ("qwen3_5", "qwen3_5_moe")
+
+
+@dataclass(frozen=True)
+class GenerationDefaults:
+    """Sampling defaults from generation_config.json (used when a request is silent)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+
+    @classmethod
+    def from_dir(cls, path: Path) -> "GenerationDefaults":
+        file = path / "generation_config.json"
+        if not file.exists():
+            return cls()
+        raw = json.loads(file.read_text())
+        if raw.get("do_sample") is False:
+            return cls(temperature=0.0)
+        return cls(
+            temperature=float(raw.get("temperature", 1.0)),
+            top_p=float(raw.get("top_p", 1.0)),
+            top_k=int(raw.get("top_k", 0) or 0),
+            min_p=float(raw.get("min_p", 0.0) or 0.0),
+        )
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    file = path / "config.json"
+    if not path.is_dir():
+        raise ModelLoadError(f"model directory not found: {path}")
+    if not file.exists():
+        raise ModelLoadError(f"{path} has no config.json: not a model directory")
+    try:
+        return json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{file} is not valid JSON: {exc}") from exc
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The text-model part of a (possibly multimodal, nested) Qwen3.5 config."""
+    return {**config, **config.get("text_config", {})}
+
+
+class ModelBundle:
+    """The target model, its tokenizer and the pieces the engines share by reference."""
+
+    def __init__(self, path: Path, model: nn.Module, tokenizer: Any, config: dict[str, Any]):
+        self.path = path
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+        self.text_config = text_config(config)
+        self.generation = GenerationDefaults.from_dir(path)
+        language_model = getattr(model, "language_model", model)
+        self.language_model = language_model          # has .model (decoder stack) and lm_head
+        self.decoder = language_model.model           # embed_tokens, layers, norm
+        self.eos_token_ids: frozenset[int] = frozenset(int(t) for t in tokenizer.eos_token_ids)
+
+    # -- shared pieces (engines reference these; nothing of the target is copied) ---------------
+    @property
+    def layers(self) -> list[nn.Module]:
+        return self.language_model.layers
+
+    @property
+    def embed_tokens(self) -> nn.Module:
+        return self.decoder.embed_tokens
+
+    def lm_head(self, hidden: mx.array) -> mx.array:
+        """Logits from final-norm hidden states (tied or untied head)."""
+        if self.language_model.args.tie_word_embeddings:
+            return self.decoder.embed_tokens.as_linear(hidden)
+        return self.language_model.lm_head(hidden)
+
+    def make_cache(self) -> list[Any]:
+        return self.model.make_cache()
+
+    @property
+    def dtype(self) -> mx.Dtype:
+        return self.decoder.embed_tokens.weight.dtype
+
+    @property
+    def context_length(self) -> int:
+        return int(self.text_config.get("max_position_embeddings", 32768))
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.text_config["hidden_size"])
+
+    def parameter_bytes(self) -> int:
+        return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
+
+
+def load_bundle(path: str | os.PathLike[str], *, dtype: str | None = None) -> ModelBundle:
+    """Load a local Qwen3.5-family checkpoint with mlx-lm (never downloads)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    model_dir = Path(path).expanduser().resolve()
+    config = read_config(model_dir)
+    model_type = config.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ModelLoadError(
+            f"{model_dir}: model_type {model_type!r} is not supported (expected one of {SUPPORTED_MODEL_TYPES})"
+        )
+    if not any(model_dir.glob("*.safetensors")):
+        raise ModelLoadError(f"{model_dir} holds no *.safetensors weights")
+    from mlx_lm.utils import load
+
+    try:
+        model, tokenizer = load(str(model_dir))
+    except (FileNotFoundError, ValueError, KeyError, OSError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"cannot load {model_dir}: {exc}") from exc
+    if dtype is not None:
+        target = getattr(mx, dtype)
+        model.set_dtype(target, lambda path: not path.endswith("A_log"))
+    mx.eval(model.parameters())
+    return ModelBundle(model_dir, model, tokenizer, config)

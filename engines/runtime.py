@@ -1,0 +1,133 @@
+"""Runtime: the loaded model plus its engines, as the gateway sees it (engines.types.Backend)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import mlx.core as mx
+
+from .bundle import ModelBundle, load_bundle
+from .raw import RawEngine
+from .text import stream_text
+from .types import (
+    CancelToken,
+    Engine,
+    EngineFailure,
+    EngineUnavailableError,
+    GenerationChunk,
+    InvalidRequestError,
+    SamplingParams,
+    SwitchyardError,
+)
+
+log = logging.getLogger("switchyard.runtime")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO_FAMILY = REPO_ROOT / "models" / "switchyard-demo"
+
+
+def default_model_dir() -> Path:
+    """The embedded default model: the shipped demo family if present, else a tiny generated one."""
+    override = os.environ.get("SWITCHYARD_MODEL")
+    if override:
+        return Path(override)
+    if (DEMO_FAMILY / "target" / "config.json").exists():
+        return DEMO_FAMILY / "target"
+    from .testing import write_demo_family  # generated once, cached
+
+    cache_dir = Path(os.environ.get("SWITCHYARD_CACHE", Path.home() / ".cache" / "switchyard")) / "tiny-demo"
+    write_demo_family(cache_dir)
+    return cache_dir / "target"
+
+
+def default_draft_dir(model_dir: Path) -> Path | None:
+    """A drafter shipped beside the target (`<family>/drafter`), if any."""
+    candidate = model_dir.parent / "drafter"
+    return candidate if (candidate / "config.json").exists() else None
+
+
+class Runtime:
+    """Implements engines.types.Backend. Everything but the properties runs on one worker thread."""
+
+    def __init__(self, bundle: ModelBundle, engines: dict[str, Engine], model_id: str):
+        self.bundle = bundle
+        self.engines = engines
+        self.model_id = model_id
+
+    @property
+    def engine_names(self) -> tuple[str, ...]:
+        return tuple(self.engines)
+
+    @property
+    def context_length(self) -> int:
+        return self.bundle.context_length
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        tokenizer = self.bundle.tokenizer
+        try:
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # jinja errors for shapes the template rejects
+            raise InvalidRequestError(f"chat template cannot render these messages: {exc}", param="messages") from exc
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        return list(self.bundle.tokenizer.encode(prompt, add_special_tokens=False))
+
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, engine: str, cancel: CancelToken
+    ) -> Iterator[GenerationChunk]:
+        if engine not in self.engines:
+            raise EngineUnavailableError(
+                f"engine {engine!r} is not loaded; loaded engines: {', '.join(self.engines)}"
+            )
+        if not prompt_ids:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        if len(prompt_ids) + params.max_tokens > self.context_length:
+            raise InvalidRequestError(
+                f"prompt ({len(prompt_ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds the "
+                f"model's context length ({self.context_length})",
+                param="messages", code="context_length_exceeded",
+            )
+        steps = self.engines[engine].generate(prompt_ids, params, cancel)
+        chunks = stream_text(
+            steps, self.bundle.tokenizer, eos_token_ids=self.bundle.eos_token_ids,
+            max_tokens=params.max_tokens, stops=params.stop, prompt_tokens=len(prompt_ids),
+            cancelled=lambda: cancel.cancelled,
+        )
+        try:
+            yield from chunks
+        except SwitchyardError:
+            raise
+        except Exception as exc:  # an engine bug must not take the server down
+            log.exception("engine %s failed", engine)
+            raise EngineFailure(engine, exc) from exc
+
+    def memory_bytes(self) -> dict[str, int]:
+        return {
+            "parameters": self.bundle.parameter_bytes(),
+            "active": int(mx.get_active_memory()),
+            "peak": int(mx.get_peak_memory()),
+        }
+
+
+def load_runtime(
+    model_dir: str | os.PathLike[str] | None = None,
+    *,
+    mtp: bool | None = None,
+    mtp_weights: str | os.PathLike[str] | None = None,
+    draft_dir: str | os.PathLike[str] | None = None,
+    tree_budget: int = 4,
+    dtype: str | None = None,
+) -> Runtime:
+    """Load the target once and build every engine on top of it.
+
+    mtp=None enables MTP when the checkpoint (or `mtp_weights`) has MTP tensors; draft_dir=None
+    uses a drafter shipped beside the target, if any.
+    """
+    path = Path(model_dir) if model_dir is not None else default_model_dir()
+    bundle = load_bundle(path, dtype=dtype)
+    engines: dict[str, Engine] = {"raw": RawEngine(bundle)}
+    return Runtime(bundle, engines, model_id=path.name if path.name != "target" else path.parent.name)

@@ -1,0 +1,112 @@
+"""Target-model forwards the speculative engines need beyond mlx-lm's plain call.
+
+- `forward_causal`: the normal causal forward (mlx-lm's own layers and masks) that also returns
+  the final-norm hidden states and selected layer outputs (MTP head / DFlash drafter features).
+- `forward_tree`: ONE forward over a token tree (a chain is a tree): RoPE at P + depth, attention
+  over the prefix plus ancestor-or-self, GatedDeltaNet forked from each parent, per-slot GDN state.
+- `commit`: keep the accepted root path: pack KV rows in place, restore GDN state of its last slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.base import create_attention_mask, create_ssm_mask, scaled_dot_product_attention
+
+from .bundle import ModelBundle
+from .gdn import GdnSnapshot, gdn_tree, restore
+from .tree import TreeLayout
+
+
+@dataclass
+class ForwardOutput:
+    hidden: mx.array                                      # (T, H) after the final norm
+    layer_outputs: dict[int, mx.array] = field(default_factory=dict)  # layer id -> (T, H) residual stream
+
+
+@dataclass
+class TreeOutput(ForwardOutput):
+    offset: int = 0                                       # committed length P before the verify
+    snapshots: dict[int, GdnSnapshot] = field(default_factory=dict)   # GDN layer id -> per-slot state
+
+
+def forward_causal(
+    bundle: ModelBundle, tokens: mx.array, cache: list, capture: tuple[int, ...] = ()
+) -> ForwardOutput:
+    """Causal forward of `tokens` (1-D) appended to `cache`, keeping hidden states."""
+    decoder = bundle.decoder
+    h = decoder.embed_tokens(tokens[None])
+    fa_mask = create_attention_mask(h, cache[decoder.fa_idx])
+    ssm_mask = create_ssm_mask(h, cache[decoder.ssm_idx])
+    captured: dict[int, mx.array] = {}
+    for i, (layer, layer_cache) in enumerate(zip(bundle.layers, cache)):
+        h = layer(h, mask=ssm_mask if layer.is_linear else fa_mask, cache=layer_cache)
+        if i in capture:
+            captured[i] = h[0]
+    return ForwardOutput(hidden=decoder.norm(h)[0], layer_outputs=captured)
+
+
+def _rope_at(rope: nn.Module, x: mx.array, positions: mx.array) -> mx.array:
+    """RoPE with one position per token: treat tokens as the batch axis (rope takes (B,) offsets)."""
+    return rope(x.transpose(2, 1, 0, 3), offset=positions).transpose(2, 1, 0, 3)
+
+
+def _attention_tree(attn: nn.Module, x: mx.array, cache, tree: TreeLayout) -> mx.array:
+    _, T, _ = x.shape
+    queries, gate = mx.split(attn.q_proj(x).reshape(1, T, attn.num_attention_heads, -1), 2, axis=-1)
+    gate = gate.reshape(1, T, -1)
+    keys = attn.k_norm(attn.k_proj(x).reshape(1, T, attn.num_key_value_heads, -1)).transpose(0, 2, 1, 3)
+    values = attn.v_proj(x).reshape(1, T, attn.num_key_value_heads, -1).transpose(0, 2, 1, 3)
+    queries = attn.q_norm(queries).transpose(0, 2, 1, 3)
+
+    prefix = cache.offset
+    positions = mx.array([prefix + d for d in tree.depths])
+    queries = _rope_at(attn.rope, queries, positions)
+    keys = _rope_at(attn.rope, keys, positions)
+    keys, values = cache.update_and_fetch(keys, values)
+
+    visible = mx.concatenate([mx.ones((T, prefix), dtype=mx.bool_), mx.array(tree.visibility)], axis=1)
+    out = scaled_dot_product_attention(queries, keys, values, cache=cache, scale=attn.scale, mask=visible)
+    out = out.transpose(0, 2, 1, 3).reshape(1, T, -1)
+    return attn.o_proj(out * mx.sigmoid(gate))
+
+
+def forward_tree(
+    bundle: ModelBundle, tokens: mx.array, tree: TreeLayout, cache: list, capture: tuple[int, ...] = ()
+) -> TreeOutput:
+    """Verify forward over a tree in slot order. Attention caches grow by T rows (all slots) and
+    GDN caches are left as they were: call `commit` with the accepted path afterwards."""
+    decoder = bundle.decoder
+    h = decoder.embed_tokens(tokens[None])
+    offset = cache[decoder.fa_idx].offset
+    captured: dict[int, mx.array] = {}
+    snapshots: dict[int, GdnSnapshot] = {}
+    for i, (layer, layer_cache) in enumerate(zip(bundle.layers, cache)):
+        normed = layer.input_layernorm(h)
+        if layer.is_linear:
+            r, snapshots[i] = gdn_tree(layer.linear_attn, normed, layer_cache, tree)
+        else:
+            r = _attention_tree(layer.self_attn, normed, layer_cache, tree)
+        h = h + r
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+        if i in capture:
+            captured[i] = h[0]
+    return TreeOutput(hidden=decoder.norm(h)[0], layer_outputs=captured, offset=offset, snapshots=snapshots)
+
+
+def commit(bundle: ModelBundle, cache: list, out: TreeOutput, path: list[int]) -> None:
+    """Keep the root path `path` (slot 0 first, increasing slots) of a verified tree."""
+    n = len(path)
+    contiguous = path == list(range(n))
+    rows = mx.array(path) + out.offset
+    for i, (layer, layer_cache) in enumerate(zip(bundle.layers, cache)):
+        if layer.is_linear:
+            restore(layer_cache, out.snapshots[i], path[-1])
+            continue
+        if not contiguous:  # pack accepted rows in place: O(accepted)
+            start, stop = out.offset, out.offset + n
+            layer_cache.keys[..., start:stop, :] = layer_cache.keys[..., rows, :]
+            layer_cache.values[..., start:stop, :] = layer_cache.values[..., rows, :]
+        layer_cache.offset = out.offset + n

@@ -1,0 +1,89 @@
+"""Token stream -> text stream, with stop sequences, EOS and max_tokens applied once for all engines."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+from .types import GenerationChunk, StepResult
+
+
+class StopMatcher:
+    """Finds stop strings across chunk boundaries; holds back text that may begin one."""
+
+    def __init__(self, stops: Iterable[str]):
+        self.stops = tuple(s for s in stops if s)
+        self._held = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """Returns (text safe to emit, stopped)."""
+        buffer = self._held + text
+        hits = [(buffer.find(s), s) for s in self.stops if s in buffer]
+        if hits:
+            self._held = ""
+            return buffer[: min(pos for pos, _ in hits)], True
+        keep = 0
+        for stop in self.stops:
+            for n in range(min(len(stop) - 1, len(buffer)), 0, -1):
+                if buffer.endswith(stop[:n]):
+                    keep = max(keep, n)
+                    break
+        self._held = buffer[len(buffer) - keep :] if keep else ""
+        return buffer[: len(buffer) - keep], False
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return held
+
+
+def stream_text(
+    steps: Iterator[StepResult],
+    tokenizer: Any,
+    *,
+    eos_token_ids: frozenset[int],
+    max_tokens: int,
+    stops: tuple[str, ...],
+    prompt_tokens: int,
+    cancelled: Any,
+) -> Iterator[GenerationChunk]:
+    """Wraps an engine's steps; closes the engine generator when the request is finished."""
+    detok = tokenizer.detokenizer
+    detok.reset()
+    matcher = StopMatcher(stops)
+    produced = 0
+    try:
+        for step in steps:
+            kept: list[int] = []
+            finish: str | None = None
+            for token in step.tokens:
+                if token in eos_token_ids:
+                    finish = "stop"
+                    break
+                kept.append(token)
+                produced += 1
+                if produced >= max_tokens:
+                    finish = "length"
+                    break
+            for token in kept:
+                detok.add_token(token)
+            if finish is not None:
+                detok.finalize()
+            text, stopped = matcher.feed(detok.last_segment)
+            if stopped:
+                finish = "stop"
+            elif finish is not None:
+                text += matcher.flush()
+            yield GenerationChunk(
+                text=text, token_ids=kept, finish_reason=finish, step=step,
+                prompt_tokens=prompt_tokens, completion_tokens=produced,
+            )
+            if finish is not None:
+                return
+            if cancelled():
+                break
+        detok.finalize()
+        yield GenerationChunk(
+            text=matcher.flush() + detok.last_segment, token_ids=[], finish_reason="cancelled",
+            prompt_tokens=prompt_tokens, completion_tokens=produced,
+        )
+    finally:
+        steps.close()
