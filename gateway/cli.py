@@ -10,6 +10,7 @@ import sys
 COMMAND_MODULES: tuple[str, ...] = (
     "gateway.serve_cli",
     "classifier.cli",
+    "gateway.policy_cli",
 )
 
 

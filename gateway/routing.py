@@ -31,6 +31,7 @@ class RouteDecision:
     reason: str                 # one of REASONS
     fallback: FallbackRule | None = None  # mid-request hand-off rule for speculative engines
     predicted: dict[str, float] = field(default_factory=dict)  # engine -> predicted tok/s (for stats)
+    policy_version: int = 0     # the policy snapshot this request was admitted with
 
 
 class Router(Protocol):
