@@ -1,0 +1,105 @@
+"""Train the demo model's byte-level BPE tokenizer on a balanced sample of the corpus.
+
+Same pre-tokenizer (Qwen3.5 split regex + ByteLevel without its own regex) and normaliser (NFC) as
+transformers' Qwen3.5 tokenizer, because transformers rebuilds that pipeline for model_type qwen3_5
+regardless of tokenizer.json; anything else would tokenize differently without an error.
+Special tokens sit after the learned vocabulary (as in Qwen): <|endoftext|>, <|im_start|>,
+<|im_end|>, <|mask|> (the DFlash drafter's mask token).
+
+Run:  python training/train_tokenizer.py --out models/switchyard-demo/target
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+HERE = Path(__file__).resolve().parent
+VOCAB_SIZE = 8192
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"]
+# transformers/models/qwen3_5/tokenization_qwen3_5.py PRETOKENIZE_REGEX (Qwen3.5 adds \p{M})
+QWEN35_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|"""
+                r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
+SAMPLE_MB_PER_FILE = {"code": 12, "prose": 10, "structured": 8, "chat": 5}
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message['content'] is string %}{%- set content = message['content'] %}"
+    "{%- else %}{%- set content = message['content'] | map(attribute='text') | join('') %}{%- endif %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def build_empty_tokenizer() -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="",
+                                     fuse_unk=False, byte_fallback=False))
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN35_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def sample_texts(corpus: Path, seed: int) -> Iterator[str]:
+    rng = random.Random(seed)
+    for name, cap_mb in SAMPLE_MB_PER_FILE.items():
+        lines = (corpus / f"{name}.jsonl").read_text().splitlines()
+        rng.shuffle(lines)
+        used = 0
+        for line in lines:
+            text = json.loads(line)["text"]
+            used += len(text)
+            if used > cap_mb << 20:
+                break
+            yield text
+
+
+def tokenizer_config() -> dict:
+    added = {str(VOCAB_SIZE - len(SPECIAL_TOKENS) + i): {
+        "content": tok, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+        for i, tok in enumerate(SPECIAL_TOKENS)}
+    return {
+        "tokenizer_class": "Qwen2Tokenizer",
+        "added_tokens_decoder": added,
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|mask|>"],
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "unk_token": None,
+        "clean_up_tokenization_spaces": False,
+        "errors": "replace",
+        "model_max_length": 4096,
+        "split_special_tokens": False,
+        "chat_template": CHAT_TEMPLATE,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, default=HERE / "corpus")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    tokenizer = build_empty_tokenizer()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE - len(SPECIAL_TOKENS), min_frequency=2,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[],
+                                  show_progress=False)
+    tokenizer.train_from_iterator(sample_texts(args.corpus, args.seed), trainer=trainer)
+    tokenizer.add_special_tokens(SPECIAL_TOKENS)
+    assert tokenizer.get_vocab_size() == VOCAB_SIZE, tokenizer.get_vocab_size()
+    args.out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(args.out / "tokenizer.json"))
+    (args.out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n")
+    print({tok: tokenizer.token_to_id(tok) for tok in SPECIAL_TOKENS})
+
+
+if __name__ == "__main__":
+    main()
