@@ -1,0 +1,134 @@
+"""The checkpoint's own MTP head (DESIGN.md "MTP head"), loaded beside the target without copying it.
+
+mlx-lm's qwen3_5 sanitize drops every `mtp.` tensor, so they are read here straight from the
+safetensors (only the shards that hold them) and put into a head built from mlx-lm's own
+decoder-layer class. The head references the target's embed_tokens and lm_head.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+from mlx_lm.models import qwen3_5
+from mlx_lm.models.base import create_attention_mask
+from mlx_lm.models.cache import KVCache
+
+from .bundle import ModelBundle, read_config, text_config
+from .types import ModelLoadError
+
+MTP_PREFIX = "mtp."
+# Norm weights HF stores zero-centred (x * (1 + w)); MLX's RMSNorm computes x * w.
+_NORM_SUFFIXES = ("norm.weight", "layernorm.weight", "q_norm.weight", "k_norm.weight")
+_UNQUANTIZED = ("fc",)  # fc stays in full precision, like the norms
+
+
+class MTPHead(nn.Module):
+    def __init__(self, args: qwen3_5.TextModelArgs, num_layers: int):
+        super().__init__()
+        hidden = args.hidden_size
+        self.fc = nn.Linear(2 * hidden, hidden, bias=False)
+        self.pre_fc_norm_embedding = nn.RMSNorm(hidden, eps=args.rms_norm_eps)
+        self.pre_fc_norm_hidden = nn.RMSNorm(hidden, eps=args.rms_norm_eps)
+        # layer_idx = interval - 1 makes mlx-lm build a full-attention layer
+        self.layers = [qwen3_5.DecoderLayer(args, args.full_attention_interval - 1) for _ in range(num_layers)]
+        self.norm = nn.RMSNorm(hidden, eps=args.rms_norm_eps)
+
+    def __call__(self, embeds: mx.array, hidden: mx.array, cache: KVCache) -> mx.array:
+        """Row t: embeds = embed(x[t+1]), hidden = target's final-norm hidden at t; position t.
+        Returns final-norm states for the target's lm_head (they predict x[t+2])."""
+        u = self.fc(mx.concatenate([self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden)], axis=-1))
+        mask = create_attention_mask(u, cache)
+        for layer in self.layers:
+            u = layer(u, mask=mask, cache=cache)
+        return self.norm(u)
+
+    def nbytes(self) -> int:
+        return sum(v.nbytes for _, v in tree_flatten(self.parameters()))
+
+
+def mtp_layer_count(config: dict) -> int:
+    cfg = text_config(config)
+    return int(cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0)
+
+
+def _weight_files(directory: Path) -> list[Path]:
+    """Only the shards that hold mtp.* tensors (via the index), else every safetensors file."""
+    index = directory / "model.safetensors.index.json"
+    if index.exists():
+        weight_map: dict[str, str] = json.loads(index.read_text()).get("weight_map", {})
+        shards = sorted({shard for name, shard in weight_map.items() if MTP_PREFIX in name})
+        return [directory / shard for shard in shards]
+    return sorted(directory.glob("*.safetensors"))
+
+
+def read_mtp_tensors(source: Path) -> dict[str, mx.array]:
+    """`mtp.*` tensors from a checkpoint dir or a single sidecar .safetensors file, names
+    normalised to be relative to the head (`fc.weight`, `layers.0.self_attn.q_proj.weight`, ...)."""
+    files = [source] if source.is_file() else _weight_files(source)
+    tensors: dict[str, mx.array] = {}
+    for file in files:
+        for name, value in mx.load(str(file)).items():
+            at = name.find(MTP_PREFIX)
+            if at >= 0 and (at == 0 or name[at - 1] == "."):
+                tensors[name[at + len(MTP_PREFIX):]] = value
+    return tensors
+
+
+def _zero_centred(tensors: dict[str, mx.array]) -> bool:
+    """HF checkpoints store RMSNorm weights around 0; shifted (MLX) ones sit around 1."""
+    norms = [v for k, v in tensors.items() if k.endswith(_NORM_SUFFIXES) and v.ndim == 1]
+    if not norms:
+        return False
+    mean = float(mx.mean(mx.concatenate([n.astype(mx.float32) for n in norms])).item())
+    return abs(mean) < abs(mean - 1.0)
+
+
+def load_mtp_head(bundle: ModelBundle, weights: str | Path | None = None) -> MTPHead:
+    """Build the head for `bundle` from its own checkpoint (or `weights`: a dir or sidecar file)."""
+    source = Path(weights) if weights is not None else bundle.path
+    config = bundle.config if weights is None or Path(weights).is_file() else read_config(Path(weights))
+    num_layers = mtp_layer_count(config) or mtp_layer_count(bundle.config)
+    tensors = read_mtp_tensors(source) if source.exists() else {}
+    if num_layers == 0 or not tensors:
+        raise ModelLoadError(
+            f"{source} has no MTP head (no `mtp.*` tensors or no mtp_num_hidden_layers in config.json). "
+            "MLX community conversions strip them: point --mtp-weights at the original Hugging Face "
+            "checkpoint directory (or a .safetensors sidecar holding its mtp.* tensors)."
+        )
+    args = bundle.language_model.args
+    if args.num_experts > 0:
+        raise ModelLoadError("MTP heads of MoE targets (qwen3_5_moe) are not supported yet")
+    head = MTPHead(args, num_layers)
+
+    quantization = bundle.config.get("quantization") or bundle.config.get("quantization_config")
+    prequantized = any(k.endswith(".scales") for k in tensors)
+    if quantization and prequantized:
+        _quantize_layers(head, quantization)
+
+    if _zero_centred(tensors):
+        tensors = {k: (v + 1.0 if k.endswith(_NORM_SUFFIXES) and v.ndim == 1 else v) for k, v in tensors.items()}
+    tensors = {k: v.astype(bundle.dtype) if mx.issubdtype(v.dtype, mx.floating) else v for k, v in tensors.items()}
+    try:
+        head.load_weights(list(tensors.items()), strict=True)
+    except ValueError as exc:
+        raise ModelLoadError(f"MTP tensors in {source} do not match the target's config: {exc}") from exc
+
+    if quantization and not prequantized:
+        _quantize_layers(head, quantization)
+    head.eval()
+    mx.eval(head.parameters())
+    return head
+
+
+def _quantize_layers(head: MTPHead, quantization: dict) -> None:
+    """Quantize the decoder layer like the host model; fc and norms stay unquantized."""
+    nn.quantize(
+        head,
+        group_size=int(quantization.get("group_size", 64)),
+        bits=int(quantization.get("bits", 4)),
+        class_predicate=lambda path, module: isinstance(module, nn.Linear) and path not in _UNQUANTIZED,
+    )
