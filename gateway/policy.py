@@ -146,7 +146,7 @@ class Policy(_Strict):
         enabled = self.engines.enabled()
         for index, rule in enumerate(self.rules):
             if rule.engine not in enabled:
-                raise ValueError(f"rules[{index}] targets engine {rule.engine!r}, which engines: disables")
+                raise ValueError(f"rules[{index}] targets engine {rule.engine!r}, which is disabled under engines:")
         return self
 
     def prior(self, klass: str, engine: str) -> tuple[float, float]:
@@ -172,7 +172,7 @@ def parse_policy(text: str, source: str = "<string>") -> Policy:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise PolicyError(source, [f"YAML: {exc}".replace("\n", " ")]) from None
+        raise PolicyError(source, ["YAML: " + " ".join(str(exc).split())]) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
