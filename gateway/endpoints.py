@@ -1,0 +1,210 @@
+"""POST /v1/chat/completions and /v1/completions: validate, queue, then answer as JSON or SSE."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, AsyncIterator
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from engines.types import GenerationChunk
+
+from .disconnect import DisconnectWatcher
+from .errors import APIError, bad_request, from_exception, from_validation_error
+from .pipeline import Routed, run_request
+from .request_spec import RequestSpec, chat_spec, completion_spec, resolve_engine
+from .responses import ResponseBuilder
+from .routing import RouteDecision
+from .scheduler import Ticket
+from .schemas import ChatCompletionRequest, CompletionRequest
+from .sse import DONE, SSEResponse, event
+from .state import GatewayState
+
+CLIENT_CLOSED = 499  # nginx's "client closed request", used only in metrics
+
+
+def route_headers(decision: RouteDecision) -> dict[str, str]:
+    return {
+        "X-Switchyard-Engine": decision.engine,
+        "X-Switchyard-Class": decision.klass,
+        "X-Switchyard-Route-Reason": decision.reason,
+    }
+
+
+async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media and media != "application/json" and not media.endswith("+json"):
+        raise APIError(415, f"Content-Type must be application/json, not {media!r}.", code="unsupported_media_type")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise APIError(413, f"Request body is larger than {max_bytes} bytes.", code="request_too_large")
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > max_bytes:
+            raise APIError(413, f"Request body is larger than {max_bytes} bytes.", code="request_too_large")
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise bad_request("We could not parse the JSON body of your request.", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    return data
+
+
+def parse(model: type[BaseModel], data: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+
+
+class RequestRecord:
+    """Timings, tokens and outcome of one generation, reported to the metrics once at the end."""
+
+    def __init__(self, state: GatewayState, endpoint: str):
+        self.state = state
+        self.endpoint = endpoint
+        self.started = time.perf_counter()
+        self.decision: RouteDecision | None = None
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.finish_reason: str | None = None
+        self.first_token_s: float | None = None
+        self.text: list[str] = []
+        self._done = False
+
+    def routed(self, item: Routed) -> None:
+        self.decision = item.decision
+        self.prompt_tokens = item.prompt_tokens
+
+    def chunk(self, chunk: GenerationChunk) -> None:
+        if self.first_token_s is None and chunk.token_ids:
+            self.first_token_s = time.perf_counter() - self.started
+        self.completion_tokens = chunk.completion_tokens or (self.completion_tokens + len(chunk.token_ids))
+        if chunk.prompt_tokens:
+            self.prompt_tokens = chunk.prompt_tokens
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+        self.text.append(chunk.text)
+
+    def done(self, status: int, disconnected: bool = False) -> None:
+        if self._done:
+            return
+        self._done = True
+        metrics = self.state.metrics
+        engine = self.decision.engine if self.decision else None
+        klass = self.decision.klass if self.decision else None
+        if disconnected:
+            metrics.client_disconnects.labels(self.endpoint).inc()
+            status = CLIENT_CLOSED
+        metrics.count_request(self.endpoint, engine, klass, status)
+        if self.decision is not None:
+            finish = self.finish_reason if status == 200 else ("cancelled" if disconnected else "error")
+            metrics.count_generation(
+                self.decision.engine, self.decision.klass, self.prompt_tokens, self.completion_tokens,
+                finish, self.first_token_s, time.perf_counter() - self.started,
+            )
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _generate(request, chat=True)
+
+
+async def completions(request: Request) -> Response:
+    return await _generate(request, chat=False)
+
+
+def _admit(request: Request, state: GatewayState, data: dict[str, Any], chat: bool) -> tuple[Any, RequestSpec]:
+    req = parse(ChatCompletionRequest if chat else CompletionRequest, data)
+    if req.model is not None and req.model not in state.model_names:
+        raise APIError(
+            404, f"The model {req.model!r} does not exist; this server serves {state.backend.model_id!r}.",
+            param="model", code="model_not_found",
+        )
+    forced = resolve_engine(req.engine, request.headers.get("x-switchyard-engine"), tuple(state.backend.engine_names))
+    spec = chat_spec(req, forced, state.config) if chat else completion_spec(req, forced, state.config)
+    return req, spec
+
+
+async def _generate(request: Request, chat: bool) -> Response:
+    state: GatewayState = request.app.state.gateway
+    record = RequestRecord(state, "chat_completions" if chat else "completions")
+    try:
+        data = await read_json_object(request, state.config.max_body_bytes)
+        req, spec = _admit(request, state, data, chat)
+        backend, router = state.backend, state.router
+        ticket = state.scheduler.submit(
+            lambda t: run_request(backend, router, spec, t.cancel_token, t.admitted_depth)
+        )
+    except APIError as err:
+        record.done(err.status)
+        return err.response()
+
+    watcher = DisconnectWatcher(request.receive, ticket.cancel)
+    try:
+        routed = await ticket.next()
+    except StopAsyncIteration:  # cancelled while queued: the client is gone
+        watcher.stop()
+        record.done(CLIENT_CLOSED, disconnected=watcher.disconnected)
+        return Response(status_code=CLIENT_CLOSED)
+    except Exception as exc:  # tokenization or routing failed
+        watcher.stop()
+        err = from_exception(exc)
+        record.done(err.status)
+        return err.response()
+    record.routed(routed)
+    headers = route_headers(routed.decision)
+    builder = ResponseBuilder(chat=chat, model=state.backend.model_id)
+    headers["X-Request-Id"] = builder.id
+
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+        async def close() -> None:
+            ticket.cancel()  # no-op when the generation already ended
+            watcher.stop()
+            record.done(record_status.get("status", 200), disconnected=watcher.disconnected)
+
+        record_status: dict[str, int] = {}
+        frames = _stream_frames(ticket, record, builder, include_usage, record_status)
+        return SSEResponse(frames, headers, on_close=close)
+
+    try:
+        async for item in ticket:
+            record.chunk(item)
+    except Exception as exc:
+        err = from_exception(exc)
+        record.done(err.status, disconnected=watcher.disconnected)
+        return err.response(headers)
+    finally:
+        watcher.stop()
+    if watcher.disconnected:
+        record.done(CLIENT_CLOSED, disconnected=True)
+        return Response(status_code=CLIENT_CLOSED)
+    record.done(200)
+    body = builder.full("".join(record.text), record.finish_reason, record.prompt_tokens, record.completion_tokens)
+    return JSONResponse(body, headers=headers)
+
+
+async def _stream_frames(
+    ticket: Ticket, record: RequestRecord, builder: ResponseBuilder, include_usage: bool, status: dict[str, int]
+) -> AsyncIterator[bytes]:
+    first = builder.role_chunk()
+    if first is not None:
+        yield event(first)
+    try:
+        async for chunk in ticket:
+            record.chunk(chunk)
+            if chunk.text or chunk.finish_reason is not None:
+                yield event(builder.content_chunk(chunk.text, chunk.finish_reason))
+        if include_usage:
+            yield event(builder.usage_chunk(record.prompt_tokens, record.completion_tokens))
+    except Exception as exc:  # mid-stream failure: an in-stream error event, then [DONE]
+        err = from_exception(exc)
+        status["status"] = err.status
+        yield event(err.body())
+    yield DONE

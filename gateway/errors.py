@@ -1,0 +1,94 @@
+"""OpenAI-shaped HTTP errors, and the one place typed library errors become HTTP statuses."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.responses import JSONResponse
+
+from engines.types import EngineFailure, EngineUnavailableError, InvalidRequestError, ModelLoadError
+
+log = logging.getLogger("switchyard.gateway")
+
+
+class APIError(Exception):
+    """An error the client sees as {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self, extra_headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers={**self.headers, **(extra_headers or {})})
+
+
+class QueueFullError(APIError):
+    def __init__(self, retry_after_seconds: int):
+        super().__init__(
+            429,
+            "The server is busy: the request queue is full. Retry later.",
+            type="rate_limit_error",
+            code="queue_full",
+            headers={"Retry-After": str(retry_after_seconds)},
+        )
+
+
+class WorkerUnavailableError(APIError):
+    def __init__(self, message: str = "The model worker is not running."):
+        super().__init__(503, message, type="server_error", code="worker_unavailable")
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, param=param, code=code)
+
+
+def _loc_to_param(loc: tuple[Any, ...]) -> str | None:
+    parts = [str(p) for p in loc if not (isinstance(p, str) and p in ("str", "list[TextPart]", "function-after"))]
+    return ".".join(parts) or None
+
+
+def from_validation_error(exc: ValidationError) -> APIError:
+    """First pydantic error as a 400 with `param` set to the offending field path."""
+    err = exc.errors(include_url=False, include_input=False)[0]
+    param = _loc_to_param(tuple(err.get("loc", ())))
+    if err.get("type") == "extra_forbidden":
+        return bad_request(f"Unrecognized request argument supplied: {param}", param=param, code="unknown_parameter")
+    message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    return bad_request(f"Invalid value for '{param}': {message}" if param else message, param=param, code="invalid_value")
+
+
+def from_exception(exc: BaseException) -> APIError:
+    """Map anything raised while serving a request to the error the client sees (never a traceback)."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, InvalidRequestError):
+        return APIError(400, str(exc), param=exc.param, code=exc.code)
+    if isinstance(exc, EngineUnavailableError):
+        return APIError(503, str(exc), type="server_error", code="engine_unavailable")
+    if isinstance(exc, EngineFailure):
+        log.error("engine failure: %s", exc, exc_info=exc.cause)
+        return APIError(500, f"The {exc.engine!r} engine failed while generating.", type="server_error", code="engine_failure")
+    if isinstance(exc, ModelLoadError):
+        log.error("model load error: %s", exc)
+        return APIError(500, "The model could not be loaded.", type="server_error", code="model_load_error")
+    log.error("internal error while serving a request", exc_info=exc)
+    return APIError(500, "Internal server error.", type="server_error", code="internal_error")

@@ -1,0 +1,61 @@
+"""What the worker thread runs for one request: tokenize, route, generate (feeding the router)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterator
+
+from engines.types import Backend, CancelToken, GenerationChunk, InvalidRequestError
+
+from .request_spec import RequestSpec
+from .routing import RouteDecision, RouteRequest, Router
+
+log = logging.getLogger("switchyard.gateway")
+
+
+@dataclass(frozen=True)
+class Routed:
+    """First item of every request: the route taken and the prompt length."""
+
+    decision: RouteDecision
+    prompt_tokens: int
+
+
+def run_request(
+    backend: Backend, router: Router, spec: RequestSpec, cancel: CancelToken, queue_depth: int
+) -> Iterator[Routed | GenerationChunk]:
+    prompt_ids = backend.encode_chat(spec.messages) if spec.messages is not None else backend.encode_prompt(spec.prompt or "")
+    decision = router.choose(
+        RouteRequest(
+            system_text=spec.system_text,
+            user_text=spec.user_text,
+            history_text=spec.history_text,
+            forced_engine=spec.forced_engine,
+            prompt_tokens=len(prompt_ids),
+            response_format=spec.response_format,
+            queue_depth=queue_depth,
+        )
+    )
+    yield Routed(decision, len(prompt_ids))
+    error: BaseException | None = None
+    try:
+        for chunk in backend.generate(prompt_ids, spec.params, decision.engine, cancel):
+            if chunk.step is not None:
+                _safely(router.observe, decision, chunk.step)
+            yield chunk
+    except InvalidRequestError:
+        raise  # the request's fault, not the engine's: no quarantine
+    except Exception as exc:
+        error = exc
+        raise
+    finally:
+        _safely(router.finished, decision, error)
+
+
+def _safely(fn, *args) -> None:
+    """A monitor/router bug must not break the request being served; it is logged loudly."""
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001
+        log.exception("router callback %s failed", getattr(fn, "__name__", fn))

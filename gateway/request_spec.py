@@ -1,0 +1,141 @@
+"""Turn a validated OpenAI request into what the worker runs (RequestSpec); reject what we cannot honour."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engines.types import SamplingParams
+
+from .config import GatewayConfig
+from .errors import APIError, bad_request
+from .schemas import ChatCompletionRequest, CompletionRequest, _SamplingFields
+
+ENGINE_CHOICES_AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """Everything the worker needs for one generation, with no HTTP in it."""
+
+    messages: list[dict] | None      # chat: [{"role", "content"}]; None for a text completion
+    prompt: str | None               # completion prompt; None for chat
+    params: SamplingParams
+    forced_engine: str | None        # None = let the router decide
+    response_format: str | None
+    system_text: str
+    user_text: str
+    history_text: str
+
+
+def _reject_common(req: _SamplingFields) -> None:
+    if req.n is not None and req.n != 1:
+        raise bad_request("Only n=1 is supported.", param="n", code="unsupported_value")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(req, name) not in (None, 0, 0.0):
+            raise bad_request(f"{name} is not supported (only 0).", param=name, code="unsupported_value")
+    if req.logit_bias:
+        raise bad_request("logit_bias is not supported.", param="logit_bias", code="unsupported_parameter")
+    if req.logprobs not in (None, False):
+        raise bad_request("logprobs are not supported.", param="logprobs", code="unsupported_parameter")
+
+
+def _reject_chat(req: ChatCompletionRequest) -> None:
+    _reject_common(req)
+    if req.top_logprobs not in (None, 0):
+        raise bad_request("top_logprobs is not supported.", param="top_logprobs", code="unsupported_parameter")
+    for name in ("tools", "functions"):
+        if getattr(req, name):
+            raise bad_request(f"{name} (tool calling) is not supported.", param=name, code="unsupported_parameter")
+    for name in ("tool_choice", "function_call"):
+        if getattr(req, name) not in (None, "none"):
+            raise bad_request(f"{name} is not supported.", param=name, code="unsupported_parameter")
+    if req.response_format is not None and req.response_format.type != "text":
+        raise bad_request(
+            f"response_format {req.response_format.type!r} is not supported; only 'text'.",
+            param="response_format",
+            code="unsupported_value",
+        )
+
+
+def _reject_completion(req: CompletionRequest) -> None:
+    _reject_common(req)
+    if req.echo:
+        raise bad_request("echo is not supported.", param="echo", code="unsupported_parameter")
+    if req.suffix:
+        raise bad_request("suffix is not supported.", param="suffix", code="unsupported_parameter")
+    if req.best_of not in (None, 1):
+        raise bad_request("Only best_of=1 is supported.", param="best_of", code="unsupported_value")
+
+
+def _stop_list(stop: str | list[str] | None, config: GatewayConfig) -> tuple[str, ...]:
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(stops) > config.max_stop_sequences:
+        raise bad_request(f"At most {config.max_stop_sequences} stop sequences are allowed.", param="stop")
+    if any(s == "" for s in stops):
+        raise bad_request("Stop sequences must not be empty strings.", param="stop")
+    return tuple(stops)
+
+
+def _sampling(req: _SamplingFields, max_tokens: int | None, config: GatewayConfig) -> SamplingParams:
+    return SamplingParams(
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=0 if req.top_k == -1 else req.top_k,
+        min_p=req.min_p,
+        seed=req.seed,
+        max_tokens=max_tokens or config.default_max_tokens,
+        stop=_stop_list(req.stop, config),
+    )
+
+
+def resolve_engine(body_engine: str | None, header_engine: str | None, loaded: tuple[str, ...]) -> str | None:
+    """The forced engine (body field wins over the header), None for auto. Unknown/unloaded -> 400."""
+    name = body_engine if body_engine is not None else header_engine
+    if name is None:
+        return None
+    name = name.strip().lower()
+    if name in ("", ENGINE_CHOICES_AUTO):
+        return None
+    if name not in loaded:
+        choices = ", ".join([ENGINE_CHOICES_AUTO, *loaded])
+        raise APIError(400, f"Engine {name!r} is not loaded; choose one of: {choices}.", param="engine", code="engine_not_loaded")
+    return name
+
+
+def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: GatewayConfig) -> RequestSpec:
+    _reject_chat(req)
+    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in req.messages]
+    system = [m["content"] for m in messages if m["role"] == "system"]
+    user_idx = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+    history = [m["content"] for i, m in enumerate(messages) if m["role"] != "system" and i != user_idx]
+    return RequestSpec(
+        messages=messages,
+        prompt=None,
+        params=_sampling(req, req.max_completion_tokens or req.max_tokens, config),
+        forced_engine=forced_engine,
+        response_format=req.response_format.type if req.response_format else None,
+        system_text="\n".join(system),
+        user_text=messages[user_idx]["content"] if user_idx is not None else "",
+        history_text="\n".join(history),
+    )
+
+
+def completion_spec(req: CompletionRequest, forced_engine: str | None, config: GatewayConfig) -> RequestSpec:
+    _reject_completion(req)
+    prompt = req.prompt
+    if isinstance(prompt, list):
+        if len(prompt) != 1 or not isinstance(prompt[0], str):
+            raise bad_request("prompt must be a string (or a list holding exactly one string).", param="prompt")
+        prompt = prompt[0]
+    if not prompt:
+        raise bad_request("prompt must not be empty.", param="prompt")
+    return RequestSpec(
+        messages=None,
+        prompt=prompt,
+        params=_sampling(req, req.max_tokens, config),
+        forced_engine=forced_engine,
+        response_format=None,
+        system_text="",
+        user_text=prompt,
+        history_text="",
+    )

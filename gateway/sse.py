@@ -1,0 +1,42 @@
+"""Server-sent events: `data: <json>` frames, `data: [DONE]`, and a response that streams them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+DONE = b"data: [DONE]\n\n"
+
+
+def event(payload: Any) -> bytes:
+    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+class SSEResponse(Response):
+    """Streams pre-encoded SSE frames; on_close always runs (also when the client went away)."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, frames: AsyncIterator[bytes], headers: dict[str, str], on_close: Callable[[], Awaitable[None]]):
+        self.frames = frames
+        self.on_close = on_close
+        self.status_code = 200
+        self.background = None
+        self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            async for frame in self.frames:
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            pass  # client disconnected mid-write; the disconnect watcher already cancelled the work
+        finally:
+            aclose = getattr(self.frames, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            await self.on_close()

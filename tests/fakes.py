@@ -1,0 +1,182 @@
+"""Fast stand-ins for gateway tests: a fake Backend, a recording Router, a live uvicorn server.
+
+FakeBackend behaves like engines.runtime.Runtime as the gateway sees it: it yields one
+GenerationChunk per step with stop sequences, max_tokens and finish_reason already applied,
+polls the CancelToken each step, and can be told to block, fail mid-generation or kill the worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import uvicorn
+
+from engines.types import (
+    CancelToken,
+    EngineFailure,
+    GenerationChunk,
+    InvalidRequestError,
+    SamplingParams,
+    StepResult,
+)
+from gateway.routing import RouteDecision, RouteRequest
+
+DEFAULT_REPLY = "The quick brown fox jumps over the lazy dog and keeps on running far away"
+
+
+class FatalWorkerError(BaseException):
+    """Not an Exception: escapes the request and kills the worker thread (test hook)."""
+
+
+def fake_chat_template(messages: list[dict]) -> str:
+    return "".join(f"<|{m['role']}|>{m['content']}" for m in messages) + "<|assistant|>"
+
+
+@dataclass
+class FakeBackend:
+    model_id: str = "/models/fake-model"
+    engine_names: tuple[str, ...] = ("raw", "mtp")
+    context_length: int = 4096
+    reply: str = DEFAULT_REPLY           # one word per token, one token per step
+    step_seconds: float = 0.0
+    fail_after_steps: int | None = None  # raise EngineFailure after this many steps
+    fatal_after_steps: int | None = None  # raise FatalWorkerError (kills the worker)
+    gate: threading.Event | None = None  # when set, generate() waits for it before the first step
+    poll_cancel: bool = True             # False: ignore the CancelToken (tests the gateway's own stop)
+    # observations
+    calls: list[dict] = field(default_factory=list)
+    threads: set[int] = field(default_factory=set)
+    steps_after_cancel: list[int] = field(default_factory=list)
+    steps_run: list[int] = field(default_factory=list)
+    started: threading.Event = field(default_factory=threading.Event)
+    encoded: list[str] = field(default_factory=list)
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        self.threads.add(threading.get_ident())
+        return self._encode(fake_chat_template(messages))
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        self.threads.add(threading.get_ident())
+        return self._encode(prompt)
+
+    def _encode(self, text: str) -> list[int]:
+        if len(text) > self.context_length:
+            raise InvalidRequestError("prompt is longer than the context", param="messages", code="context_length_exceeded")
+        self.encoded.append(text)
+        return [ord(c) % 1000 for c in text]
+
+    def memory_bytes(self) -> dict[str, int]:
+        return {"active": 0, "peak": 0}
+
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, engine: str, cancel: CancelToken
+    ) -> Iterator[GenerationChunk]:
+        self.threads.add(threading.get_ident())
+        self.calls.append({"prompt_ids": list(prompt_ids), "params": params, "engine": engine})
+        self.started.set()
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
+        words = self.reply.split(" ")
+        text_so_far = ""
+        produced = 0
+        cancelled_at: int | None = None
+        try:
+            for i, word in enumerate(words):
+                if cancel.cancelled and cancelled_at is None:
+                    cancelled_at = produced
+                if cancel.cancelled and self.poll_cancel:
+                    yield GenerationChunk("", [], "cancelled", None, len(prompt_ids), produced)
+                    return
+                if self.fail_after_steps is not None and i >= self.fail_after_steps:
+                    raise EngineFailure(engine, RuntimeError("injected failure"))
+                if self.fatal_after_steps is not None and i >= self.fatal_after_steps:
+                    raise FatalWorkerError("injected worker crash")
+                started = time.perf_counter()
+                if self.step_seconds:
+                    time.sleep(self.step_seconds)
+                piece = word if i == 0 else " " + word
+                step = StepResult(tokens=[1000 + i], seconds=time.perf_counter() - started, engine=engine)
+                produced += 1
+                # stop sequences: cut the text at the first match, finish "stop"
+                candidate = text_so_far + piece
+                hit = min((candidate.find(s) for s in params.stop if s in candidate), default=-1)
+                if hit >= 0:
+                    yield GenerationChunk(candidate[len(text_so_far):hit], [1000 + i], "stop", step, len(prompt_ids), produced)
+                    return
+                text_so_far = candidate
+                last = i == len(words) - 1
+                finish = "length" if produced >= params.max_tokens else ("stop" if last else None)
+                yield GenerationChunk(piece, [1000 + i], finish, step, len(prompt_ids), produced)
+                if finish is not None:
+                    return
+        finally:
+            if cancelled_at is None and cancel.cancelled:
+                cancelled_at = produced
+            if cancelled_at is not None:  # steps run after the cancel was visible at a step boundary
+                self.steps_after_cancel.append(produced - cancelled_at)
+            self.steps_run.append(produced)
+
+
+@dataclass
+class RecordingRouter:
+    """A Router that answers a fixed decision (or the forced engine) and records every call."""
+
+    decision: RouteDecision = field(default_factory=lambda: RouteDecision(engine="mtp", klass="code", reason="monitor"))
+    requests: list[RouteRequest] = field(default_factory=list)
+    observed: list[tuple[RouteDecision, StepResult]] = field(default_factory=list)
+    finished_calls: list[tuple[RouteDecision, BaseException | None]] = field(default_factory=list)
+    threads: set[int] = field(default_factory=set)
+
+    def choose(self, request: RouteRequest) -> RouteDecision:
+        self.requests.append(request)
+        if request.forced_engine:
+            return RouteDecision(engine=request.forced_engine, klass=self.decision.klass, reason="forced")
+        return self.decision
+
+    def observe(self, decision: RouteDecision, step: StepResult) -> None:
+        self.threads.add(threading.get_ident())
+        self.observed.append((decision, step))
+
+    def finished(self, decision: RouteDecision, error: BaseException | None) -> None:
+        self.threads.add(threading.get_ident())
+        self.finished_calls.append((decision, error))
+
+
+class LiveServer:
+    """The real uvicorn server on 127.0.0.1 and a free port, in a background thread."""
+
+    def __init__(self, app):
+        self.app = app
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> "LiveServer":
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("test server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+@contextlib.contextmanager
+def live_server(app) -> Iterator[LiveServer]:
+    with LiveServer(app) as server:
+        yield server
