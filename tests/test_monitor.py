@@ -1,0 +1,235 @@
+"""Online monitor: EWMA with warm-up, cost ratio, drift, thread safety, atomic persistence."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from engines.types import StepResult
+from gateway.monitor import Autosaver, Ewma, Monitor, write_atomically
+
+RAW_TPS_PRIOR = 40.0
+
+
+def _spec_step(accepted: int, drafted: int = 4, seconds: float = 0.02, engine: str = "ddtree") -> StepResult:
+    return StepResult(tokens=[1] * (accepted + 1), drafted=drafted, accepted=accepted, seconds=seconds, engine=engine)
+
+
+def _raw_step(seconds: float = 0.01) -> StepResult:
+    return StepResult(tokens=[1], seconds=seconds, engine="raw")
+
+
+def _predict(monitor: Monitor, klass="code", engine="ddtree", prior_accepted=1.0, prior_cost=2.0, warmup=10):
+    return monitor.predict(klass, engine, prior_accepted, prior_cost, warmup, RAW_TPS_PRIOR)
+
+
+def test_ewma_is_a_plain_mean_at_first_then_exponential():
+    stat = Ewma()
+    for value in (1.0, 2.0, 3.0):
+        stat.update(value, 0.1)
+    assert stat.mean == pytest.approx(2.0)
+    assert stat.var == pytest.approx(2.0 / 3.0)  # population variance of 1, 2, 3
+    for _ in range(7):
+        stat.update(2.0, 0.1)
+    before = stat.mean
+    stat.update(12.0, 0.1)  # n = 11 > 1 / 0.1: weight 0.1 from now on
+    assert stat.mean == pytest.approx(before + 0.1 * (12.0 - before))
+    assert stat.effective_n(0.1) == 11.0
+    for _ in range(100):
+        stat.update(2.0, 0.1)
+    assert stat.effective_n(0.1) == pytest.approx(19.0)  # an EWMA remembers (2 - w) / w samples
+
+
+def test_prior_until_data_then_blend_then_measured():
+    monitor = Monitor(None, ewma_alpha=0.05)
+    prior = _predict(monitor)
+    assert prior.accepted == 1.0 and prior.cost == 2.0 and prior.n_accepted == 0
+    assert prior.speedup == pytest.approx(1.0)
+    assert prior.tokens_per_second == pytest.approx(RAW_TPS_PRIOR)
+
+    for _ in range(5):  # half of the warm-up: half prior, half measurement
+        monitor.observe("code", _spec_step(3))
+    halfway = _predict(monitor)
+    assert halfway.n_accepted == 5
+    assert halfway.accepted == pytest.approx(0.5 * 3 + 0.5 * 1.0)
+
+    for _ in range(5):
+        monitor.observe("code", _spec_step(3))
+    warm = _predict(monitor)
+    assert warm.accepted == pytest.approx(3.0)
+    # other classes and engines are untouched
+    assert _predict(monitor, klass="prose").accepted == 1.0
+    assert _predict(monitor, engine="mtp", prior_accepted=0.4).accepted == 0.4
+
+
+def test_cost_ratio_and_speedup_from_measured_step_times():
+    monitor = Monitor(None)
+    for _ in range(20):
+        monitor.observe("prose", _raw_step(0.010))
+        monitor.observe("code", _spec_step(2, seconds=0.015, engine="mtp", drafted=2))
+    p = _predict(monitor, engine="mtp", prior_accepted=0.0, prior_cost=9.0, warmup=10)
+    assert p.cost == pytest.approx(1.5)
+    assert p.accepted == pytest.approx(2.0)
+    assert p.speedup == pytest.approx((1 + 2.0) / 1.5)
+    assert p.tokens_per_second == pytest.approx(100.0 * 2.0)  # raw's measured 100 steps/s x speedup
+    raw = _predict(monitor, engine="raw")
+    assert raw.speedup == 1.0 and raw.tokens_per_second == pytest.approx(100.0)
+    assert monitor.measured_cost("mtp") == (pytest.approx(1.5), 20)
+    measured = monitor.snapshot()["arms"]["code/mtp"]
+    assert measured["tokens_per_second"] == pytest.approx(3 / 0.015)
+
+
+def test_untimed_steps_count_acceptance_but_not_time():
+    monitor = Monitor(None)
+    monitor.observe("code", _spec_step(4, seconds=5.0), timed=False)  # a prefill-laden first step
+    snap = monitor.snapshot()
+    assert snap["arms"]["code/ddtree"]["accepted_observations"] == 1
+    assert snap["arms"]["code/ddtree"]["seconds_per_step"] is None
+    assert "ddtree" not in snap["engines"]
+
+
+def test_estimates_follow_drift():
+    monitor = Monitor(None, ewma_alpha=0.02)
+    for _ in range(500):
+        monitor.observe("code", _spec_step(3))
+    assert _predict(monitor).accepted == pytest.approx(3.0)
+    for _ in range(300):  # acceptance collapses (e.g. the traffic changed)
+        monitor.observe("code", _spec_step(0))
+    assert _predict(monitor).accepted < 0.01 * 3 + 0.01  # (1 - 0.02)^300 of the old level remains
+
+
+def test_concurrent_observe_and_predict_lose_nothing():
+    monitor = Monitor(None)
+    errors: list[BaseException] = []
+
+    def writer(klass: str) -> None:
+        try:
+            for i in range(2000):
+                monitor.observe(klass, _spec_step(i % 5, seconds=0.01 + (i % 3) * 0.001))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            for _ in range(2000):
+                _predict(monitor, klass="code")
+                monitor.snapshot()
+        except BaseException as exc:  # pragma: no cover
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in ("code", "code", "prose")] + [threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    arms = monitor.snapshot()["arms"]
+    assert arms["code/ddtree"]["steps"] == 4000 and arms["prose/ddtree"]["steps"] == 2000
+    assert arms["code/ddtree"]["accepted_total"] == 2 * sum(i % 5 for i in range(2000))
+
+
+def _trained(path: Path | None) -> Monitor:
+    monitor = Monitor(path)
+    for i in range(30):
+        monitor.observe("code", _spec_step(i % 4))
+        monitor.observe("prose", _raw_step())
+    return monitor
+
+
+def test_state_survives_a_restart(tmp_path):
+    path = tmp_path / "state" / "router.json"
+    before = _trained(path)
+    assert before.save() is True
+    assert before.save() is False  # nothing changed since
+    after = Monitor(path)
+    assert after.load_error is None
+    assert after.snapshot() == before.snapshot()
+    assert _predict(after) == _predict(before)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"\x00\xff garbage", b"{\"format\": 1, \"arms\": {\"code/mtp\": {\"accepted\": \"lots\"}}}", b"[]", b"{\"format\": 99}", b""],
+    ids=["binary", "wrong-types", "not-an-object", "future-format", "empty"],
+)
+def test_corrupt_state_file_is_ignored(tmp_path, content, caplog):
+    path = tmp_path / "router.json"
+    path.write_bytes(content)
+    monitor = Monitor(path)
+    assert monitor.load_error
+    assert monitor.snapshot()["arms"] == {}
+    assert "ignored" in caplog.text
+    monitor.observe("code", _spec_step(1))
+    assert monitor.save()
+    assert Monitor(path).load_error is None  # the next save repairs it
+
+
+def test_unreadable_state_file_is_ignored(tmp_path):
+    path = tmp_path / "router.json"
+    path.mkdir()  # reading a directory raises IsADirectoryError
+    monitor = Monitor(path)
+    assert monitor.load_error and monitor.snapshot()["arms"] == {}
+    assert monitor.save() is False  # logged, not raised
+
+
+def test_state_file_is_always_loadable_while_being_rewritten(tmp_path):
+    path = tmp_path / "router.json"
+    monitor = _trained(path)
+    monitor.save(force=True)
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def read_loop() -> None:
+        while not stop.is_set():
+            try:
+                json.loads(path.read_text())
+            except (ValueError, OSError) as exc:
+                failures.append(repr(exc))
+
+    reader = threading.Thread(target=read_loop)
+    reader.start()
+    try:
+        for i in range(200):
+            monitor.observe("code", _spec_step(i % 3))
+            monitor.save()
+    finally:
+        stop.set()
+        reader.join()
+    assert not failures
+    assert Monitor(path).snapshot() == monitor.snapshot()
+    assert [p.name for p in tmp_path.iterdir()] == ["router.json"]  # no temp files left behind
+
+
+def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "router.json"
+    write_atomically(path, '{"old": true}')
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        write_atomically(path, '{"new": true}')
+    assert json.loads(path.read_text()) == {"old": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["router.json"]
+
+
+def test_autosaver_saves_periodically_and_on_stop(tmp_path):
+    path = tmp_path / "router.json"
+    monitor = Monitor(path)
+    saver = Autosaver(monitor, interval=0.05)
+    saver.start()
+    monitor.observe("code", _spec_step(2))
+    deadline = threading.Event()
+    for _ in range(100):
+        if path.exists():
+            break
+        deadline.wait(0.02)
+    assert path.exists()
+    monitor.observe("code", _spec_step(2))
+    saver.stop()
+    assert Monitor(path).snapshot()["arms"]["code/ddtree"]["steps"] == 2
