@@ -1,0 +1,148 @@
+"""DDTree engine: DFlash drafts a block, a best-first heap grows the B most probable prefixes,
+ONE target forward verifies the whole tree, and the walk keeps the longest path the target agrees
+with (DESIGN.md "DDTree"). budget=1 is plain DFlash: the argmax chain over the whole block."""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import mlx.core as mx
+import numpy as np
+
+from .bundle import ModelBundle
+from .dflash import DFlashDrafter
+from .fallback import FallbackWatch
+from .raw import decode
+from .sampling import Rng, choose, log_probs, resolve
+from .speculative import prefill_capture
+from .target import commit, forward_tree
+from .tree import TreeLayout
+from .types import CancelToken, FallbackRule, SamplingParams, StepResult
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    tokens: tuple[int, ...]    # per non-root slot (slot i+1)
+    layout: TreeLayout          # slot 0 is the root (pending token)
+
+
+def build_tree(top_logprobs: np.ndarray, top_tokens: np.ndarray, budget: int) -> DraftTree:
+    """Best-first search over per-depth top-K candidates (DDTree Algorithm 1).
+
+    top_logprobs/top_tokens: (depths, K), each row sorted by descending log-prob. Returns the
+    `budget` most probable prefixes; a prefix's score is the sum of its per-depth log-probs. Each
+    pop is the best remaining prefix; it pushes its first child and its next sibling.
+    """
+    depths, width = top_logprobs.shape
+    parents, tokens = [-1], []
+    # heap entries: (-score, tie, depth, rank, parent_slot, parent_score)
+    heap = [(-float(top_logprobs[0, 0]), 0, 0, 0, 0, 0.0)]
+    tie = 1
+    while heap and len(tokens) < budget:
+        neg, _, depth, rank, parent, parent_score = heapq.heappop(heap)
+        slot = len(parents)
+        parents.append(parent)
+        tokens.append(int(top_tokens[depth, rank]))
+        if rank + 1 < width:
+            heapq.heappush(heap, (-(parent_score + float(top_logprobs[depth, rank + 1])), tie, depth, rank + 1, parent, parent_score))
+            tie += 1
+        if depth + 1 < depths:
+            heapq.heappush(heap, (neg - float(top_logprobs[depth + 1, 0]), tie, depth + 1, 0, slot, -neg))
+            tie += 1
+    return DraftTree(tuple(tokens), TreeLayout.from_parents(parents))
+
+
+def chain_tree(top_tokens: np.ndarray) -> DraftTree:
+    """Plain DFlash: the argmax token at every depth, one chain."""
+    return DraftTree(tuple(int(t) for t in top_tokens[:, 0]), TreeLayout.chain(top_tokens.shape[0] + 1))
+
+
+def walk(layout: TreeLayout, tokens: Sequence[int], choices: Sequence[int]) -> tuple[list[int], int]:
+    """From the root follow the child whose token is the target's choice at the current node.
+    Returns (accepted path of slots, bonus token = the target's choice where the walk stops)."""
+    children: dict[int, dict[int, int]] = {}
+    for slot in range(1, layout.size):
+        children.setdefault(layout.parents[slot], {})[tokens[slot - 1]] = slot
+    path, node = [0], 0
+    while (child := children.get(node, {}).get(choices[node])) is not None:
+        path.append(child)
+        node = child
+    return path, int(choices[node])
+
+
+class DDTreeEngine:
+    name = "ddtree"
+
+    def __init__(self, bundle: ModelBundle, drafter: DFlashDrafter, budget: int = 4,
+                 context_sink: int = 64, context_window: int | None = 4096):
+        if budget < 1:
+            raise ValueError("tree budget must be >= 1")
+        self.bundle = bundle
+        self.drafter = drafter
+        self.budget = budget
+        self.layer_ids = drafter.cfg.target_layer_ids
+        self.context_sink, self.context_window = context_sink, context_window
+
+    def _features(self, layer_outputs: dict[int, mx.array], rows: mx.array | slice) -> list[mx.array]:
+        return [layer_outputs[i][rows] for i in self.layer_ids]
+
+    def _draft(self, pending: int, context) -> DraftTree:
+        cfg = self.drafter.cfg
+        block = mx.array([pending] + [cfg.mask_token_id] * (cfg.block_size - 1), dtype=mx.uint32)
+        hidden = self.drafter(self.bundle.embed_tokens(block), context)
+        logits = self.bundle.lm_head(hidden[1:]).astype(mx.float32)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        width = min(self.budget, logprobs.shape[-1])
+        order = mx.argsort(-logprobs, axis=-1)[:, :width]
+        top_lp = mx.take_along_axis(logprobs, order, axis=-1)
+        top_lp, order = np.array(top_lp), np.array(order)
+        return chain_tree(order) if self.budget == 1 else build_tree(top_lp, order, self.budget)
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        fallback: FallbackRule | None = None,
+    ) -> Iterator[StepResult]:
+        bundle = self.bundle
+        cfg = resolve(params, bundle.generation)
+        rng = Rng(params.seed)
+        cache = bundle.make_cache()
+        context = self.drafter.new_context(self.context_sink, self.context_window)
+        started = time.perf_counter()
+
+        prefilled = prefill_capture(bundle, cache, prompt_ids, capture=self.layer_ids)
+        pending = int(choose(bundle.lm_head(prefilled.hidden[-1:]), cfg, rng).item())
+        self.drafter.add_context(self._features(prefilled.layer_outputs, slice(None)), context)
+        now = time.perf_counter()
+        yield StepResult(tokens=[pending], seconds=now - started, engine=self.name)
+        started = now
+
+        watch = FallbackWatch(fallback)
+        while not cancel.cancelled:
+            if watch.tripped:
+                yield from decode(bundle, cache, pending, cfg, rng, cancel, engine="raw")
+                return
+            tree = self._draft(pending, context)
+            ids = mx.array((pending,) + tree.tokens, dtype=mx.uint32)
+            out = forward_tree(bundle, ids, tree.layout, cache, capture=self.layer_ids)
+            # one target choice per node: argmax, or one sample from the processed distribution
+            choices = choose(bundle.lm_head(out.hidden), cfg, rng).tolist()
+            path, bonus = walk(tree.layout, tree.tokens, choices)
+            commit(bundle, cache, out, path)
+            self.drafter.add_context(self._features(out.layer_outputs, mx.array(path)), context)
+            emitted = [tree.tokens[s - 1] for s in path[1:]] + [bonus]
+            accepted_depth = len(path) - 1
+            now = time.perf_counter()
+            yield StepResult(
+                tokens=emitted, drafted=len(tree.tokens), accepted=accepted_depth, seconds=now - started,
+                engine=self.name,
+                accepted_positions=[d < accepted_depth for d in range(max(tree.layout.depths))],
+            )
+            started = now
+            pending = bonus
+            watch.record(accepted_depth)
