@@ -17,6 +17,8 @@ class GatewayConfig(BaseModel):
     default_max_tokens: int = Field(512, ge=1)
     # Extra names accepted for `model` besides the served id, its directory name and "default".
     model_aliases: tuple[str, ...] = ()
+    # Seconds uvicorn lets open streams finish on shutdown before closing them.
+    shutdown_timeout_seconds: float = Field(10.0, gt=0)
     # Limits (extended by the reliability work): request body size -> 413, stop list length -> 400.
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     max_stop_sequences: int = Field(16, ge=1)

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from engines.types import GenerationChunk
 
 from .disconnect import DisconnectWatcher
-from .errors import APIError, bad_request, from_exception, from_validation_error
+from .errors import APIError, WorkerUnavailableError, bad_request, from_exception, from_validation_error
 from .pipeline import Routed, run_request
 from .request_spec import RequestSpec, chat_spec, completion_spec, resolve_engine
 from .responses import ResponseBuilder
@@ -145,32 +145,45 @@ async def _generate(request: Request, chat: bool) -> Response:
         return err.response()
 
     watcher = DisconnectWatcher(request.receive, ticket.cancel)
+    headers: dict[str, str] = {}
+    first: GenerationChunk | None = None
     try:
         routed = await ticket.next()
-    except StopAsyncIteration:  # cancelled while queued: the client is gone
-        watcher.stop()
-        record.done(CLIENT_CLOSED, disconnected=watcher.disconnected)
-        return Response(status_code=CLIENT_CLOSED)
-    except Exception as exc:  # tokenization or routing failed
+        record.routed(routed)
+        headers = route_headers(routed.decision)
+        # Wait for the first chunk before answering, so errors raised before any output (prompt too
+        # long, engine unavailable, a failing prefill) are plain HTTP errors, also for streams.
+        first = await ticket.next()
+        record.chunk(first)
+    except StopAsyncIteration:
+        pass  # cancelled (client gone) or nothing generated
+    except Exception as exc:
         watcher.stop()
         err = from_exception(exc)
+        record.done(err.status, disconnected=watcher.disconnected)
+        return err.response(headers)
+    if watcher.disconnected:
+        watcher.stop()
+        record.done(CLIENT_CLOSED, disconnected=True)
+        return Response(status_code=CLIENT_CLOSED)
+    if record.decision is None:  # dropped from the queue without a disconnect: the server is stopping
+        watcher.stop()
+        err = WorkerUnavailableError("The server is shutting down.")
         record.done(err.status)
         return err.response()
-    record.routed(routed)
-    headers = route_headers(routed.decision)
     builder = ResponseBuilder(chat=chat, model=state.backend.model_id)
     headers["X-Request-Id"] = builder.id
 
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        outcome: dict[str, int] = {}
 
         async def close() -> None:
             ticket.cancel()  # no-op when the generation already ended
             watcher.stop()
-            record.done(record_status.get("status", 200), disconnected=watcher.disconnected)
+            record.done(outcome.get("status", 200), disconnected=watcher.disconnected)
 
-        record_status: dict[str, int] = {}
-        frames = _stream_frames(ticket, record, builder, include_usage, record_status)
+        frames = _stream_frames(ticket, first, record, builder, include_usage, outcome)
         return SSEResponse(frames, headers, on_close=close)
 
     try:
@@ -190,17 +203,26 @@ async def _generate(request: Request, chat: bool) -> Response:
     return JSONResponse(body, headers=headers)
 
 
+def _content_frame(builder: ResponseBuilder, chunk: GenerationChunk | None) -> bytes | None:
+    if chunk is None or not (chunk.text or chunk.finish_reason is not None):
+        return None  # e.g. text held back while it may be the start of a stop sequence
+    return event(builder.content_chunk(chunk.text, chunk.finish_reason))
+
+
 async def _stream_frames(
-    ticket: Ticket, record: RequestRecord, builder: ResponseBuilder, include_usage: bool, status: dict[str, int]
+    ticket: Ticket, first: GenerationChunk | None, record: RequestRecord, builder: ResponseBuilder,
+    include_usage: bool, status: dict[str, int],
 ) -> AsyncIterator[bytes]:
-    first = builder.role_chunk()
-    if first is not None:
-        yield event(first)
+    role = builder.role_chunk()
+    if role is not None:
+        yield event(role)
+    if (frame := _content_frame(builder, first)) is not None:
+        yield frame
     try:
         async for chunk in ticket:
             record.chunk(chunk)
-            if chunk.text or chunk.finish_reason is not None:
-                yield event(builder.content_chunk(chunk.text, chunk.finish_reason))
+            if (frame := _content_frame(builder, chunk)) is not None:
+                yield frame
         if include_usage:
             yield event(builder.usage_chunk(record.prompt_tokens, record.completion_tokens))
     except Exception as exc:  # mid-stream failure: an in-stream error event, then [DONE]

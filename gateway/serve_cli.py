@@ -1,0 +1,110 @@
+"""`switchyard serve`: load the model once, then serve the OpenAI-compatible API with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from .config import GatewayConfig
+
+EXIT_MODEL_ERROR = 2     # model dir missing or malformed
+EXIT_WORKER_DIED = 3     # the model worker crashed: exit non-zero so launchd/systemd restarts us
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("serve", help="serve the OpenAI-compatible API (default: the embedded demo model)")
+    p.add_argument("--model", metavar="DIR", default=None, help="model directory (default: the embedded default model)")
+    p.add_argument("--host", default=GatewayConfig().host, help="bind address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=GatewayConfig().port, help="port (default: %(default)s)")
+    p.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=None,
+                   help="enable the MTP engine (default: when the checkpoint has MTP weights)")
+    p.add_argument("--draft", metavar="DIR", default=None, help="DFlash drafter directory for the ddtree engine")
+    p.add_argument("--tree-budget", type=int, default=4, metavar="N", help="DDTree budget (default: %(default)s)")
+    p.add_argument("--policy", metavar="FILE", default=None, help="router policy YAML (reloads on change)")
+    p.add_argument("--max-queue", type=int, default=GatewayConfig().max_queue, metavar="N",
+                   help="requests allowed to wait behind the running one; more get 429 (default: %(default)s)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=serve)
+
+
+def _fail(message: str) -> int:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    return EXIT_MODEL_ERROR
+
+
+def serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    from rich.console import Console
+
+    from engines.types import ModelLoadError
+
+    if args.model is not None and not Path(args.model).is_dir():
+        return _fail(f"model directory not found: {args.model}")
+    try:
+        config = GatewayConfig(host=args.host, port=args.port, max_queue=args.max_queue)
+    except ValueError as exc:
+        return _fail(f"invalid option: {exc}")
+
+    console = Console(stderr=True)
+    with console.status(f"Loading model {args.model or '(embedded default)'} ...", spinner="dots"):
+        from engines.runtime import load_runtime  # imports MLX: only here, never at gateway import time
+
+        try:
+            runtime = load_runtime(args.model, mtp=args.mtp, draft_dir=args.draft, tree_budget=args.tree_budget)
+        except ModelLoadError as exc:
+            return _fail(str(exc))
+    console.print(f"Loaded [bold]{runtime.model_id}[/]; engines: {', '.join(runtime.engine_names)}", highlight=False)
+
+    router = _build_router(args, runtime.engine_names)
+    if router is None:
+        return EXIT_MODEL_ERROR
+    aliases = tuple(str(p) for p in {args.model, str(Path(args.model).resolve())} if p) if args.model else ()
+    config = config.model_copy(update={"model_aliases": aliases})
+
+    from .app import create_app
+
+    app = create_app(runtime, router=router, config=config)
+    try:
+        from .router_metrics import RouterCollector
+
+        app.state.gateway.metrics.registry.register(RouterCollector(router))
+        router.start()
+        return run_server(app, config, log_level=args.log_level)
+    finally:
+        router.close()
+
+
+def _build_router(args: argparse.Namespace, engine_names: tuple[str, ...]):
+    from .policy import PolicyError
+    from .router import AdaptiveRouter
+
+    try:
+        return AdaptiveRouter.from_policy_file(args.policy, engine_names)
+    except (PolicyError, OSError) as exc:
+        _fail(f"policy {args.policy}: {exc}")
+        return None
+
+
+def run_server(app, config: GatewayConfig, log_level: str = "info") -> int:
+    """Run uvicorn until stopped; a dead model worker stops it and makes the exit code non-zero."""
+    import uvicorn
+
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level, lifespan="on",
+                       timeout_graceful_shutdown=config.shutdown_timeout_seconds)
+    )
+    scheduler = app.state.gateway.scheduler
+
+    def stop_server(exc: BaseException) -> None:
+        server.should_exit = True
+
+    scheduler.on_death(stop_server)
+    server.run()
+    if scheduler.death is not None:
+        print(f"switchyard: the model worker died ({scheduler.death!r}); exiting", file=sys.stderr)
+        return EXIT_WORKER_DIED
+    return 0 if server.started else 1
