@@ -192,7 +192,9 @@ class Monitor:
         cost = max(_blend(prior_cost, measured_cost, n_cost, warmup), 1e-6)
         speedup = (1.0 + accepted) / cost
         accepted_sd = self._sd(arm.accepted if arm else None, prior_accepted_sd)
-        cost_sd = math.sqrt(cost_var / max(1.0, n_cost)) if n_cost else 0.25 * prior_cost
+        # before any timing, a step's relative cost is taken as known to ~10% (it is mostly arithmetic)
+        cost_n_eff = min(float(n_cost), (2.0 - self._weight) / self._weight)
+        cost_sd = math.sqrt(cost_var / max(1.0, cost_n_eff)) if n_cost else 0.1 * prior_cost
         return ArmPrediction(accepted, cost, speedup, raw_rate * speedup, accepted_sd, cost_sd, n_acc, n_cost)
 
     def _sd(self, stat: Ewma | None, prior_sd: float) -> float:

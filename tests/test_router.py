@@ -1,0 +1,324 @@
+"""Router: convergence on simulated engines, priors, every decision reason, quarantine, fallback
+rules, persistence across restarts, stats and Prometheus export."""
+
+from __future__ import annotations
+
+import json
+import random
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from bench.router_sim import DEFAULT_WORLD, LabelFromUserText, run_request, simulate
+from engines.types import EngineFailure, InvalidRequestError, StepResult
+from gateway.monitor import Monitor
+from gateway.policy import Policy
+from gateway.policy_watch import PolicyStore
+from gateway.router import AdaptiveRouter
+from gateway.router_metrics import RouterCollector
+from gateway.routing import REASONS, RouteRequest
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _router(policy: dict | None = None, loaded=("raw", "mtp", "ddtree"), classifier=None, clock=None, monitor=None, seed=0):
+    validated = Policy.model_validate(policy or {})
+    return AdaptiveRouter(
+        PolicyStore(policy=validated),
+        monitor or Monitor(None, validated.monitor.ewma_alpha),
+        loaded,
+        classifier if classifier is not None else LabelFromUserText(),
+        rng=random.Random(seed),
+        clock=clock or FakeClock(),
+    )
+
+
+def _request(klass="code", forced=None, prompt_tokens=100, response_format=None, queue_depth=0) -> RouteRequest:
+    return RouteRequest("", klass, "", forced, prompt_tokens, response_format, queue_depth)
+
+
+NO_EXPLORE = {"exploration": {"kind": "none"}}
+# priors that make ddtree the clear choice for every class
+DDTREE_PRIORS = {
+    "exploration": {"kind": "none"},
+    "priors": {k: {"ddtree": {"accepted": 3.0, "cost": 1.5}} for k in ("code", "prose", "structured")},
+}
+
+
+@pytest.mark.parametrize(
+    "exploration, requests, burn_in",
+    [({"kind": "thompson"}, 300, 100), ({"kind": "epsilon", "epsilon": 0.05}, 400, 150)],
+    ids=["thompson", "epsilon"],
+)
+def test_converges_to_the_best_engine_per_class(exploration, requests, burn_in, record_property):
+    policy = Policy.model_validate({"exploration": exploration})
+    results = simulate(policy, DEFAULT_WORLD, requests_per_class=requests, burn_in=burn_in, seed=3)
+    for klass, result in results.items():
+        oracle = DEFAULT_WORLD.oracle(klass, ("raw", "mtp", "ddtree"))
+        record_property(f"{klass}_best_share", round(result.accuracy, 4))
+        record_property(f"{klass}_regret_fraction", round(result.regret_fraction, 4))
+        print(f"{klass}: oracle {oracle} picked {result.accuracy:.1%} (non-explore, after {burn_in}); "
+              f"regret {result.regret_seconds:.2f} s = {result.regret_fraction:.1%} of oracle time; {result.chosen}")
+        assert result.judged > 0.8 * (requests - burn_in)
+        assert result.accuracy >= 0.95, (klass, result.chosen)
+        # learning from priors that are wrong for code and prose costs a bounded amount
+        assert 0.0 <= result.regret_fraction < 0.10, (klass, result.regret_fraction)
+
+
+def test_priors_are_respected_before_warmup_and_overridden_after():
+    # true world: raw is best for prose; the priors claim ddtree is 2.67x
+    world = DEFAULT_WORLD
+    rng = random.Random(5)
+    cold = _router({**DDTREE_PRIORS, "monitor": {"warmup": 10_000}})
+    picks = [run_request(cold, world, "prose", rng)[0].engine for _ in range(40)]
+    assert picks == ["ddtree"] * 40  # hundreds of steps measured, still below the warm-up count
+
+    warm = _router({**DDTREE_PRIORS, "monitor": {"warmup": 50}})
+    decisions = [run_request(warm, world, "prose", rng)[0] for _ in range(40)]
+    assert decisions[0].engine == "ddtree" and decisions[0].reason == "monitor"
+    assert [d.engine for d in decisions[-10:]] == ["raw"] * 10  # measurements replaced the prior
+
+
+def test_forced_engine_wins_and_has_no_fallback_rule():
+    router = _router(DDTREE_PRIORS | {"rules": [{"engine": "raw"}]})
+    decision = router.choose(_request(forced="mtp", queue_depth=100))
+    assert (decision.engine, decision.reason, decision.fallback) == ("mtp", "forced", None)
+    assert decision.klass == "code" and decision.policy_version == 1
+    assert router.choose(_request(forced="auto")).reason == "rule"
+
+
+def test_rules_match_class_prompt_length_and_response_format():
+    rules = [
+        {"name": "long", "when": {"min_prompt_tokens": 1000}, "engine": "raw"},
+        {"name": "json", "when": {"response_formats": ["json_object"]}, "engine": "mtp"},
+        {"name": "code-short", "when": {"classes": ["code"], "max_prompt_tokens": 50}, "engine": "mtp"},
+    ]
+    router = _router(DDTREE_PRIORS | {"rules": rules})
+    assert (router.choose(_request(prompt_tokens=5000)).engine, router.choose(_request(prompt_tokens=5000)).reason) == ("raw", "rule")
+    json_decision = router.choose(_request("prose", response_format="json_object"))
+    assert (json_decision.engine, json_decision.klass, json_decision.reason) == ("mtp", "structured", "rule")
+    assert router.choose(_request("code", prompt_tokens=20)).reason == "rule"
+    unmatched = router.choose(_request("prose", prompt_tokens=20))
+    assert (unmatched.engine, unmatched.reason) == ("ddtree", "monitor")
+
+
+def test_response_format_json_means_structured_without_asking_the_classifier():
+    class Exploding:
+        def predict(self, *args, **kwargs):
+            raise AssertionError("classifier must not be called")
+
+    router = _router(NO_EXPLORE, classifier=Exploding())
+    assert router.choose(_request("code", response_format="json_schema")).klass == "structured"
+
+
+def test_classifier_failure_falls_back_to_the_default_class():
+    class Broken:
+        def predict(self, *args, **kwargs):
+            raise RuntimeError("model file missing")
+
+    router = _router({**NO_EXPLORE, "default_class": "code"}, classifier=Broken())
+    assert router.choose(_request("prose")).klass == "code"
+    assert router.stats()["classifier_errors"] == 1
+
+
+def test_engine_error_quarantines_then_recovers():
+    clock = FakeClock()
+    router = _router({**DDTREE_PRIORS, "quarantine_seconds": 30}, clock=clock)
+    first = router.choose(_request("code"))
+    assert first.engine == "ddtree"
+    router.finished(first, EngineFailure("ddtree", RuntimeError("kernel fault")))
+    assert router.quarantined() == {"ddtree": 30.0}
+
+    during = router.choose(_request("code"))
+    assert during.engine != "ddtree" and during.reason == "health"
+    clock.now += 29.0
+    assert router.choose(_request("code")).reason == "health"
+    clock.now += 1.5
+    after = router.choose(_request("code"))
+    assert (after.engine, after.reason) == ("ddtree", "monitor")
+    assert router.quarantined() == {}
+
+
+def test_errors_that_are_not_the_engines_fault_do_not_quarantine():
+    router = _router(DDTREE_PRIORS)
+    decision = router.choose(_request())
+    router.finished(decision, InvalidRequestError("bad top_p", param="top_p"))
+    router.finished(decision, None)
+    raw_decision = router.choose(_request(forced="raw"))
+    router.finished(raw_decision, RuntimeError("raw broke"))  # raw is the floor: never quarantined
+    assert router.quarantined() == {}
+    # an EngineFailure names the engine that failed, e.g. raw after a mid-request hand-off
+    router.finished(decision, EngineFailure("mtp", RuntimeError("x")))
+    assert set(router.quarantined()) == {"mtp"}
+
+
+def test_quarantine_uses_the_policy_the_request_was_admitted_with(tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text("quarantine_seconds: 10\nexploration: {kind: none}\n")
+    clock = FakeClock()
+    router = AdaptiveRouter(PolicyStore(path), Monitor(None), ("raw", "mtp", "ddtree"), LabelFromUserText(), clock=clock)
+    admitted = router.choose(_request())
+    path.write_text("quarantine_seconds: 500\nexploration: {kind: none}\n")
+    assert router.reload().ok
+    router.finished(admitted, EngineFailure(admitted.engine, RuntimeError("x")))
+    assert router.quarantined() == {admitted.engine: 10.0}
+    assert router.choose(_request(forced="raw")).policy_version == 2
+
+
+def test_rule_to_a_quarantined_engine_goes_elsewhere_for_health():
+    router = _router(DDTREE_PRIORS | {"rules": [{"when": {"classes": ["prose"]}, "engine": "mtp"}]})
+    router.finished(router.choose(_request("prose")), EngineFailure("mtp", RuntimeError("x")))
+    decision = router.choose(_request("prose"))
+    assert (decision.engine, decision.reason) == ("ddtree", "health")
+
+
+def test_engines_that_are_not_loaded_are_never_picked():
+    router = _router(DDTREE_PRIORS, loaded=("raw", "mtp"))
+    decisions = [router.choose(_request(k)) for k in ("code", "prose", "structured")]
+    assert all(d.engine != "ddtree" and d.reason == "health" for d in decisions)
+    with pytest.raises(ValueError):
+        _router(loaded=("mtp",))
+
+
+def test_deep_queue_falls_back_to_raw():
+    router = _router({**DDTREE_PRIORS, "queue": {"raw_above_depth": 2}})
+    assert router.choose(_request(queue_depth=2)).engine == "ddtree"
+    decision = router.choose(_request(queue_depth=3))
+    assert (decision.engine, decision.reason, decision.fallback) == ("raw", "fallback", None)
+
+
+def test_epsilon_exploration_picks_another_engine():
+    router = _router({**DDTREE_PRIORS, "exploration": {"kind": "epsilon", "epsilon": 1.0}})
+    decisions = [router.choose(_request()) for _ in range(200)]
+    assert all(d.reason == "explore" and d.engine != "ddtree" for d in decisions)
+    assert {d.engine for d in decisions} == {"raw", "mtp"}
+    never = _router({**DDTREE_PRIORS, "exploration": {"kind": "epsilon", "epsilon": 0.0}})
+    assert all(never.choose(_request()).reason == "monitor" for _ in range(50))
+
+
+def test_thompson_explores_uncertain_arms_only():
+    # prior sd is large and the two speculative arms are close: Thompson sometimes tries the other
+    close = _router({"exploration": {"kind": "thompson", "thompson_prior_sd": 1.0}})
+    reasons = {close.choose(_request("structured")).reason for _ in range(200)}
+    assert reasons == {"monitor", "explore"}
+    # a far-ahead arm with a tight prior is never second-guessed
+    sure = _router({**DDTREE_PRIORS, "exploration": {"kind": "thompson", "thompson_prior_sd": 0.01}})
+    assert all(sure.choose(_request()).reason == "monitor" for _ in range(100))
+
+
+def test_every_reason_is_produced():
+    clock = FakeClock()
+    router = _router(
+        {**DDTREE_PRIORS, "exploration": {"kind": "epsilon", "epsilon": 0.3}, "queue": {"raw_above_depth": 1},
+         "rules": [{"when": {"classes": ["structured"]}, "engine": "mtp"}]},
+        clock=clock,
+    )
+    seen = {router.choose(_request(forced="raw")).reason, router.choose(_request("structured")).reason,
+            router.choose(_request(queue_depth=5)).reason}
+    seen |= {router.choose(_request()).reason for _ in range(50)}
+    router.finished(router.choose(_request(forced="ddtree")), RuntimeError("boom"))
+    seen.add(router.choose(_request()).reason)
+    assert seen == set(REASONS)
+
+
+def test_fallback_rule_comes_from_the_measured_cost_ratio():
+    router = _router({**NO_EXPLORE, "priors": {"code": {"mtp": {"accepted": 5.0}}}, "fallback": {"window": 6, "margin": 0.1},
+                      "monitor": {"warmup": 10}})
+    before = router.choose(_request())
+    assert before.engine == "mtp"
+    assert before.fallback.window == 6
+    assert before.fallback.min_accepted == pytest.approx(1.15 - 1 - 0.1)  # prior cost 1.15
+    decision = router.choose(_request(forced="raw"))
+    for _ in range(20):  # raw steps 10 ms, mtp steps 18 ms => c = 1.8, break-even 0.8
+        router.observe(decision, StepResult([1], seconds=0.010, engine="raw"))
+        router.observe(before, StepResult([1, 2], drafted=1, accepted=1, seconds=0.018, engine="mtp"))
+    after = router.choose(_request())
+    assert after.fallback.min_accepted == pytest.approx(0.8 - 0.1)
+    off = _router({**NO_EXPLORE, "fallback": {"enabled": False}, "priors": {"code": {"mtp": {"accepted": 5.0}}}})
+    assert off.choose(_request()).fallback is None
+
+
+def test_first_step_of_a_request_is_not_timed():
+    router = _router(NO_EXPLORE)
+    decision = router.choose(_request(forced="raw"))
+    router.observe(decision, StepResult([1], seconds=3.0, engine="raw"))  # prefill + first token
+    for _ in range(5):
+        router.observe(decision, StepResult([1], seconds=0.01, engine="raw"))
+    router.finished(decision, None)
+    assert router.monitor.snapshot()["engines"]["raw"]["seconds_per_step"] == pytest.approx(0.01)
+    second = router.choose(_request(forced="raw"))
+    router.observe(second, StepResult([1], seconds=3.0, engine="raw"))
+    assert router.monitor.snapshot()["engines"]["raw"]["timed_steps"] == 5
+
+
+def test_steps_after_a_hand_off_are_credited_to_raw():
+    router = _router(DDTREE_PRIORS)
+    decision = router.choose(_request())
+    router.observe(decision, StepResult([1, 2], drafted=4, accepted=1, seconds=0.1, engine="ddtree"))
+    router.observe(decision, StepResult([3], seconds=0.01, engine="raw"))
+    arms = router.monitor.snapshot()["arms"]
+    assert arms["code/ddtree"]["steps"] == 1 and arms["code/raw"]["steps"] == 1
+
+
+def test_learned_state_survives_a_restart(tmp_path):
+    state = tmp_path / "router_state.json"
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(f"state: {{path: {state}}}\nexploration: {{kind: none}}\nmonitor: {{warmup: 5}}\n")
+    first = AdaptiveRouter.from_policy_file(policy_file, ("raw", "mtp", "ddtree"), LabelFromUserText())
+    first.start(watch_policy=False)
+    rng = random.Random(0)
+    for _ in range(30):
+        run_request(first, DEFAULT_WORLD, "prose", rng)
+    before = {k: v["engines"] for k, v in first.stats()["classes"].items()}
+    first.close()  # saves on shutdown
+    second = AdaptiveRouter.from_policy_file(policy_file, ("raw", "mtp", "ddtree"), LabelFromUserText())
+    assert second.monitor.load_error is None
+    assert {k: v["engines"] for k, v in second.stats()["classes"].items()} == before
+    assert second.choose(_request("prose")).engine == "raw"  # learned, not the mtp prior
+
+
+def test_corrupt_state_file_does_not_stop_startup(tmp_path):
+    state = tmp_path / "router_state.json"
+    state.write_text("{ not json")
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(f"state: {{path: {state}}}\n")
+    router = AdaptiveRouter.from_policy_file(policy_file, ("raw", "mtp", "ddtree"))
+    assert router.stats()["state_file"]["load_error"]
+    assert router.choose(_request()).engine in ("raw", "mtp", "ddtree")
+
+
+def test_stats_and_gauges_export():
+    router = _router(NO_EXPLORE)
+    rng = random.Random(1)
+    for klass in ("code", "prose"):
+        run_request(router, DEFAULT_WORLD, klass, rng)
+    stats = json.loads(json.dumps(router.stats()))
+    assert set(stats["classes"]) == {"code", "prose", "structured"}
+    assert stats["classes"]["code"]["engines"]["mtp"]["predicted_tokens_per_second"] > 0
+    assert sum(d["count"] for d in stats["decisions"]) == 2
+    assert stats["policy"]["version"] == 1
+    rows = router.gauge_values()
+    assert ("code", "raw", "predicted_speedup", 1.0) in rows
+    assert any(metric == "measured_tokens_per_second" for _, _, metric, _ in rows)
+
+    registry = CollectorRegistry()
+    registry.register(RouterCollector(router))
+    text = generate_latest(registry).decode()
+    assert 'switchyard_router_predicted_tokens_per_second{class="code",engine="mtp"}' in text
+    assert 'switchyard_router_engine_quarantined{engine="ddtree"} 0.0' in text
+    assert 'switchyard_policy_reloads_total{result="failure"} 0.0' in text
+    assert "switchyard_policy_last_reload_success_timestamp_seconds" in text
+
+
+def test_observe_is_safe_after_finished_and_for_unknown_engines():
+    router = _router(NO_EXPLORE)
+    decision = router.choose(_request())
+    router.finished(decision, None)
+    router.observe(decision, StepResult([1], seconds=0.01, engine="raw"))
+    router.observe(decision, StepResult([1], seconds=0.01, engine="warp-drive"))
+    assert "code/warp-drive" not in router.monitor.snapshot()["arms"]
