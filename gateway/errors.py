@@ -61,14 +61,26 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return APIError(400, message, param=param, code=code)
 
 
+# Names pydantic puts in `loc` for the member of a union (str | list[...]) or a validator step.
+_UNION_TAGS = ("str", "list[str]", "list[TextPart]", "list[any]", "function-after", "function-before")
+
+
 def _loc_to_param(loc: tuple[Any, ...]) -> str | None:
-    parts = [str(p) for p in loc if not (isinstance(p, str) and p in ("str", "list[TextPart]", "function-after"))]
+    parts = [str(p) for p in loc if not (isinstance(p, str) and p in _UNION_TAGS)]
     return ".".join(parts) or None
 
 
+def _most_specific(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of the errors on the first failing field, the deepest: for `content: str | list[part]` given a
+    list, "part.text missing" says more than "input should be a string"."""
+    first = _loc_to_param(tuple(errors[0].get("loc", ())))
+    same_field = [e for e in errors if (_loc_to_param(tuple(e.get("loc", ()))) or "").startswith(first or "")]
+    return max(same_field, key=lambda e: len(e.get("loc", ())))
+
+
 def from_validation_error(exc: ValidationError) -> APIError:
-    """First pydantic error as a 400 with `param` set to the offending field path."""
-    err = exc.errors(include_url=False, include_input=False)[0]
+    """The first failing field as a 400 with `param` set to its path."""
+    err = _most_specific(exc.errors(include_url=False, include_input=False))
     param = _loc_to_param(tuple(err.get("loc", ())))
     if err.get("type") == "extra_forbidden":
         return bad_request(f"Unrecognized request argument supplied: {param}", param=param, code="unknown_parameter")

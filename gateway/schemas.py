@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 INT32_MAX = 2**31 - 1
@@ -34,6 +34,12 @@ class ChatMessage(_Strict):
                 if kind != "text":
                     raise ValueError(f"only text content parts are supported, got {kind!r}")
         return value
+
+    @model_validator(mode="after")
+    def _content_required(self) -> "ChatMessage":
+        if self.content is None and self.role != "assistant":
+            raise ValueError(f"a {self.role} message needs content")
+        return self
 
     def text(self) -> str:
         """Content as one string; text parts join with newlines (as vLLM does)."""
