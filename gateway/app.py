@@ -17,6 +17,7 @@ from .config import GatewayConfig
 from .endpoints import chat_completions, completions
 from .errors import APIError, WorkerUnavailableError, from_exception
 from .metrics import GatewayMetrics
+from .router_endpoints import admin_reload, router_stats
 from .routing import RouteDecision, RouteRequest, Router
 from .scheduler import Scheduler
 from .schemas import ModelCard, ModelList
@@ -144,6 +145,8 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        Route("/v1/router/stats", router_stats, methods=["GET"]),
+        Route("/admin/reload", admin_reload, methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,

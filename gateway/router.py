@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import math
 import random
+import signal
 import threading
 import time
 from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
-from engines.types import EngineFailure, EngineUnavailableError, FallbackRule, InvalidRequestError, StepResult
+from engines.types import ENGINE_NAMES, EngineFailure, EngineUnavailableError, FallbackRule, InvalidRequestError, StepResult
 from gateway.monitor import ArmPrediction, Autosaver, Monitor
 from gateway.policy import Policy
 from gateway.policy_watch import PolicySnapshot, PolicyStore, ReloadResult
@@ -74,6 +75,7 @@ class AdaptiveRouter:
         self._decisions: Counter[tuple[str, str, str]] = Counter()  # (class, engine, reason)
         self._classifier_errors = 0
         self._autosaver: Autosaver | None = None
+        self._previous_sighup = None
         self._remember(store.current())
         store.subscribe(self._on_reload)
         self._warn_unloaded(store.policy)
@@ -94,16 +96,23 @@ class AdaptiveRouter:
         return cls(store, monitor, loaded_engines, classifier)
 
     # --- lifecycle ------------------------------------------------------------------------------
-    def start(self, watch_policy: bool = True, watch_interval: float = 1.0) -> None:
-        """Start periodic state saving and (optionally) the policy file watcher."""
+    def start(self, watch_policy: bool = True, watch_interval: float = 1.0, install_sighup: bool = True) -> None:
+        """Start periodic state saving, the policy file watcher, and (from the main thread) reload on
+        SIGHUP; without a handler SIGHUP would terminate the process."""
         if self._autosaver is None and self.monitor.state_path is not None:
             self._autosaver = Autosaver(self.monitor, self.store.policy.state.persist_interval_seconds)
             self._autosaver.start()
         if watch_policy:
             self.store.start_watching(watch_interval)
+        if install_sighup and hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread():
+            self._previous_sighup = signal.getsignal(signal.SIGHUP)
+            self.store.install_sighup_handler()
 
     def close(self) -> None:
-        """Stop the threads and save the state one last time."""
+        """Stop the threads, restore the SIGHUP handler and save the state one last time."""
+        if self._previous_sighup is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGHUP, self._previous_sighup)
+            self._previous_sighup = None
         self.store.stop_watching()
         if self._autosaver is not None:
             self._autosaver.stop()
@@ -190,8 +199,8 @@ class AdaptiveRouter:
         def decide(engine: str, reason: str, with_fallback: bool = True) -> RouteDecision:
             rule = self._fallback_rule(engine, predictions, policy) if with_fallback else None
             decision = RouteDecision(engine, klass, reason, rule, predicted, snapshot.version)
-            with self._lock:
-                self._decisions[(klass, engine, reason)] += 1
+            with self._lock:  # bounded labels: a forced engine name is whatever the client sent
+                self._decisions[(klass, engine if engine in ENGINE_NAMES else "other", reason)] += 1
             return decision
 
         forced = request.forced_engine
@@ -268,6 +277,11 @@ class AdaptiveRouter:
                     self._snapshots.popitem(last=False)
 
     # --- export ---------------------------------------------------------------------------------
+    def decision_counts(self) -> list[tuple[str, str, str, int]]:
+        """(class, engine, reason, count) of every decision so far."""
+        with self._lock:
+            return [(k, e, r, n) for (k, e, r), n in sorted(self._decisions.items())]
+
     def quarantined(self) -> dict[str, float]:
         """engine -> seconds of quarantine left."""
         now = self._clock()
@@ -292,10 +306,7 @@ class AdaptiveRouter:
                     "warm": p.n_accepted >= policy.monitor.warmup if engine != "raw" else True,
                 }
             classes[klass] = {"engines": arms, "incumbent": self._incumbent.get(klass)}
-        with self._lock:
-            decisions = [
-                {"class": k, "engine": e, "reason": r, "count": n} for (k, e, r), n in sorted(self._decisions.items())
-            ]
+        decisions = [{"class": k, "engine": e, "reason": r, "count": n} for k, e, r, n in self.decision_counts()]
         return {
             "classes": classes,
             "measured": self.monitor.snapshot(),

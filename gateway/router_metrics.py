@@ -44,6 +44,14 @@ class RouterCollector(Collector):
             quarantined.add_metric([engine], 1.0 if engine in left else 0.0)
         yield quarantined
 
+        decisions = CounterMetricFamily(
+            "switchyard_route_decisions", "Routing decisions by class, engine and reason.",
+            labels=["class", "engine", "reason"],
+        )
+        for klass, engine, reason, count in self._router.decision_counts():
+            decisions.add_metric([klass, engine, reason], count)
+        yield decisions
+
         counters = self._router.store.counters()
         reloads = CounterMetricFamily(
             "switchyard_policy_reloads", "Policy reload attempts by result.", labels=["result"]

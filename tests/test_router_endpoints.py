@@ -1,0 +1,121 @@
+"""The adaptive router inside the app: route headers, GET /v1/router/stats, POST /admin/reload,
+route metrics, and SIGHUP through AdaptiveRouter.start()."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import httpx
+import pytest
+from prometheus_client import generate_latest
+
+from bench.router_sim import LabelFromUserText
+from gateway.app import create_app
+from gateway.router import AdaptiveRouter
+from gateway.router_metrics import RouterCollector
+from tests.fakes import FakeBackend, live_server
+
+POLICY = "exploration: {kind: none}\nstate: {path: null}\nrules:\n  - when: {classes: [structured]}\n    engine: raw\n"
+
+
+@pytest.fixture()
+def served(tmp_path):
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(POLICY)
+    backend = FakeBackend(engine_names=("raw", "mtp"))
+    router = AdaptiveRouter.from_policy_file(policy_file, backend.engine_names, LabelFromUserText())
+    app = create_app(backend, router=router)
+    app.state.gateway.metrics.registry.register(RouterCollector(router))
+    with live_server(app) as server:
+        yield server, router, policy_file, app
+
+
+def _chat(server, user_text: str, **extra) -> httpx.Response:
+    body = {"model": "default", "messages": [{"role": "user", "content": user_text}], "max_tokens": 3, **extra}
+    return httpx.post(server.base_url + "/v1/chat/completions", json=body, timeout=30)
+
+
+def test_decisions_show_in_headers_stats_and_metrics(served):
+    server, router, _, app = served
+    code = _chat(server, "code")
+    assert code.status_code == 200
+    assert code.headers["X-Switchyard-Class"] == "code"
+    assert code.headers["X-Switchyard-Engine"] == "mtp"  # the default priors prefer mtp
+    assert code.headers["X-Switchyard-Route-Reason"] == "monitor"
+    structured = _chat(server, "structured")
+    assert structured.headers["X-Switchyard-Class"] == "structured"
+    assert (structured.headers["X-Switchyard-Engine"], structured.headers["X-Switchyard-Route-Reason"]) == ("raw", "rule")
+    forced = _chat(server, "prose", engine="raw")
+    assert forced.headers["X-Switchyard-Route-Reason"] == "forced"
+
+    stats = httpx.get(server.base_url + "/v1/router/stats", timeout=10)
+    assert stats.status_code == 200
+    body = stats.json()
+    assert body["measured"]["arms"]["code/mtp"]["steps"] == 3
+    assert {"class": "code", "engine": "mtp", "reason": "monitor", "count": 1} in body["decisions"]
+    assert body["loaded_engines"] == ["mtp", "raw"]
+
+    metrics = httpx.get(server.base_url + "/metrics", timeout=10).text
+    assert 'switchyard_route_decisions_total{class="code",engine="mtp",reason="monitor"} 1.0' in metrics
+    assert 'switchyard_router_predicted_speedup{class="prose",engine="raw"} 1.0' in metrics
+
+
+def test_admin_reload_applies_and_rejects(served):
+    server, router, policy_file, _ = served
+    policy_file.write_text(POLICY.replace("kind: none", "kind: epsilon"))
+    ok = httpx.post(server.base_url + "/admin/reload", timeout=10)
+    assert ok.status_code == 200 and ok.json() == {"ok": True, "version": 2, "trigger": "admin", "errors": []}
+    assert router.store.policy.exploration.kind == "epsilon"
+
+    policy_file.write_text("exploration: {kind: always}\n")
+    bad = httpx.post(server.base_url + "/admin/reload", timeout=10)
+    assert bad.status_code == 422
+    assert bad.json()["ok"] is False and bad.json()["version"] == 2
+    assert any("exploration.kind" in e for e in bad.json()["errors"])
+    assert router.store.policy.exploration.kind == "epsilon"
+    metrics = httpx.get(server.base_url + "/metrics", timeout=10).text
+    assert 'switchyard_policy_reloads_total{result="failure"} 1.0' in metrics
+    assert 'switchyard_policy_version 2.0' in metrics
+    assert httpx.get(server.base_url + "/admin/reload", timeout=10).status_code == 405
+
+
+def test_admin_reload_refuses_non_loopback_clients(served):
+    _, router, _, app = served
+
+    async def call() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app, client=("192.0.2.7", 40000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            return await client.post("/admin/reload")
+
+    response = asyncio.run(call())
+    assert response.status_code == 403
+    assert response.json()["error"]["type"] == "permission_error"
+    assert router.store.counters()["reload_successes"] == 0
+
+
+def test_stats_without_the_adaptive_router_is_a_clean_404():
+    with live_server(create_app(FakeBackend())) as server:
+        response = httpx.get(server.base_url + "/v1/router/stats", timeout=10)
+        assert response.status_code == 404 and "error" in response.json()
+        assert httpx.post(server.base_url + "/admin/reload", timeout=10).status_code == 404
+
+
+def test_router_start_reloads_on_sighup_and_close_restores_the_handler(tmp_path):
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("quarantine_seconds: 1\nstate: {path: null}\n")
+    router = AdaptiveRouter.from_policy_file(policy_file, ("raw",))
+    before = signal.getsignal(signal.SIGHUP)
+    router.start(watch_interval=30.0)
+    try:
+        policy_file.write_text("quarantine_seconds: 2\nstate: {path: null}\n")
+        os.kill(os.getpid(), signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while router.store.policy.quarantine_seconds != 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert router.store.policy.quarantine_seconds == 2
+    finally:
+        router.close()
+    assert signal.getsignal(signal.SIGHUP) == before
