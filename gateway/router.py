@@ -19,7 +19,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Callable, Literal, Mapping, Protocol, Sequence
 
 from engines.types import ENGINE_NAMES, EngineFailure, EngineUnavailableError, FallbackRule, InvalidRequestError, StepResult
 from gateway.monitor import ArmPrediction, Autosaver, Monitor
@@ -45,6 +45,21 @@ class ClassifierLike(Protocol):
     def predict(
         self, system_text: str, user_text: str, history_text: str = "", response_format: str | None = None
     ) -> PredictionLike: ...
+
+
+def load_classifier(path: str | Path | None = None) -> ClassifierLike | None:
+    """The shipped classifier (classifier.Classifier.load), or None if it is missing or broken:
+    the router then gives every request the policy's default_class, and says so in the log."""
+    try:
+        from classifier import Classifier  # type: ignore[attr-defined]
+    except ImportError as exc:
+        log.warning("request classifier not available (%s); routing uses the policy's default_class", exc)
+        return None
+    try:
+        return Classifier.load(path)
+    except Exception as exc:  # a bad artifact must not stop the server: routing still works per class prior
+        log.warning("request classifier failed to load (%s); routing uses the policy's default_class", exc)
+        return None
 
 
 class AdaptiveRouter:
@@ -85,14 +100,17 @@ class AdaptiveRouter:
         cls,
         path: str | Path | None,
         loaded_engines: Sequence[str],
-        classifier: ClassifierLike | None = None,
+        classifier: ClassifierLike | None | Literal["auto"] = "auto",
         state_path: str | Path | None = None,
     ) -> "AdaptiveRouter":
         """Policy from `path` (None = built-in defaults; invalid => PolicyError), monitor state from
-        `state_path` or the policy's `state.path` (unreadable => logged, start from priors)."""
+        `state_path` or the policy's `state.path` (unreadable => logged, start from priors), and the
+        shipped classifier unless one (or None) is given."""
         store = PolicyStore(path)
         policy = store.policy
         monitor = Monitor(state_path or policy.state.resolved_path(), policy.monitor.ewma_alpha)
+        if classifier == "auto":
+            classifier = load_classifier()
         return cls(store, monitor, loaded_engines, classifier)
 
     # --- lifecycle ------------------------------------------------------------------------------

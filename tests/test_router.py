@@ -322,3 +322,33 @@ def test_observe_is_safe_after_finished_and_for_unknown_engines():
     router.observe(decision, StepResult([1], seconds=0.01, engine="raw"))
     router.observe(decision, StepResult([1], seconds=0.01, engine="warp-drive"))
     assert "code/warp-drive" not in router.monitor.snapshot()["arms"]
+
+
+def test_shipped_classifier_is_loaded_when_present_and_optional_otherwise(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    from gateway import router as router_module
+
+    class Loaded:
+        def predict(self, system_text, user_text, history_text="", response_format=None):
+            return LabelFromUserText._Prediction("structured", {})
+
+    good = types.ModuleType("classifier")
+    good.Classifier = types.SimpleNamespace(load=lambda path=None: Loaded())
+    monkeypatch.setitem(sys.modules, "classifier", good)
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("state: {path: null}\n")
+    routed = AdaptiveRouter.from_policy_file(policy_file, ("raw",))
+    assert isinstance(routed.classifier, Loaded)
+    assert routed.choose(_request("code")).klass == "structured"
+
+    def broken_load(path=None):
+        raise FileNotFoundError("model.json")
+
+    good.Classifier = types.SimpleNamespace(load=broken_load)
+    assert router_module.load_classifier() is None
+    monkeypatch.setitem(sys.modules, "classifier", types.ModuleType("classifier"))  # no Classifier yet
+    assert router_module.load_classifier() is None
+    fallback = AdaptiveRouter.from_policy_file(policy_file, ("raw",))
+    assert fallback.classifier is None and fallback.choose(_request("code")).klass == "prose"
