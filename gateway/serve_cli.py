@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _fail(message: str) -> int:
     from rich.console import Console
 
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {message}", highlight=False)
     return EXIT_MODEL_ERROR
 
 
