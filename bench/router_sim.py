@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ewma-alpha", type=float, default=0.01)
     parser.add_argument("--warmup", type=int, default=50)
-    parser.add_argument("--exploration", choices=("epsilon", "thompson", "none"), default="epsilon")
+    parser.add_argument("--exploration", choices=("epsilon", "thompson", "none"), default="thompson")
     args = parser.parse_args()
     policy = Policy.model_validate({"exploration": {"kind": args.exploration}, "monitor": {"ewma_alpha": args.ewma_alpha, "warmup": args.warmup}})
     results = simulate(policy, requests_per_class=args.requests, burn_in=args.burn_in, seed=args.seed)

@@ -191,10 +191,12 @@ class Monitor:
         measured_cost, cost_var, n_cost = self._cost_locked(engine)
         cost = max(_blend(prior_cost, measured_cost, n_cost, warmup), 1e-6)
         speedup = (1.0 + accepted) / cost
-        accepted_sd = self._sd(arm.accepted if arm else None, prior_accepted_sd)
+        # uncertainty shrinks from the prior's as data arrives (a variance from 1-2 samples means nothing)
+        accepted_sd = _blend(prior_accepted_sd, self._sd(arm.accepted if arm else None, prior_accepted_sd), n_acc, warmup)
         # before any timing, a step's relative cost is taken as known to ~10% (it is mostly arithmetic)
         cost_n_eff = min(float(n_cost), (2.0 - self._weight) / self._weight)
-        cost_sd = math.sqrt(cost_var / max(1.0, cost_n_eff)) if n_cost else 0.1 * prior_cost
+        measured_cost_sd = math.sqrt(cost_var / max(1.0, cost_n_eff)) if n_cost else 0.1 * prior_cost
+        cost_sd = _blend(0.1 * prior_cost, measured_cost_sd, n_cost, warmup)
         return ArmPrediction(accepted, cost, speedup, raw_rate * speedup, accepted_sd, cost_sd, n_acc, n_cost)
 
     def _sd(self, stat: Ewma | None, prior_sd: float) -> float:

@@ -287,7 +287,7 @@ def test_corrupt_state_file_does_not_stop_startup(tmp_path):
     state.write_text("{ not json")
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(f"state: {{path: {state}}}\n")
-    router = AdaptiveRouter.from_policy_file(policy_file, ("raw", "mtp", "ddtree"))
+    router = AdaptiveRouter.from_policy_file(policy_file, ("raw", "mtp", "ddtree"), classifier=None)
     assert router.stats()["state_file"]["load_error"]
     assert router.choose(_request()).engine in ("raw", "mtp", "ddtree")
 

@@ -106,7 +106,7 @@ def test_stats_without_the_adaptive_router_is_a_clean_404():
 def test_router_start_reloads_on_sighup_and_close_restores_the_handler(tmp_path):
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text("quarantine_seconds: 1\nstate: {path: null}\n")
-    router = AdaptiveRouter.from_policy_file(policy_file, ("raw",))
+    router = AdaptiveRouter.from_policy_file(policy_file, ("raw",), classifier=None)
     before = signal.getsignal(signal.SIGHUP)
     router.start(watch_interval=30.0)
     try:
