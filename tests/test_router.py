@@ -8,7 +8,7 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from bench.router_sim import DEFAULT_WORLD, LabelFromUserText, run_request, simulate
+from bench.router_sim import DEFAULT_WORLD, LabelFromUserText, SimWorld, run_request, simulate
 from engines.types import EngineFailure, InvalidRequestError, StepResult
 from gateway.monitor import Monitor
 from gateway.policy import Policy
@@ -352,3 +352,47 @@ def test_shipped_classifier_is_loaded_when_present_and_optional_otherwise(monkey
     assert router_module.load_classifier() is None
     fallback = AdaptiveRouter.from_policy_file(policy_file, ("raw",))
     assert fallback.classifier is None and fallback.choose(_request("code")).klass == "prose"
+
+
+def test_router_follows_drift_in_acceptance():
+    policy = Policy.model_validate({})
+    router = _router({})
+    rng = random.Random(11)
+    for _ in range(150):
+        run_request(router, DEFAULT_WORLD, "code", rng)
+    assert router.choose(_request("code")).engine == "ddtree"
+    drifted = SimWorld(
+        accepted={**DEFAULT_WORLD.accepted, "code": {"mtp": 0.5, "ddtree": 0.3}},  # ddtree now 0.65x on code
+        cost=DEFAULT_WORLD.cost,
+    )
+    decisions = [run_request(router, drifted, "code", rng)[0] for _ in range(60)]
+    settled = [d.engine for d in decisions[-30:] if d.reason == "monitor"]
+    assert settled and set(settled) == {"mtp"}, decisions[-30:]
+    assert policy.monitor.ewma_alpha == 0.01  # the default this test exercises
+
+
+def test_switch_margin_keeps_the_incumbent_on_near_ties(tmp_path):
+    path = tmp_path / "policy.yaml"
+
+    def set_ddtree_speedup(speedup: float) -> None:
+        # mtp's seed on code is (1 + 0.55) / 1.15 = 1.348x; ddtree cost 1.0 => speedup = 1 + accepted
+        path.write_text(
+            "exploration: {kind: none}\nmonitor: {switch_margin: 0.05}\nstate: {path: null}\n"
+            f"priors:\n  code:\n    ddtree: {{accepted: {speedup - 1.0}, cost: 1.0}}\n"
+        )
+
+    set_ddtree_speedup(1.2)
+    router = AdaptiveRouter(PolicyStore(path), Monitor(None), ("raw", "mtp", "ddtree"), LabelFromUserText())
+    assert router.choose(_request()).engine == "mtp"
+    set_ddtree_speedup(1.348 * 1.03)  # 3% better: inside the 5% margin
+    assert router.reload().ok
+    assert router.choose(_request()).engine == "mtp"
+    set_ddtree_speedup(1.348 * 1.08)  # 8% better: switch
+    assert router.reload().ok
+    assert router.choose(_request()).engine == "ddtree"
+    set_ddtree_speedup(1.348 / 1.03)  # now 3% worse than mtp, but ddtree is the incumbent
+    assert router.reload().ok
+    assert router.choose(_request()).engine == "ddtree"
+    set_ddtree_speedup(1.348 / 1.08)
+    assert router.reload().ok
+    assert router.choose(_request()).engine == "mtp"
