@@ -1,0 +1,1 @@
+"""Benchmarks: the end-to-end harness (`switchyard bench`), probes and profiles."""
