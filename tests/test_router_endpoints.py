@@ -10,7 +10,6 @@ import time
 
 import httpx
 import pytest
-from prometheus_client import generate_latest
 
 from bench.router_sim import LabelFromUserText
 from gateway.app import create_app
