@@ -1,0 +1,131 @@
+"""The gateway over the real runtime (tiny generated Qwen3.5 checkpoint): same greedy output as mlx-lm."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Write a short line about rivers."}]
+MAX_TOKENS = 24
+
+
+def _target_dir(request, tmp_path_factory):
+    """The shared `tiny_target` fixture when tests/conftest.py provides it, else one generated here."""
+    try:
+        return request.getfixturevalue("tiny_target")
+    except pytest.FixtureLookupError:
+        from engines.testing.target import write_target_checkpoint
+
+        return write_target_checkpoint(tmp_path_factory.mktemp("gateway-tiny-target"))
+
+
+def _mlx_lm_greedy(model_dir, messages, prompt: str | None = None, max_tokens: int = MAX_TOKENS):
+    """mlx-lm's own answer: (prompt ids, text from mlx_lm.generate, completion token ids without EOS, finish)."""
+    from mlx_lm import generate, load, stream_generate
+    from mlx_lm.sample_utils import make_sampler
+
+    model, tokenizer = load(str(model_dir))
+    if prompt is None:
+        ids = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    else:
+        ids = list(tokenizer.encode(prompt, add_special_tokens=False))
+    text = generate(model, tokenizer, prompt=ids, max_tokens=max_tokens, sampler=make_sampler(temp=0.0))
+    tokens, finish = [], None
+    for response in stream_generate(model, tokenizer, prompt=ids, max_tokens=max_tokens, sampler=make_sampler(temp=0.0)):
+        finish = response.finish_reason
+        if finish != "stop":
+            tokens.append(response.token)
+    return ids, text, tokens, finish
+
+
+@pytest.fixture(scope="module")
+def reference(request, tmp_path_factory):
+    model_dir = _target_dir(request, tmp_path_factory)
+    return model_dir, _mlx_lm_greedy(model_dir, MESSAGES), _mlx_lm_greedy(model_dir, None, prompt="The river")
+
+
+@pytest.fixture(scope="module")
+def served(reference):
+    from engines.runtime import load_runtime
+    from gateway.app import create_app
+    from tests.fakes import live_server
+
+    model_dir = reference[0]
+    runtime = load_runtime(model_dir)
+    with live_server(create_app(runtime)) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        yield server, client, runtime
+
+
+def test_real_runtime_serves_the_tiny_checkpoint(served):
+    server, client, runtime = served
+    assert "raw" in runtime.engine_names
+    assert [m.id for m in client.models.list().data] == [runtime.model_id]
+    assert httpx.get(server.base_url + "/health").status_code == 200
+
+
+def test_chat_greedy_equals_mlx_lm_generate(served, reference):
+    server, client, runtime = served
+    _, (prompt_ids, text, tokens, finish), _ = reference
+    for engine in runtime.engine_names:  # speculative engines are lossless: same greedy text
+        raw = client.chat.completions.with_raw_response.create(
+            model="default", messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=0, extra_body={"engine": engine}
+        )
+        completion = raw.parse()
+        assert raw.headers["x-switchyard-engine"] == engine
+        assert completion.choices[0].message.content == text, engine
+        assert completion.usage.prompt_tokens == len(prompt_ids)  # the chat template was applied
+        assert completion.usage.completion_tokens == len(tokens)
+        assert completion.choices[0].finish_reason == finish
+
+
+def test_completion_greedy_equals_mlx_lm_generate_streaming(served, reference):
+    server, client, runtime = served
+    _, _, (prompt_ids, text, tokens, finish) = reference
+    chunks = list(client.completions.create(model="default", prompt="The river", max_tokens=MAX_TOKENS, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == finish
+    assert chunks[-1].usage.prompt_tokens == len(prompt_ids)
+    assert chunks[-1].usage.completion_tokens == len(tokens)
+
+
+def test_max_tokens_finishes_with_length(served, reference):
+    server, client, runtime = served
+    _, (prompt_ids, text, tokens, finish), _ = reference
+    assert len(tokens) >= 3, "the tiny model hit EOS within 3 tokens; pick another prompt"
+    completion = client.chat.completions.create(model="default", messages=MESSAGES, max_tokens=3, temperature=0)
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.usage.completion_tokens == 3
+    assert text.startswith(completion.choices[0].message.content)
+
+
+def test_stop_sequence_cuts_the_greedy_text(served, reference):
+    server, client, runtime = served
+    _, (prompt_ids, text, tokens, finish), _ = reference
+    # a stop string taken from the middle of the reference output (clean text, no partial UTF-8)
+    candidates = [text[i:i + 2] for i in range(2, len(text) - 2) if text[i:i + 2].isprintable() and "\ufffd" not in text[i:i + 2]
+                  and text[i:i + 2].strip()]
+    assert candidates, f"no usable stop string in {text!r}"
+    stop = candidates[0]
+    expected = text[: text.find(stop)]
+    for stream in (False, True):
+        if stream:
+            chunks = list(client.chat.completions.create(model="default", messages=MESSAGES, max_tokens=MAX_TOKENS,
+                                                         temperature=0, stop=[stop], stream=True))
+            content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            reason = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+        else:
+            completion = client.chat.completions.create(model="default", messages=MESSAGES, max_tokens=MAX_TOKENS,
+                                                        temperature=0, stop=stop)
+            content, reason = completion.choices[0].message.content, completion.choices[0].finish_reason
+        assert content == expected and stop not in content
+        assert reason == "stop"
+
+
+def test_context_overflow_is_a_400(served):
+    server, client, runtime = served
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="default", messages=MESSAGES, max_tokens=runtime.context_length)
+    assert err.value.body["code"] == "context_length_exceeded"
