@@ -1,0 +1,169 @@
+"""Hand-built weights that make the MTP head and the DFlash drafter agree with the target often.
+
+Speculative-decoding tests need both deep accepts and rejects. Random heads almost never agree
+with a random target, so the "agree" variant is engineered (all in effective / MLX semantics):
+
+* Geometry. Orthonormal directions c (common to every token), d (the "A" direction), i_A (only
+  in token A) and per-token directions r_x (unit, orthogonal to c, d, i_A; r_A = i_A).
+  Embeddings are 8·(κ·c + s·r_x); tokens in the set P(A) (A included) get
+  8·(κ·c + s·(cos φ·r_x + sin φ·d)); the MASK token gets 8·(κ·c + s·d).
+* Branching bigram lm_head. Row y = β·Σ r_x over x with g1(x) = y, plus β·ρ_x·r_x over x with
+  g2(x) = y (ρ_x slightly below 1), plus β_A·d on A's row. Embed → final norm → lm_head alone
+  predicts f(x) = g1(x), or A for x in P(A); g2(x) is a close runner-up, so the (scaled-down,
+  `layer_scale`) random layers pick between them depending on context: varied text.
+* Run regulator, in GatedDeltaNet state. In layer 0, value head 0 runs with a constant key and
+  query, no decay and write strength β_reg: its state is an exponential moving average
+  (factor 1 − β_reg) of "current token is A". out_proj writes −`regulator`·(that average)
+  along d, so a run of A ends once the average passes a threshold, and P(A) tokens restart
+  runs after it decays. A-runs of varied length alternate with bigram chains. (Speculative
+  engines that get GDN state rollback wrong change where the runs end.)
+* MTP head: fc = [I, 0] (the normalised embedding of x_{t+1}), its layer scaled down by
+  `mtp_layer_scale`, mtp.norm = the final norm: it predicts f(x_{t+1}), which the target emits
+  at t+1 except at run ends and where context tips a bigram branch.
+* Drafter: layers scaled by `drafter_layer_scale`, so each MASK position outputs
+  lm_head(norm(embed(MASK))) = A: accepted as deep as the target's current A-run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engines.testing import random_init
+from engines.testing.random_init import Params
+from engines.testing.spec import DrafterSpec, TargetSpec
+
+
+@dataclass(frozen=True)
+class AgreeKnobs:
+    """Tuning knobs of the agree construction (see the module docstring for their role)."""
+
+    kappa: float = 0.3  # weight of the common direction in every embedding
+    a_fraction: float = 0.25  # fraction of tokens x whose bigram successor is A (the set P(A))
+    phi_degrees: float = 45.0  # angle of P(A) embeddings towards d
+    beta: float = 1.0  # bigram lm_head strength
+    runner_up: tuple[float, float] = (0.85, 1.0)  # range of ρ_x, the g2 branch's relative weight
+    beta_a: float = 1.5  # strength of the A row along d
+    regulator: float = 2.0  # how hard a recent history full of A pushes the A logit down
+    regulator_write: float = 0.3  # β_reg: EMA write strength (window ≈ 1/β_reg tokens)
+    layer_scale: float = 0.3  # output scale of the target's random layer parts
+    mtp_layer_scale: float = 0.1
+    drafter_layer_scale: float = 0.05
+    a_token: str = "Ġthe"  # the token A (byte-level spelling); falls back to id 300
+
+
+@dataclass(frozen=True)
+class Geometry:
+    common: np.ndarray  # c, (H,)
+    a_dir: np.ndarray  # d, (H,)
+    token_dirs: np.ndarray  # r_x, (V, H)
+    embed_units: np.ndarray  # e_x, (V, H) unit rows
+    first: np.ndarray  # g1, (V,)
+    second: np.ndarray  # g2, (V,)
+    a_set: np.ndarray  # bool (V,) membership in P(A)
+    a_id: int
+    s: float  # sqrt(1 − κ²)
+
+
+def build_geometry(rng: np.random.Generator, spec: TargetSpec, knobs: AgreeKnobs, a_id: int,
+                   mask_id: int, special_ids: list[int]) -> Geometry:
+    h, v = spec.hidden_size, spec.vocab_size
+    basis, _ = np.linalg.qr(rng.standard_normal((h, h)))
+    common, a_dir, a_ind = basis[:, 0], basis[:, 1], basis[:, 2]
+    token_dirs = rng.standard_normal((v, h - 3)) @ basis[:, 3:].T
+    token_dirs /= np.linalg.norm(token_dirs, axis=1, keepdims=True)
+    token_dirs[a_id] = a_ind  # only A carries i_A: the regulator reads it exactly
+
+    normal_ids = np.array([i for i in range(v) if i not in special_ids])
+    first = np.empty(v, dtype=np.int64)
+    second = np.empty(v, dtype=np.int64)
+    first[normal_ids] = rng.permutation(normal_ids)
+    second[normal_ids] = rng.permutation(normal_ids)
+    first[special_ids] = rng.choice(normal_ids, size=len(special_ids), replace=False)
+    second[special_ids] = rng.choice(normal_ids, size=len(special_ids), replace=False)
+    clash = first == second
+    second[clash] = normal_ids[(np.searchsorted(normal_ids, second[clash]) + 1) % len(normal_ids)]
+
+    a_set = np.zeros(v, dtype=bool)
+    a_set[rng.choice(normal_ids, size=int(knobs.a_fraction * len(normal_ids)), replace=False)] = True
+    a_set[a_id] = True
+    a_set[special_ids] = False
+
+    phi = np.deg2rad(knobs.phi_degrees)
+    s = float(np.sqrt(1.0 - knobs.kappa**2))
+    mixed = np.where(a_set[:, None], np.cos(phi) * token_dirs + np.sin(phi) * a_dir, token_dirs)
+    embed_units = knobs.kappa * common + s * mixed
+    embed_units[mask_id] = knobs.kappa * common + s * a_dir
+    return Geometry(common, a_dir, token_dirs, embed_units, first, second, a_set, a_id, s)
+
+
+def target_params(rng: np.random.Generator, spec: TargetSpec, knobs: AgreeKnobs, geo: Geometry,
+                  special_ids: list[int]) -> Params:
+    h = spec.hidden_size
+    params = random_init.target_layers(rng, spec, knobs.layer_scale)
+    params["model.embed_tokens.weight"] = (np.sqrt(h) * geo.embed_units).astype(np.float32)
+    params["model.norm.weight"] = random_init.norm_weight(rng, h, spread=0.02)
+
+    lm_head = np.zeros((spec.vocab_size, h))
+    rho = rng.uniform(*knobs.runner_up, size=spec.vocab_size)
+    np.add.at(lm_head, geo.first, knobs.beta * geo.token_dirs)
+    np.add.at(lm_head, geo.second, knobs.beta * rho[:, None] * geo.token_dirs)
+    lm_head[geo.a_id] += knobs.beta_a * geo.a_dir
+    lm_head[special_ids] = 0.0  # the bigram chain never emits control tokens
+    params["lm_head.weight"] = lm_head.astype(np.float32)
+
+    _install_regulator(params, spec, knobs, geo)
+    return params
+
+
+def _install_regulator(params: Params, spec: TargetSpec, knobs: AgreeKnobs, geo: Geometry) -> None:
+    """Layer 0, GDN value head 0 (key head 0): state = EMA of [is_A, 1] along a constant key."""
+    if not spec.is_linear(0):
+        raise ValueError("the agree construction needs a GatedDeltaNet layer 0")
+    p = "model.layers.0."
+    params[p + "input_layernorm.weight"][:] = 1.0
+    h = spec.hidden_size
+    const = geo.common / (np.sqrt(h) * knobs.kappa)  # reads 1 from every embedding
+    is_a = geo.token_dirs[geo.a_id] / (np.sqrt(h) * geo.s * np.cos(np.deg2rad(knobs.phi_degrees)))
+    dk, dv = spec.linear_key_head_dim, spec.linear_value_head_dim
+    q_row, k_row, v_row = 0, spec.linear_key_dim, 2 * spec.linear_key_dim
+    qkv = params[p + "linear_attn.in_proj_qkv.weight"]
+    qkv[q_row:q_row + dk] = 0.0
+    qkv[k_row:k_row + dk] = 0.0
+    qkv[v_row:v_row + dv] = 0.0
+    qkv[q_row] = qkv[k_row] = 2.0 * const  # silu(2) > 0, then l2-normalised: a constant unit key
+    qkv[v_row] = 4.0 * is_a  # silu(4·[x == A])
+    qkv[v_row + 1] = 4.0 * const  # silu(4): the constant the gated RMSNorm divides by
+    conv = params[p + "linear_attn.conv1d.weight"]
+    for channel in (q_row, k_row, v_row, v_row + 1):
+        conv[channel] = 0.0
+        conv[channel, 0, -1] = 1.0  # current position only
+    params[p + "linear_attn.in_proj_a.weight"][0] = 0.0
+    params[p + "linear_attn.A_log"][0] = np.log(1e-4)  # no decay: exp(-1e-4·softplus(·)) ≈ 1
+    beta = knobs.regulator_write
+    params[p + "linear_attn.in_proj_b.weight"][0] = np.log(beta / (1.0 - beta)) * const
+    params[p + "linear_attn.in_proj_z.weight"][0:dv] = 0.0
+    params[p + "linear_attn.in_proj_z.weight"][0] = 3.0 * const  # silu(3) ≈ 2.86, constant gate
+    params[p + "linear_attn.norm.weight"][0] = 1.0
+    out = params[p + "linear_attn.out_proj.weight"]
+    out[:, 0:dv] = 0.0
+    # y0 = 4m/sqrt(m² + 1)·silu(3) for EMA m of is_A: 0 without recent A, ≈ 8 after a long run.
+    out[:, 0] = -knobs.regulator * geo.a_dir
+
+
+def mtp_params(rng: np.random.Generator, spec: TargetSpec, knobs: AgreeKnobs, final_norm: np.ndarray) -> Params:
+    h = spec.hidden_size
+    params = random_init.mtp_head(rng, spec, knobs.mtp_layer_scale)
+    fc = np.zeros((h, 2 * h), dtype=np.float32)
+    fc[:, :h] = np.eye(h)
+    params["mtp.fc.weight"] = fc
+    params["mtp.pre_fc_norm_embedding.weight"] = np.ones(h, dtype=np.float32)
+    params["mtp.norm.weight"] = final_norm.copy()
+    return params
+
+
+def drafter_params(rng: np.random.Generator, hidden: int, spec: DrafterSpec, knobs: AgreeKnobs) -> Params:
+    params = random_init.drafter(rng, hidden, spec, knobs.drafter_layer_scale)
+    params["norm.weight"] = np.ones(hidden, dtype=np.float32)
+    return params
