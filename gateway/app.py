@@ -129,6 +129,8 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         metrics=gateway_metrics,
         model_names=model_names(backend.model_id, config.model_aliases),
     )
+    gateway_metrics.bind_backend(backend)        # memory and loaded engines, read at scrape time
+    gateway_metrics.bind_router(state.router)    # classifier latency, policy info (adaptive router only)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -14,8 +14,9 @@ from engines.types import GenerationChunk
 
 from .disconnect import DisconnectWatcher
 from .errors import APIError, WorkerUnavailableError, bad_request, from_exception, from_validation_error
+from .metrics import RequestMeter
 from .pipeline import Routed, run_request
-from .request_spec import RequestSpec, chat_spec, completion_spec, resolve_engine
+from .request_spec import chat_spec, completion_spec, resolve_engine
 from .responses import ResponseBuilder
 from .routing import RouteDecision
 from .scheduler import Ticket
@@ -70,6 +71,7 @@ class RequestRecord:
         self.endpoint = endpoint
         self.started = time.perf_counter()
         self.decision: RouteDecision | None = None
+        self.meter: RequestMeter | None = None
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.finish_reason: str | None = None
@@ -80,8 +82,11 @@ class RequestRecord:
     def routed(self, item: Routed) -> None:
         self.decision = item.decision
         self.prompt_tokens = item.prompt_tokens
+        self.meter = self.state.metrics.start_generation(item.decision, time.perf_counter() - self.started)
 
     def chunk(self, chunk: GenerationChunk) -> None:
+        if chunk.step is not None and self.meter is not None:
+            self.meter.step(chunk.step)  # per-step speculation metrics
         if self.first_token_s is None and chunk.token_ids:
             self.first_token_s = time.perf_counter() - self.started
         self.completion_tokens = chunk.completion_tokens or (self.completion_tokens + len(chunk.token_ids))
@@ -118,7 +123,9 @@ async def completions(request: Request) -> Response:
     return await _generate(request, chat=False)
 
 
-def _admit(request: Request, state: GatewayState, data: dict[str, Any], chat: bool) -> tuple[Any, RequestSpec]:
+async def _admit(request: Request, state: GatewayState, chat: bool) -> tuple[Any, Ticket]:
+    """Read, validate and queue the request (raises APIError: 400/404/413/415/429/503)."""
+    data = await read_json_object(request, state.config.max_body_bytes)
     req = parse(ChatCompletionRequest if chat else CompletionRequest, data)
     if req.model is not None and req.model not in state.model_names:
         raise APIError(
@@ -127,36 +134,26 @@ def _admit(request: Request, state: GatewayState, data: dict[str, Any], chat: bo
         )
     forced = resolve_engine(req.engine, request.headers.get("x-switchyard-engine"), tuple(state.backend.engine_names))
     spec = chat_spec(req, forced, state.config) if chat else completion_spec(req, forced, state.config)
-    return req, spec
+    backend, router = state.backend, state.router
+    ticket = state.scheduler.submit(lambda t: run_request(backend, router, spec, t.cancel_token, t.admitted_depth))
+    return req, ticket
 
 
-async def _generate(request: Request, chat: bool) -> Response:
-    state: GatewayState = request.app.state.gateway
-    record = RequestRecord(state, "chat_completions" if chat else "completions")
-    try:
-        data = await read_json_object(request, state.config.max_body_bytes)
-        req, spec = _admit(request, state, data, chat)
-        backend, router = state.backend, state.router
-        ticket = state.scheduler.submit(
-            lambda t: run_request(backend, router, spec, t.cancel_token, t.admitted_depth)
-        )
-    except APIError as err:
-        record.done(err.status)
-        return err.response()
-
-    watcher = DisconnectWatcher(request.receive, ticket.cancel)
+async def _start(
+    ticket: Ticket, record: RequestRecord, watcher: DisconnectWatcher
+) -> Response | tuple[dict[str, str], GenerationChunk | None]:
+    """Wait for the route and the first chunk, so errors raised before any output (prompt too long,
+    engine unavailable, a failing prefill) are plain HTTP errors, for streams too."""
     headers: dict[str, str] = {}
     first: GenerationChunk | None = None
     try:
         routed = await ticket.next()
         record.routed(routed)
         headers = route_headers(routed.decision)
-        # Wait for the first chunk before answering, so errors raised before any output (prompt too
-        # long, engine unavailable, a failing prefill) are plain HTTP errors, also for streams.
         first = await ticket.next()
         record.chunk(first)
     except StopAsyncIteration:
-        pass  # cancelled (client gone) or nothing generated
+        pass  # cancelled (client gone, server stopping) or nothing generated
     except Exception as exc:
         watcher.stop()
         err = from_exception(exc)
@@ -171,21 +168,33 @@ async def _generate(request: Request, chat: bool) -> Response:
         err = WorkerUnavailableError("The server is shutting down.")
         record.done(err.status)
         return err.response()
+    return headers, first
+
+
+async def _generate(request: Request, chat: bool) -> Response:
+    state: GatewayState = request.app.state.gateway
+    record = RequestRecord(state, "chat_completions" if chat else "completions")
+    try:
+        req, ticket = await _admit(request, state, chat)
+    except APIError as err:
+        record.done(err.status)
+        return err.response()
+    watcher = DisconnectWatcher(request.receive, ticket.cancel)
+    started = await _start(ticket, record, watcher)
+    if isinstance(started, Response):
+        return started
+    headers, first = started
     builder = ResponseBuilder(chat=chat, model=state.backend.model_id)
     headers["X-Request-Id"] = builder.id
-
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        outcome: dict[str, int] = {}
+        return _stream_response(ticket, first, record, watcher, builder, headers, include_usage)
+    return await _json_response(ticket, record, watcher, builder, headers)
 
-        async def close() -> None:
-            ticket.cancel()  # no-op when the generation already ended
-            watcher.stop()
-            record.done(outcome.get("status", 200), disconnected=watcher.disconnected)
 
-        frames = _stream_frames(ticket, first, record, builder, include_usage, outcome)
-        return SSEResponse(frames, headers, on_close=close)
-
+async def _json_response(
+    ticket: Ticket, record: RequestRecord, watcher: DisconnectWatcher, builder: ResponseBuilder, headers: dict[str, str]
+) -> Response:
     try:
         async for item in ticket:
             record.chunk(item)
@@ -201,6 +210,20 @@ async def _generate(request: Request, chat: bool) -> Response:
     record.done(200)
     body = builder.full("".join(record.text), record.finish_reason, record.prompt_tokens, record.completion_tokens)
     return JSONResponse(body, headers=headers)
+
+
+def _stream_response(
+    ticket: Ticket, first: GenerationChunk | None, record: RequestRecord, watcher: DisconnectWatcher,
+    builder: ResponseBuilder, headers: dict[str, str], include_usage: bool,
+) -> SSEResponse:
+    outcome: dict[str, int] = {}  # the status of an in-stream error, for the metrics
+
+    async def close() -> None:
+        ticket.cancel()  # no-op when the generation already ended
+        watcher.stop()
+        record.done(outcome.get("status", 200), disconnected=watcher.disconnected)
+
+    return SSEResponse(_stream_frames(ticket, first, record, builder, include_usage, outcome), headers, on_close=close)
 
 
 def _content_frame(builder: ResponseBuilder, chunk: GenerationChunk | None) -> bytes | None:

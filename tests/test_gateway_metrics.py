@@ -61,6 +61,10 @@ def test_metrics_count_the_requests_sent():
     assert value(samples, "switchyard_worker_up") == 1
 
 
+# labels of the info gauges (switchyard_build_info, switchyard_policy_info): one series per process/policy
+INFO_LABELS = {"version", "python_version", "mlx_version", "mlx_lm_version", "source", "exploration", "default_class"}
+
+
 def test_metric_names_follow_conventions():
     with live_server(create_app(FakeBackend())) as server:
         httpx.post(server.base_url + "/v1/completions", json={"prompt": "a", "max_tokens": 1})
@@ -70,6 +74,6 @@ def test_metric_names_follow_conventions():
         if family.type == "counter":
             assert all(s.name.endswith(("_total", "_created")) for s in family.samples)
         if family.type == "histogram":
-            assert family.name.endswith("_seconds")
+            assert family.name.endswith(("_seconds", "_tokens_per_step"))  # a base unit, or a count of tokens
         for sample in family.samples:
-            assert set(sample.labels) <= {"endpoint", "engine", "class", "status", "reason", "le"}
+            assert set(sample.labels) <= {"endpoint", "engine", "class", "status", "reason", "le", "position", "kind", *INFO_LABELS}
