@@ -1,0 +1,39 @@
+"""Shared fixtures: tiny checkpoints in the real on-disk formats, generated once per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engines.testing import write_drafter_checkpoint, write_target_checkpoint
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tmp_path_factory) -> Path:
+    """Random Qwen3.5 target (3 GatedDeltaNet + 1 attention layer, MTP head), float32, HF layout."""
+    return write_target_checkpoint(tmp_path_factory.mktemp("tiny_target"), seed=0, variant="random")
+
+
+@pytest.fixture(scope="session")
+def tiny_drafter(tiny_target, tmp_path_factory) -> Path:
+    """Random z-lab DFlash drafter bound to `tiny_target` (block 4, features of layers 0 and 2)."""
+    return write_drafter_checkpoint(tmp_path_factory.mktemp("tiny_drafter"), tiny_target, seed=0, variant="random")
+
+
+@pytest.fixture(scope="session")
+def tiny_agree_target(tmp_path_factory) -> Path:
+    """Target whose MTP head (and the matching drafter) agree with it often but not always."""
+    return write_target_checkpoint(tmp_path_factory.mktemp("tiny_agree_target"), seed=0, variant="agree")
+
+
+@pytest.fixture(scope="session")
+def tiny_agree_drafter(tiny_agree_target, tmp_path_factory) -> Path:
+    return write_drafter_checkpoint(tmp_path_factory.mktemp("tiny_agree_drafter"), tiny_agree_target, seed=0,
+                                    variant="agree")
+
+
+@pytest.fixture(scope="session")
+def tiny_sharded_target(tmp_path_factory) -> Path:
+    """`tiny_target`'s weights split over 2 shards + index; every `mtp.*` tensor in the last shard."""
+    return write_target_checkpoint(tmp_path_factory.mktemp("tiny_sharded_target"), seed=0, variant="random", shards=2)
