@@ -1,0 +1,97 @@
+"""Build the labelled prompt set: `python -m classifier.build_dataset [--cache DIR] [--out FILE]`.
+
+Downloads the sources of shared DATA.md into a cache outside the repository (once), harvests
+material from them, fills the prompt templates, adds the real VerilogEval task descriptions and the
+hand-written prompts, and writes classifier/data/prompts.jsonl plus manifest.json.
+
+The held-out split is grouped: every fill of one template (and both descriptions of one Verilog
+task) lands on the same side, so the test set measures prompts phrased in ways training never saw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+from sklearn.model_selection import StratifiedGroupKFold
+
+from classifier.dataset import handwritten, templates_code, templates_prose, templates_structured
+from classifier.dataset.corpus import harvest
+from classifier.dataset.sources import fetch_all, write_manifest
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+DEFAULT_CACHE = Path("/tmp/switchyard-classifier-sources")
+SEED = 20261121
+TEST_FOLDS = 5  # one fold of five is held out: ~20 %
+
+
+def generate(corpus, seed: int = SEED) -> list[dict]:
+    records: list[dict] = []
+    seen: set[str] = set()
+
+    def add(label: str, prompt: dict, source: str, group: str) -> None:
+        key = json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+        if key in seen:
+            return
+        seen.add(key)
+        records.append({**prompt, "label": label, "source": source, "group": group})
+
+    for module in (templates_code, templates_prose, templates_structured):
+        for template in module.TEMPLATES:
+            rng = random.Random(f"{seed}:{template.id}")
+            for _ in range(template.count):
+                add(template.label, template.make(rng, corpus), "template:" + template.id, template.id)
+    rng = random.Random(f"{seed}:verilog")
+    for group, prompt in templates_code.verilog_prompts(rng, corpus):
+        add("code", prompt, "nvidia-bigcode-eval:VerilogDescription", group)
+    for index, (label, text) in enumerate(handwritten.handwritten_prompts()):
+        add(label, {"text": text}, "handwritten", f"hand:{index}")
+    return records
+
+
+def assign_split(records: list[dict], seed: int = SEED) -> None:
+    labels = np.array([r["label"] for r in records])
+    groups = np.array([r["group"] for r in records])
+    folds = StratifiedGroupKFold(n_splits=TEST_FOLDS, shuffle=True, random_state=seed % (2**31))
+    _, test_index = next(folds.split(np.zeros(len(records)), labels, groups))
+    test = set(test_index.tolist())
+    for index, record in enumerate(records):
+        record["split"] = "test" if index in test else "train"
+
+
+def summary(records: list[dict]) -> dict:
+    counts = collections.Counter((r["split"], r["label"]) for r in records)
+    return {
+        "total": len(records),
+        "by_split_and_label": {f"{split}/{label}": n for (split, label), n in sorted(counts.items())},
+        "by_source_kind": dict(collections.Counter(r["source"].split(":")[0] for r in records)),
+        "multi_turn": sum("messages" in r for r in records),
+        "test_groups": sorted({r["group"] for r in records if r["split"] == "test" and not r["group"].startswith(("hand:", "verilog:"))}),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="download/unpack directory (outside the repo)")
+    parser.add_argument("--out", type=Path, default=DATA_DIR / "prompts.jsonl")
+    args = parser.parse_args(argv)
+    fetched = fetch_all(args.cache)
+    corpus = harvest(fetched, seed=SEED)
+    records = generate(corpus)
+    assign_split(records)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    stats = summary(records)
+    write_manifest(fetched, args.out.parent / "manifest.json", {"dataset": stats, "seed": SEED})
+    print(json.dumps({k: v for k, v in stats.items() if k != "test_groups"}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

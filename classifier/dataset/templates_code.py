@@ -1,0 +1,323 @@
+"""Templates whose expected reply is code (a program, function, script, patch, test, markup)."""
+
+from __future__ import annotations
+
+import random
+
+from classifier.dataset.common import (
+    CODE_LANGS, FENCE_TAGS, Template, around, clip, code_with_lang, describe_as_clause, dress, paste,
+)  # fmt: skip
+from classifier.dataset.corpus import Corpus, table_csv
+
+ALGORITHMS = (
+    "binary search", "quicksort", "merge sort", "Dijkstra's shortest path", "a trie with insert and lookup",
+    "an LRU cache", "breadth-first search on a grid", "a min-heap", "topological sort", "union-find",
+    "the Levenshtein distance", "a rate limiter (token bucket)", "run-length encoding", "a ring buffer",
+    "matrix multiplication", "the sieve of Eratosthenes", "a bloom filter", "reservoir sampling",
+    "a debounce helper", "a thread-safe counter", "an interval merge", "a JSON pretty printer",
+    "a retry with exponential backoff", "a producer/consumer queue", "a simple tokenizer for arithmetic",
+    "FizzBuzz", "a linked list reversal", "the knapsack problem with dynamic programming", "a sudoku solver",
+    "the longest common subsequence", "a URL shortener's encode/decode", "a markdown-to-HTML converter for headings",
+    "a k-means clustering step", "an in-memory key-value store with TTL", "a CSV parser that handles quotes",
+    "a binary tree's level-order traversal", "a palindrome checker", "a word frequency counter",
+    "a circular buffer logger", "a rolling average over a stream",
+)  # fmt: skip
+
+BUG_REPORTS = (
+    "It crashes with an IndexError on empty input.", "It returns None sometimes and I don't know why.",
+    "The output is off by one.", "It's way too slow on large inputs.", "It hangs forever.",
+    "It fails when the input has unicode characters.", "The tests say the result is wrong for negative numbers.",
+    "Sometimes it throws a null pointer exception.", "It leaks memory.", "Results differ between runs.",
+    "", "", "",
+)  # fmt: skip
+
+SHELL_TASKS = (
+    "find all files larger than 100 MB under /var and list them by size",
+    "rename every .jpeg file in a folder to .jpg", "count lines of code in all .py files recursively",
+    "kill the process listening on port 8080", "back up a Postgres database every night with cron",
+    "tail a log and print only lines containing ERROR with a timestamp", "replace tabs with 4 spaces in all files",
+    "download a list of URLs in parallel", "show the 10 biggest directories in my home folder",
+    "extract every email address from a text file", "check if a host is up and send a mail if it is down",
+    "compress every subdirectory into its own tar.gz", "print the git authors sorted by number of commits",
+    "watch a directory and rerun the tests when a file changes", "convert all .wav files to .mp3 with ffmpeg",
+    "delete docker images older than a week", "batch-resize PNG images to 800px wide",
+)  # fmt: skip
+
+WEB_TASKS = (
+    "a responsive navbar with a hamburger menu", "a login form with client-side validation",
+    "a modal dialog that closes on Escape", "a dark-mode toggle that remembers the choice",
+    "an infinite-scroll list that fetches pages from /api/items", "a countdown timer component",
+    "a drag-and-drop file upload area", "a sortable table", "a React hook that debounces a value",
+    "a Vue component for a star rating", "an Express route that uploads a file to S3",
+    "a CSS grid photo gallery", "a Flask endpoint that returns paginated results",
+    "a FastAPI app with a health check and one POST endpoint", "a Django model for blog posts with tags",
+)  # fmt: skip
+
+
+def _write_function(rng: random.Random, corpus: Corpus) -> dict:
+    snippet = rng.choice([c for c in corpus.code if 20 <= len(c.description) <= 240])
+    lang = snippet.language if rng.random() < 0.5 else rng.choice(CODE_LANGS)
+    clause = describe_as_clause(snippet.description)
+    ask = rng.choice((
+        f"Write a {lang} function that {clause}.",
+        f"Can you write me a {lang} function which {clause}?",
+        f"I need a {lang} helper that {clause}.",
+        f"Implement this in {lang}: {snippet.description}",
+        f"{snippet.description}\n\nWrite this in {lang}.",
+        f"Give me {lang} code for a function that {clause}.",
+        f"Create a small {lang} utility: it {clause}.",
+        f"write {lang.lower()} code: {clause}",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+def _implement_algorithm(rng: random.Random, corpus: Corpus) -> dict:
+    algo, lang = rng.choice(ALGORITHMS), rng.choice(CODE_LANGS)
+    ask = rng.choice((
+        f"Implement {algo} in {lang}.", f"Show me {algo} in {lang}, with comments.",
+        f"How would I code {algo} in {lang}? Just the code please.", f"{lang} implementation of {algo}?",
+        f"Write {algo} in idiomatic {lang} with a small usage example.", f"Code {algo} ({lang}), no explanation.",
+        f"I have an interview tomorrow. Write {algo} in {lang} the way an interviewer would expect.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+def _fix_bug(rng: random.Random, corpus: Corpus) -> dict:
+    snippet = code_with_lang(rng, corpus)
+    ask = rng.choice((
+        "Fix the bug in this code.", "This doesn't work. Can you fix it?", "Find and fix the bug:",
+        "Please correct this function and give me the fixed version.", "What's wrong here? Send the corrected code.",
+        f"My {snippet.language} code is broken. Patch it.", "fix this", "Can you debug this and rewrite it so it works?",
+    ))  # fmt: skip
+    report = rng.choice(BUG_REPORTS)
+    return {"text": dress(rng, around(rng, f"{ask} {report}".strip(), clip(rng, snippet.code), FENCE_TAGS.get(snippet.language, "")))}
+
+
+def _refactor(rng: random.Random, corpus: Corpus) -> dict:
+    snippet = code_with_lang(rng, corpus)
+    ask = rng.choice((
+        "Refactor this to be more readable.", "Add type hints and docstrings to this.", "Make this code faster.",
+        "Rewrite this using modern idioms.", "Split this into smaller functions.", "Add error handling to this function.",
+        "Clean this up, rename the variables to something sensible.", "Add logging to this code.",
+        "Make this function async.", "Remove the duplication in this code.",
+    ))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, clip(rng, snippet.code), FENCE_TAGS.get(snippet.language, "")))}
+
+
+def _translate_code(rng: random.Random, corpus: Corpus) -> dict:
+    snippet = code_with_lang(rng, corpus)
+    target = rng.choice([lang for lang in CODE_LANGS if lang != snippet.language])
+    ask = rng.choice((
+        f"Translate this {snippet.language} code to {target}.", f"Port this to {target}.",
+        f"Rewrite in {target}:", f"How would this look in {target}? Give the full code.",
+        f"Convert the following function from {snippet.language} into {target}.",
+    ))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, clip(rng, snippet.code), FENCE_TAGS.get(snippet.language, "")))}
+
+
+def _unit_tests(rng: random.Random, corpus: Corpus) -> dict:
+    snippet = code_with_lang(rng, corpus)
+    framework = {"Python": "pytest", "Go": "the testing package", "Ruby": "RSpec", "Perl": "Test::More"}.get(
+        snippet.language, "a test framework"
+    )
+    ask = rng.choice((
+        f"Write unit tests for this with {framework}.", "Write tests covering the edge cases of this function.",
+        "Generate unit tests for the code below.", f"Give me {framework} tests for this.",
+        "I need 100% branch coverage for this. Write the tests.",
+    ))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, clip(rng, snippet.code), FENCE_TAGS.get(snippet.language, "")))}
+
+
+def _complete_code(rng: random.Random, corpus: Corpus) -> dict:
+    snippet = code_with_lang(rng, corpus)
+    lines = snippet.code.splitlines()
+    partial = "\n".join(lines[: max(2, len(lines) // 2)])
+    ask = rng.choice((
+        "Complete this function.", "Finish the implementation:", "Continue this code.",
+        "Fill in the rest of this.", "complete the code below", "What comes next? Write the remaining lines.",
+    ))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, partial, FENCE_TAGS.get(snippet.language, "")))}
+
+
+def _shell(rng: random.Random, corpus: Corpus) -> dict:
+    task = rng.choice(SHELL_TASKS)
+    ask = rng.choice((
+        f"Bash one-liner to {task}?", f"Write a shell script to {task}.", f"How do I {task} from the terminal? Command only.",
+        f"Give me a PowerShell script to {task}.", f"write a python script to {task}", f"Need a zsh function to {task}.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+def _web_ui(rng: random.Random, corpus: Corpus) -> dict:
+    task = rng.choice(WEB_TASKS)
+    ask = rng.choice((
+        f"Build {task}.", f"Write the code for {task}.", f"Can you create {task}? Use plain HTML/CSS/JS.",
+        f"Implement {task} in TypeScript.", f"Show me how to make {task}, full code.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+def _parse_data_script(rng: random.Random, corpus: Corpus) -> dict:
+    """Pasted data, but the ask is for a program that processes it: the reply is code."""
+    table = rng.choice(corpus.tables)
+    data = table_csv(table, rng.randint(3, 10))
+    col = rng.choice(table.header[1:])
+    ask = rng.choice((
+        f"Write a Python script that reads this CSV and plots {col}.",
+        f"Write pandas code that loads this file and computes the mean of {col} per group.",
+        f"I have a CSV like this. Write a Go program that parses it into structs.",
+        f"Write a function that validates rows of this CSV (column {col} must be numeric).",
+        f"Write R code to load this data and fit a linear model of {col}.",
+        f"Give me JavaScript that turns this CSV into an HTML table in the browser.",
+    ))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, data, "csv"))}
+
+
+def _json_handling_code(rng: random.Random, corpus: Corpus) -> dict:
+    doc = clip(rng, rng.choice(corpus.json_docs), 150, 900)
+    ask = rng.choice((
+        "Write a Python dataclass model for this JSON and a function to load it.",
+        "Write TypeScript interfaces for this JSON and a fetch wrapper that returns them.",
+        "Write Go structs with json tags for this payload.",
+        "Write a Rust serde struct that deserialises this.",
+        "Write a jq-free Python script that prints every key path in this JSON.",
+    ))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, doc, "json"))}
+
+
+def _sql_to_code(rng: random.Random, corpus: Corpus) -> dict:
+    query = clip(rng, rng.choice(corpus.sql), 60, 700)
+    ask = rng.choice((
+        "Rewrite this query as pandas code.", "Write a Python function that runs this query with psycopg and returns dicts.",
+        "Turn this into SQLAlchemy ORM code.", "Write a Java JDBC method that executes this with a prepared statement.",
+        "Convert this SQL into a PySpark DataFrame pipeline.",
+    ))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, query, "sql"))}
+
+
+def _traceback(rng: random.Random, corpus: Corpus) -> dict:
+    snippet = code_with_lang(rng, corpus, ("Python",))
+    name = snippet.code.split("(")[0].replace("def ", "").replace("async ", "").strip()
+    error = rng.choice((
+        "TypeError: unsupported operand type(s) for +: 'int' and 'str'", "KeyError: 'name'",
+        "AttributeError: 'NoneType' object has no attribute 'split'", "ValueError: too many values to unpack",
+        "RecursionError: maximum recursion depth exceeded", "IndexError: list index out of range",
+    ))  # fmt: skip
+    trace = f'Traceback (most recent call last):\n  File "app.py", line {rng.randint(10, 300)}, in {name}\n{error}'
+    ask = rng.choice((
+        "I get this error. Fix the code so it works:", "Getting the traceback below, please send a corrected version.",
+        "Why does this blow up? Give me the fixed function.", "fix my code",
+    ))  # fmt: skip
+    return {"text": dress(rng, f"{ask}\n\n{paste(rng, clip(rng, snippet.code), 'python')}\n\n{trace}")}
+
+
+def _regex(rng: random.Random, corpus: Corpus) -> dict:
+    target = rng.choice((
+        "ISO dates like 2024-03-01", "UK postcodes", "IPv4 addresses", "hex colours like #a1b2c3", "semantic versions",
+        "email addresses", "US phone numbers", "hashtags in a tweet", "Markdown links", "log lines with a level and a message",
+    ))  # fmt: skip
+    lang = rng.choice(CODE_LANGS[:10])
+    ask = rng.choice((
+        f"Regex that matches {target}?", f"Write a {lang} function using a regex to extract {target}.",
+        f"Give me a regular expression for {target}, plus a {lang} snippet that uses it.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+def _followup_code(rng: random.Random, corpus: Corpus) -> dict:
+    """Multi-turn: earlier turns are prose discussion, the last ask is for code."""
+    topic = rng.choice(ALGORITHMS)
+    lang = rng.choice(CODE_LANGS)
+    messages = [
+        {"role": "user", "content": rng.choice((f"How does {topic} work?", f"Explain {topic} in simple terms.", f"What is {topic} used for?"))},
+        {"role": "assistant", "content": clip(rng, rng.choice(corpus.tech_prose), 150, 600)},
+        {"role": "user", "content": dress(rng, rng.choice((
+            f"Great, now write it in {lang}.", f"ok show me the {lang} code", f"Can you implement that in {lang}?",
+            f"Now give me a {lang} version I can paste into my project.", "Write the code for that.",
+        )))},
+    ]  # fmt: skip
+    if rng.random() < 0.4:
+        messages.insert(0, {"role": "system", "content": rng.choice(SYSTEM_GENERIC)})
+    return {"messages": messages}
+
+
+def _system_coder(rng: random.Random, corpus: Corpus) -> dict:
+    system = rng.choice((
+        "You are an expert software engineer. Answer with code only.", "You are a coding assistant inside an IDE.",
+        "You write production-quality Python. No explanations unless asked.", "You are Copilot-like: complete code.",
+        "You are a senior Go developer reviewing and writing code.",
+    ))  # fmt: skip
+    snippet = rng.choice([c for c in corpus.code if c.description] or corpus.code)
+    user = rng.choice((
+        f"{describe_as_clause(snippet.description)}", f"need: {snippet.description}",
+        f"function that {describe_as_clause(snippet.description)}", f"Task: {snippet.description}",
+    ))  # fmt: skip
+    return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
+
+
+def _multilingual_code(rng: random.Random, corpus: Corpus) -> dict:
+    algo, lang = rng.choice(ALGORITHMS), rng.choice(CODE_LANGS)
+    ask = rng.choice((
+        f"Escribe una función en {lang} que implemente {algo}.", f"Écris une fonction {lang} qui implémente {algo}.",
+        f"Schreibe ein {lang}-Programm für {algo}.", f"Scrivi una funzione in {lang} per {algo}.",
+        f"Escreva um código em {lang} para {algo}.", f"用{lang}写一个函数实现{algo}。", f"{lang}で{algo}を実装するコードを書いてください。",
+        f"Напиши функцию на {lang}, которая реализует {algo}.", f"{lang}로 {algo}를 구현하는 코드를 작성해 주세요.",
+        f"Schrijf een {lang}-functie voor {algo}.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+def _multilingual_fix(rng: random.Random, corpus: Corpus) -> dict:
+    snippet = code_with_lang(rng, corpus)
+    ask = rng.choice((
+        "Corrige este código, por favor:", "Peux-tu corriger ce code ?", "Bitte korrigiere diesen Code:",
+        "修复这段代码中的错误：", "このコードのバグを直してください。", "Исправь ошибку в этом коде:", "Correggi questo codice:",
+    ))  # fmt: skip
+    return {"text": around(rng, ask, clip(rng, snippet.code), FENCE_TAGS.get(snippet.language, ""))}
+
+
+SYSTEM_GENERIC = (
+    "You are a helpful assistant.", "You are ChatGPT, a large language model.", "Be helpful and accurate.",
+    "You are a friendly assistant for a small company.", "Answer the user's questions.",
+)  # fmt: skip
+
+
+TEMPLATES: tuple[Template, ...] = (
+    Template("code/write_function", "code", _write_function, 130),
+    Template("code/algorithm", "code", _implement_algorithm, 90),
+    Template("code/fix_bug", "code", _fix_bug, 110),
+    Template("code/refactor", "code", _refactor, 80),
+    Template("code/translate_code", "code", _translate_code, 80),
+    Template("code/unit_tests", "code", _unit_tests, 60),
+    Template("code/complete", "code", _complete_code, 60),
+    Template("code/shell", "code", _shell, 60),
+    Template("code/web_ui", "code", _web_ui, 50),
+    Template("code/parse_data_script", "code", _parse_data_script, 70),
+    Template("code/json_handling", "code", _json_handling_code, 50),
+    Template("code/sql_to_code", "code", _sql_to_code, 50),
+    Template("code/traceback", "code", _traceback, 60),
+    Template("code/regex", "code", _regex, 40),
+    Template("code/followup", "code", _followup_code, 60),
+    Template("code/system_coder", "code", _system_coder, 60),
+    Template("code/multilingual", "code", _multilingual_code, 50),
+    Template("code/multilingual_fix", "code", _multilingual_fix, 40),
+)
+
+
+def verilog_prompts(rng: random.Random, corpus: Corpus) -> list[tuple[str, dict]]:
+    """Real third-party task descriptions (VerilogEval, Apache-2.0): group key = task id."""
+    out = []
+    for task in corpus.verilog_tasks:
+        for key in ("detail_description", "simple_description"):
+            description = (task.get(key) or "").strip()
+            if not description:
+                continue
+            wrapper = rng.random()
+            if wrapper < 0.5:
+                text = description
+            elif wrapper < 0.8:
+                text = f"{description}\n\nImplement this module in Verilog."
+            else:
+                text = f"Write a Verilog module for the following.\n{description}"
+            out.append((f"verilog:{task['task_id']}", {"text": text}))
+    return out

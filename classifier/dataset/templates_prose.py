@@ -1,0 +1,240 @@
+"""Templates whose expected reply is prose (explanation, summary, essay, letter, story, advice)."""
+
+from __future__ import annotations
+
+import random
+
+from classifier.dataset.common import (
+    EVERYDAY_TOPICS, FENCE_TAGS, Template, around, clip, code_with_lang, dress,
+)  # fmt: skip
+from classifier.dataset.corpus import Corpus, table_csv
+from classifier.dataset.templates_code import SYSTEM_GENERIC
+
+LANGUAGES = ("French", "German", "Spanish", "Italian", "Portuguese", "Dutch", "Japanese", "Polish")
+
+
+def _topic(rng: random.Random, corpus: Corpus) -> str:
+    return rng.choice(corpus.topics) if rng.random() < 0.5 else rng.choice(EVERYDAY_TOPICS)
+
+
+def _summarise(rng: random.Random, corpus: Corpus) -> dict:
+    passage = rng.choice(corpus.tech_prose if rng.random() < 0.7 else corpus.literary_prose)
+    ask = rng.choice((
+        "Summarise this paragraph in two sentences.", "TL;DR?", "Give me a one-line summary of this.",
+        "Can you summarize the following for a non-expert?", "What is the main point of this text?",
+        "Condense this into a short paragraph.", "Summarize:", "Explain what this passage is saying.",
+        "Please write a brief abstract of the text below.", "What's this about, in plain words?",
+    ))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, passage))}
+
+
+def _explain_code(rng: random.Random, corpus: Corpus) -> dict:
+    """Pasted code, but the ask is for an explanation: the reply is prose."""
+    snippet = code_with_lang(rng, corpus)
+    ask = rng.choice((
+        "Explain what this code does.", "Can you walk me through this function step by step?",
+        "What does this do? Explain in plain English, no code.", "Why would someone write it this way?",
+        "Describe the purpose of this function in a paragraph.", "Is this code thread-safe? Explain your reasoning.",
+        "What is the time complexity of this and why?", "I don't understand this snippet. What's going on?",
+        "Write a short explanation of this for the docs (prose, not code).", "Review this code and tell me in words what could go wrong.",
+    ))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, clip(rng, snippet.code), FENCE_TAGS.get(snippet.language, "")))}
+
+
+def _essay(rng: random.Random, corpus: Corpus) -> dict:
+    topic = _topic(rng, corpus)
+    ask = rng.choice((
+        f"Write a short essay about {topic}.", f"Write a 500-word blog post on {topic}.",
+        f"Compose an opinion piece arguing for or against {topic}.", f"Write an introduction paragraph for a report on {topic}.",
+        f"Draft a persuasive essay on {topic} for a high-school audience.", f"Write a newsletter article about {topic}.",
+        f"I need a speech of about three minutes on {topic}.", f"Write the conclusion of my thesis chapter on {topic}.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+def _explain_concept(rng: random.Random, corpus: Corpus) -> dict:
+    topic = _topic(rng, corpus)
+    ask = rng.choice((
+        f"Explain {topic} like I'm five.", f"What is {topic}?", f"Can you explain {topic} to a beginner?",
+        f"Why does {topic} matter?", f"Give me an overview of {topic}.", f"How would you describe {topic} to a manager?",
+        f"What are the pros and cons of {topic}?", f"I keep hearing about {topic}. What is it, briefly?",
+        f"{topic}: what should I know?", f"Tell me about {topic}.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+def _story_poem(rng: random.Random, corpus: Corpus) -> dict:
+    topic = rng.choice(EVERYDAY_TOPICS)
+    ask = rng.choice((
+        f"Write a short story about {topic}.", f"Write a poem about {topic}.", f"Write a haiku about {topic}.",
+        f"Tell me a bedtime story involving {topic}.", f"Write a limerick on {topic}.",
+        f"Write a sonnet in the style of Shakespeare about {topic}.", f"Write the opening paragraph of a mystery novel set around {topic}.",
+        f"Write a funny anecdote about {topic}.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+def _email_letter(rng: random.Random, corpus: Corpus) -> dict:
+    who = rng.choice(("my landlord", "my manager", "a customer", "the school", "a recruiter", "my team", "my neighbour", "a supplier"))
+    why = rng.choice((
+        "asking for a deadline extension", "about a broken heater", "declining a job offer politely",
+        "apologising for a late delivery", "announcing a product launch", "requesting a refund",
+        "thanking them for their help", "asking for a reference letter", "explaining a billing mistake",
+        "inviting them to a workshop", "following up on an interview",
+    ))  # fmt: skip
+    ask = rng.choice((
+        f"Write an email to {who} {why}.", f"Draft a polite letter to {who} {why}.", f"Help me write a message to {who} {why}.",
+        f"Can you write a short, friendly note to {who} {why}?", f"Compose a formal email to {who} {why}.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+def _rewrite_text(rng: random.Random, corpus: Corpus) -> dict:
+    passage = clip(rng, rng.choice(corpus.tech_prose + corpus.literary_prose), 200, 900)
+    ask = rng.choice((
+        "Proofread this and fix the grammar.", "Make this more formal.", "Rewrite this to be friendlier.",
+        "Simplify this text for a 10-year-old.", "Rephrase this paragraph so it flows better.",
+        "Make this shorter without losing meaning.", "Rewrite this in modern English.", "Paraphrase this.",
+        "Improve the wording of this paragraph.",
+    ))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, passage))}
+
+
+def _translate_text(rng: random.Random, corpus: Corpus) -> dict:
+    passage = clip(rng, rng.choice(corpus.tech_prose + corpus.quotes), 80, 700)
+    language = rng.choice(LANGUAGES)
+    ask = rng.choice((f"Translate this into {language}.", f"Can you put this in {language}?", f"{language} translation please:",
+                      f"How would you say this in {language}?"))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, passage))}
+
+
+def _describe_data(rng: random.Random, corpus: Corpus) -> dict:
+    """Pasted data, but the ask is for a written interpretation: the reply is prose."""
+    if rng.random() < 0.6:
+        table = rng.choice(corpus.tables)
+        material, tag = table_csv(table, rng.randint(4, 12)), "csv"
+    else:
+        material, tag = clip(rng, rng.choice(corpus.json_docs), 150, 900), "json"
+    ask = rng.choice((
+        "What trends do you see in this data? Describe them in a paragraph.", "Interpret these numbers for me.",
+        "Write a short narrative summary of this dataset for a report.", "What story does this data tell?",
+        "Explain what this file contains to a non-technical colleague.", "Is there anything surprising in this data? Discuss.",
+        "What can we conclude from this? Answer in prose.",
+    ))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, material, tag))}
+
+
+def _explain_query_or_config(rng: random.Random, corpus: Corpus) -> dict:
+    """Pasted SQL/YAML/XML with an ask for an explanation: prose, not structured output."""
+    kind = rng.random()
+    if kind < 0.4:
+        material, tag, what = clip(rng, rng.choice(corpus.sql), 60, 800), "sql", "query"
+    elif kind < 0.75:
+        material, tag, what = rng.choice(corpus.yaml_docs), "yaml", "playbook"
+    else:
+        material, tag, what = rng.choice(corpus.xml_docs), "xml", "XML file"
+    ask = rng.choice((
+        f"Explain what this {what} does.", f"Can you describe this {what} in plain English?",
+        f"What is the purpose of this {what}? Explain briefly.", f"Walk me through this {what} line by line in words.",
+        f"Why might this {what} be slow or wrong? Explain.",
+    ))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, material, tag))}
+
+
+def _literary_question(rng: random.Random, corpus: Corpus) -> dict:
+    passage = rng.choice(corpus.literary_prose)
+    ask = rng.choice((
+        "What is the speaker feeling in this passage?", "Analyse the imagery in this passage.",
+        "Who is speaking here and what do they want?", "Write a short critical commentary on this extract.",
+        "What themes does this passage touch on?", "Explain the meaning of these lines.",
+    ))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, passage))}
+
+
+def _quote_meaning(rng: random.Random, corpus: Corpus) -> dict:
+    quote = rng.choice(corpus.quotes)
+    ask = rng.choice(("What does this mean?", "Explain this joke.", "Is this quote true? Discuss.", "Who might have said this, and why?",
+                      "Write a reflection on this saying.", "Why is this funny?"))  # fmt: skip
+    return {"text": dress(rng, around(rng, ask, quote))}
+
+
+def _advice(rng: random.Random, corpus: Corpus) -> dict:
+    situation = rng.choice((
+        "I just got promoted and have to manage my former peers", "I can't focus when working from home",
+        "my cat keeps waking me up at 5am", "I want to switch careers into data science", "my startup is running out of money",
+        "I have a job offer abroad but my family is here", "my code reviews keep turning into arguments",
+        "I'm nervous about a presentation next week", "I want to start running but keep getting injured",
+        "my team misses every deadline", "I'm choosing between two universities",
+    ))  # fmt: skip
+    ask = rng.choice((f"{situation}. What should I do?", f"Any advice? {situation}.", f"{situation}, how do I handle this?",
+                      f"Help me think this through: {situation}."))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+def _compare(rng: random.Random, corpus: Corpus) -> dict:
+    pair = rng.sample(corpus.topics, 2) if rng.random() < 0.5 else rng.sample(EVERYDAY_TOPICS, 2)
+    ask = rng.choice((
+        f"What is the difference between {pair[0]} and {pair[1]}?", f"Compare {pair[0]} with {pair[1]} in a few paragraphs.",
+        f"Which matters more, {pair[0]} or {pair[1]}? Argue your case.", f"How are {pair[0]} and {pair[1]} related?",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+def _followup_prose(rng: random.Random, corpus: Corpus) -> dict:
+    """Multi-turn: earlier turns hold code or data, the last ask is for an explanation."""
+    snippet = code_with_lang(rng, corpus)
+    messages = [
+        {"role": "user", "content": rng.choice(("Write a function for this:", "Here's my code:", "Can you review this?")) + "\n" + clip(rng, snippet.code, 150, 700)},
+        {"role": "assistant", "content": clip(rng, rng.choice(corpus.code).code, 100, 500)},
+        {"role": "user", "content": dress(rng, rng.choice((
+            "Thanks. Now explain in plain words why that works.", "Why is this better than my version?",
+            "What are the trade-offs here? No code, just explain.", "Can you summarise what changed and why?",
+            "How would you explain this to a junior developer?", "ok but why",
+        )))},
+    ]  # fmt: skip
+    if rng.random() < 0.4:
+        messages.insert(0, {"role": "system", "content": rng.choice(SYSTEM_GENERIC)})
+    return {"messages": messages}
+
+
+def _system_persona(rng: random.Random, corpus: Corpus) -> dict:
+    system = rng.choice((
+        "You are a patient history teacher.", "You are a writing coach who gives gentle feedback.",
+        "You are a travel agent. Reply in a warm, conversational tone.", "You are a philosophy tutor.",
+        "You are a customer-support agent for an online bookshop.", "You are a science communicator.",
+    ))  # fmt: skip
+    user = rng.choice((f"Tell me about {_topic(rng, corpus)}.", f"What do you think of {_topic(rng, corpus)}?",
+                       f"I'm writing about {_topic(rng, corpus)}, where should I start?", "Can you give me feedback on my idea for a novel?"))  # fmt: skip
+    return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
+
+
+def _multilingual_prose(rng: random.Random, corpus: Corpus) -> dict:
+    topic = rng.choice(EVERYDAY_TOPICS)
+    ask = rng.choice((
+        f"Escribe un ensayo corto sobre {topic}.", f"Explique-moi {topic} simplement.", f"Schreibe einen kurzen Aufsatz über {topic}.",
+        f"Raccontami una storia su {topic}.", f"Explique o que é {topic}.", f"请写一篇关于{topic}的短文。", f"{topic}について説明してください。",
+        f"Расскажи мне о {topic}.", f"Napisz krótki esej o {topic}.", f"{topic}에 대해 설명해 주세요.", f"Resume este texto, por favor:\n\n{rng.choice(corpus.tech_prose)}",
+        f"Fasse diesen Text zusammen:\n\n{rng.choice(corpus.tech_prose)}", f"Résume ce paragraphe :\n\n{rng.choice(corpus.tech_prose)}",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+TEMPLATES: tuple[Template, ...] = (
+    Template("prose/summarise", "prose", _summarise, 130),
+    Template("prose/explain_code", "prose", _explain_code, 110),
+    Template("prose/essay", "prose", _essay, 100),
+    Template("prose/explain_concept", "prose", _explain_concept, 110),
+    Template("prose/story_poem", "prose", _story_poem, 70),
+    Template("prose/email_letter", "prose", _email_letter, 70),
+    Template("prose/rewrite_text", "prose", _rewrite_text, 70),
+    Template("prose/translate_text", "prose", _translate_text, 50),
+    Template("prose/describe_data", "prose", _describe_data, 80),
+    Template("prose/explain_query_config", "prose", _explain_query_or_config, 80),
+    Template("prose/literary_question", "prose", _literary_question, 50),
+    Template("prose/quote_meaning", "prose", _quote_meaning, 50),
+    Template("prose/advice", "prose", _advice, 50),
+    Template("prose/compare", "prose", _compare, 50),
+    Template("prose/followup", "prose", _followup_prose, 70),
+    Template("prose/system_persona", "prose", _system_persona, 50),
+    Template("prose/multilingual", "prose", _multilingual_prose, 60),
+)

@@ -1,0 +1,198 @@
+"""Feature vector of one request: hashed n-gram blocks plus a few structural statistics.
+
+Column layout (one sparse row):
+  [char n-grams of system+user | words+bigrams of system+user | words of the instruction edges |
+   words of earlier history (weighted down) | structural features (standardised)]
+Training (featurizer.py) and inference (model.py) both call `featurize`, so the persisted model
+reproduces the fitted pipeline exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from classifier import hashing
+from classifier.request_text import RequestText
+
+# Long prompts keep their head and tail: the instruction sits at one end, pasted material between.
+HEAD_CHARS = 3000
+TAIL_CHARS = 3000
+# Char n-grams read at most this many characters from each end (the rest is more of the same).
+CHAR_CLIP = 1200
+# The "edge" block reads only the first/last characters of the user message, where the ask is.
+EDGE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Hyper-parameters of the feature map. Saved with the model; any change needs a retrain."""
+
+    char_bits: int = 15
+    word_bits: int = 15
+    edge_bits: int = 13
+    history_bits: int = 13
+    char_ngrams: tuple[int, ...] = (1, 2, 3, 4)
+    char_weight: float = 1.0
+    word_weight: float = 1.0
+    edge_weight: float = 0.7
+    history_weight: float = 0.3
+    struct_weight: float = 0.5
+    struct_mean: tuple[float, ...] = field(default_factory=tuple)
+    struct_scale: tuple[float, ...] = field(default_factory=tuple)
+
+    @property
+    def offsets(self) -> tuple[int, int, int, int, int]:
+        sizes = (1 << self.char_bits, 1 << self.word_bits, 1 << self.edge_bits, 1 << self.history_bits)
+        starts = np.concatenate(([0], np.cumsum(sizes))).tolist()
+        return tuple(int(s) for s in starts)  # type: ignore[return-value]
+
+    @property
+    def n_features(self) -> int:
+        return self.offsets[-1] + len(STRUCT_NAMES)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["char_ngrams"] = list(self.char_ngrams)
+        data["struct_mean"] = list(self.struct_mean)
+        data["struct_scale"] = list(self.struct_scale)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> "FeatureSpec":
+        data = dict(data)
+        for key in ("char_ngrams", "struct_mean", "struct_scale"):
+            data[key] = tuple(data[key])
+        return cls(**data)
+
+
+def clip_long(text: str) -> str:
+    if len(text) <= HEAD_CHARS + TAIL_CHARS:
+        return text
+    return text[:HEAD_CHARS] + "\n" + text[-TAIL_CHARS:]
+
+
+def primary_text(request: RequestText) -> str:
+    return clip_long(f"{request.system}\n{request.user}" if request.system else request.user)
+
+
+def edge_text(request: RequestText) -> str:
+    user = request.user
+    if len(user) > 2 * EDGE_CHARS:
+        user = user[:EDGE_CHARS] + "\n" + user[-EDGE_CHARS:]
+    return f"{request.system[:EDGE_CHARS]}\n{user}"
+
+
+def _counted_block(hashes: np.ndarray, bits: int, offset: int, weight: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sublinear (log1p) counts of hashed tokens, L2-normalised, scaled by the block weight."""
+    if hashes.size == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    buckets = hashing.bucket(hashes, bits)
+    counts = np.bincount(buckets, minlength=1 << bits)
+    index = np.flatnonzero(counts > 0)
+    values = np.log1p(counts[index].astype(np.float64))
+    values *= weight / np.sqrt(values @ values)
+    return index + offset, values
+
+
+def _words(text: str, salt: int, bigrams: bool) -> np.ndarray:
+    points = hashing.codepoints(text.lower())
+    prefix = hashing.prefix_hash(points)
+    starts, ends = hashing.word_spans(points)
+    return hashing.word_hashes(prefix, starts, ends, salt, bigrams)
+
+
+STRUCT_NAMES: tuple[str, ...] = (
+    "log_chars", "log_lines", "fences", "alpha", "upper", "non_ascii",
+    "curly_square", "parens", "semicolon", "colon", "comma", "equals", "angle", "quote", "pipe", "hash",
+    "digit", "space", "newline",
+    "indented_lines", "json_keys", "yaml_keys", "list_items", "csv_lines", "xml_tags", "sql_words", "code_words",
+)  # fmt: skip
+
+_SQL_WORDS = ("select ", " from ", " where ", "insert into", "create table", " join ", "group by", "update ")
+_CODE_WORDS = ("def ", "return", "import ", "#include", "function", "=>", "const ", "class ", "public ", "fn ")
+
+
+# Character groups whose share of the text is a feature, as a (groups x 128) indicator matrix.
+_CHAR_GROUPS = ("{}[]", "()", ";", ":", ",", "=", "<>", "\"'", "|", "#", "0123456789", " \t", "\n")
+_GROUP_MATRIX = np.zeros((len(_CHAR_GROUPS), 128))
+for _row, _chars in enumerate(_CHAR_GROUPS):
+    _GROUP_MATRIX[_row, [ord(ch) for ch in _chars]] = 1.0
+
+
+def structural_raw(text: str) -> np.ndarray:
+    """Unscaled structural statistics of the primary text (ratios are per character or per line).
+
+    Only C-speed primitives (str.count, numpy) here: this runs on every request.
+    """
+    points = hashing.codepoints(text)
+    n = max(points.size, 1)
+    ascii_hist = np.bincount(points[points < 128].astype(np.int64), minlength=128).astype(np.float64)
+    shares = _GROUP_MATRIX @ ascii_hist / n
+    newline = points == 10
+    n_lines = int(ascii_hist[10]) + 1
+    commas_per_line = np.bincount(np.cumsum(newline)[points == 44], minlength=n_lines)
+    csv_lines = int(np.count_nonzero(commas_per_line >= 2))
+    lower = text.lower()
+    upper = ascii_hist[65:91].sum()
+    alpha = upper + ascii_hist[97:123].sum()
+    nl_text = "\n" + text
+    indented = nl_text.count("\n    ") + nl_text.count("\n\t")
+    list_items = nl_text.count("\n- ") + nl_text.count("\n* ") + nl_text.count("\n  - ")
+    yaml_keys = text.count(":\n") + text.count(": ")
+    per_line = np.array(
+        [
+            indented,
+            min(text.count('":'), 50),
+            yaml_keys,
+            list_items,
+            csv_lines,
+            min(text.count("</") + text.count("/>"), 50),
+            sum(lower.count(word) for word in _SQL_WORDS),
+            sum(lower.count(word) for word in _CODE_WORDS),
+        ]
+    ) / n_lines
+    head = np.array(
+        [
+            np.log1p(len(text)),
+            np.log1p(n_lines),
+            min(text.count("```"), 8),
+            alpha / n,
+            upper / max(alpha, 1.0),
+            (n - ascii_hist.sum()) / n,
+        ]
+    )
+    return np.concatenate((head, shares, per_line))
+
+
+def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Column indices and values of the request's sparse feature row (indices increase by block)."""
+    char_off, word_off, edge_off, hist_off, struct_off = spec.offsets
+    text = primary_text(request)
+    points = hashing.codepoints(text.lower())
+    prefix = hashing.prefix_hash(points)
+    starts, ends = hashing.word_spans(points)
+    if points.size > 2 * CHAR_CLIP:
+        points = np.concatenate((points[:CHAR_CLIP], points[-CHAR_CLIP:]))
+        prefix_chars = hashing.prefix_hash(points)
+    else:
+        prefix_chars = prefix
+    char_hashes = np.concatenate(
+        [hashing.char_ngram_hashes(prefix_chars, n, salt=n * 7919) for n in spec.char_ngrams]
+    )
+    blocks = [
+        _counted_block(char_hashes, spec.char_bits, char_off, spec.char_weight),
+        _counted_block(hashing.word_hashes(prefix, starts, ends, 1, True), spec.word_bits, word_off, spec.word_weight),
+        _counted_block(_words(edge_text(request), 2, True), spec.edge_bits, edge_off, spec.edge_weight),
+        _counted_block(
+            _words(clip_long(request.history), 3, False), spec.history_bits, hist_off, spec.history_weight
+        ),
+    ]
+    raw = structural_raw(text)
+    if spec.struct_mean:
+        scaled = (raw - np.asarray(spec.struct_mean)) / np.asarray(spec.struct_scale) * spec.struct_weight
+    else:  # not fitted yet: the featurizer fits the scaler on these raw values
+        scaled = raw
+    blocks.append((np.arange(len(STRUCT_NAMES)) + struct_off, scaled))
+    return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
