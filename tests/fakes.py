@@ -19,6 +19,7 @@ import uvicorn
 from engines.types import (
     CancelToken,
     EngineFailure,
+    FallbackRule,
     GenerationChunk,
     InvalidRequestError,
     SamplingParams,
@@ -74,10 +75,11 @@ class FakeBackend:
         return {"active": 0, "peak": 0}
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, engine: str, cancel: CancelToken
+        self, prompt_ids: Sequence[int], params: SamplingParams, engine: str, cancel: CancelToken,
+        fallback: FallbackRule | None = None,
     ) -> Iterator[GenerationChunk]:
         self.threads.add(threading.get_ident())
-        self.calls.append({"prompt_ids": list(prompt_ids), "params": params, "engine": engine})
+        self.calls.append({"prompt_ids": list(prompt_ids), "params": params, "engine": engine, "fallback": fallback})
         self.started.set()
         if self.gate is not None:
             self.gate.wait(timeout=30)

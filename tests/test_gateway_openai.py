@@ -6,6 +6,7 @@ import httpx
 import openai
 import pytest
 
+from engines.types import FallbackRule
 from gateway.app import create_app
 from gateway.routing import RouteDecision
 from tests.fakes import DEFAULT_REPLY, FakeBackend, RecordingRouter, fake_chat_template, live_server
@@ -207,6 +208,15 @@ def test_static_router_defaults_to_raw_fallback():
         assert forced.headers["x-switchyard-engine"] == "mtp"
         assert forced.headers["x-switchyard-route-reason"] == "forced"
         assert backend.calls[-1]["engine"] == "mtp"
+
+
+def test_fallback_rule_of_the_decision_reaches_the_backend():
+    rule = FallbackRule(window=4, min_accepted=0.25)
+    backend = FakeBackend()
+    router = RecordingRouter(decision=RouteDecision(engine="mtp", klass="code", reason="monitor", fallback=rule))
+    with live_server(create_app(backend, router=router)) as server:
+        assert httpx.post(server.base_url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}).status_code == 200
+    assert backend.calls[-1]["fallback"] is rule and backend.calls[-1]["engine"] == "mtp"
 
 
 def test_routed_decision_object_is_passed_back_to_router():

@@ -10,16 +10,6 @@ MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "c
 MAX_TOKENS = 24
 
 
-def _target_dir(request, tmp_path_factory):
-    """The shared `tiny_target` fixture when tests/conftest.py provides it, else one generated here."""
-    try:
-        return request.getfixturevalue("tiny_target")
-    except pytest.FixtureLookupError:
-        from engines.testing.target import write_target_checkpoint
-
-        return write_target_checkpoint(tmp_path_factory.mktemp("gateway-tiny-target"))
-
-
 def _mlx_lm_greedy(model_dir, messages, prompt: str | None = None, max_tokens: int = MAX_TOKENS):
     """mlx-lm's own answer: (prompt ids, text from mlx_lm.generate, completion token ids without EOS, finish)."""
     from mlx_lm import generate, load, stream_generate
@@ -40,19 +30,17 @@ def _mlx_lm_greedy(model_dir, messages, prompt: str | None = None, max_tokens: i
 
 
 @pytest.fixture(scope="module")
-def reference(request, tmp_path_factory):
-    model_dir = _target_dir(request, tmp_path_factory)
-    return model_dir, _mlx_lm_greedy(model_dir, MESSAGES), _mlx_lm_greedy(model_dir, None, prompt="The river")
+def reference(tiny_target):
+    return tiny_target, _mlx_lm_greedy(tiny_target, MESSAGES), _mlx_lm_greedy(tiny_target, None, prompt="The river")
 
 
 @pytest.fixture(scope="module")
-def served(reference):
+def served(reference, tiny_drafter):
     from engines.runtime import load_runtime
     from gateway.app import create_app
     from tests.fakes import live_server
 
-    model_dir = reference[0]
-    runtime = load_runtime(model_dir)
+    runtime = load_runtime(reference[0], draft_dir=tiny_drafter)
     with live_server(create_app(runtime)) as server:
         client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
         yield server, client, runtime
@@ -60,7 +48,7 @@ def served(reference):
 
 def test_real_runtime_serves_the_tiny_checkpoint(served):
     server, client, runtime = served
-    assert "raw" in runtime.engine_names
+    assert set(runtime.engine_names) == {"raw", "mtp", "ddtree"}
     assert [m.id for m in client.models.list().data] == [runtime.model_id]
     assert httpx.get(server.base_url + "/health").status_code == 200
 
