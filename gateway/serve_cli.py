@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Iterator
 
 from .config import GatewayConfig
 
@@ -89,11 +93,35 @@ def _build_router(args: argparse.Namespace, engine_names: tuple[str, ...]):
         return None
 
 
+def _server_class():
+    import uvicorn
+    from uvicorn.server import HANDLED_SIGNALS
+
+    class Server(uvicorn.Server):
+        """uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, which kills the process before
+        the caller can persist the router's state; here a signal just ends run() and we exit normally."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server
+
+
 def run_server(app, config: GatewayConfig, log_level: str = "info") -> int:
-    """Run uvicorn until stopped; a dead model worker stops it and makes the exit code non-zero."""
+    """Run uvicorn until stopped (SIGTERM/SIGINT: graceful, exit 0); a dead model worker stops it
+    and makes the exit code non-zero."""
     import uvicorn
 
-    server = uvicorn.Server(
+    server = _server_class()(
         uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level, lifespan="on",
                        timeout_graceful_shutdown=config.shutdown_timeout_seconds)
     )

@@ -50,3 +50,49 @@ def test_malformed_model_dir_is_a_one_line_error_exit_2(tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip() and "Loading model" not in line]
     assert len(lines) == 1 and "config.json" in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_serve_command_end_to_end_then_sigterm_exits_0(tiny_target, tmp_path):
+    """`switchyard serve --model DIR --port P` with the adaptive router; the openai client gets an answer."""
+    import signal
+    import socket
+    import time
+
+    import httpx
+    import openai
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "HOME": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--model", str(tiny_target), "--port", str(port),
+                             "--log-level", "warning"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(base + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "server did not become healthy"
+            time.sleep(0.2)
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=60)
+        raw = client.chat.completions.with_raw_response.create(
+            model=tiny_target.name, messages=[{"role": "user", "content": "hi"}], max_tokens=4, temperature=0)
+        completion = raw.parse()
+        assert completion.usage.completion_tokens >= 1
+        assert raw.headers["x-switchyard-engine"] in ("raw", "mtp")
+        assert raw.headers["x-switchyard-class"] in ("code", "prose", "structured")
+        assert raw.headers["x-switchyard-route-reason"]
+        # the path given on the command line is an accepted model name too
+        assert client.completions.create(model=str(tiny_target), prompt="x", max_tokens=1).choices
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0  # graceful: uvicorn drains, then the router saves its state
+        assert (tmp_path / ".switchyard" / "router_state.json").is_file()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
