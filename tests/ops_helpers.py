@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -91,6 +92,34 @@ def total(samples: dict[str, dict[tuple, float]], name: str, **labels: str) -> f
     """Sum of every series of `name` whose labels include `labels`."""
     want = set(labels.items())
     return sum(v for key, v in samples.get(name, {}).items() if want <= set(key))
+
+
+def drive_traffic(url: str, backend: SpeculativeFake) -> None:
+    """Traffic that makes every series the dashboard and the alert rules read exist: every engine
+    and class, a stream, a hand-off (needs handoff_after=3), a client disconnect, a rejected request."""
+    def chat(user: str, max_tokens: int, **extra) -> None:
+        body = {"messages": [{"role": "user", "content": user}], "max_tokens": max_tokens, **extra}
+        assert httpx.post(url + "/v1/chat/completions", json=body, timeout=30).status_code == 200
+
+    chat("code", 3, engine="mtp")
+    chat("prose", 3, engine="ddtree")
+    chat("structured", 3, engine="raw")
+    chat("code", 3)                      # routed by the monitor
+    chat("prose", 6, engine="ddtree")    # hands off to raw after 3 steps
+    with httpx.stream("POST", url + "/v1/completions", timeout=30,
+                      json={"prompt": "code", "max_tokens": 3, "stream": True, "engine": "mtp"}) as response:
+        assert response.read().decode().rstrip().endswith("data: [DONE]")
+    assert httpx.post(url + "/v1/chat/completions", json={"messages": []}, timeout=30).status_code == 400
+    backend.step_seconds = 0.05          # slow enough to hang up mid-stream
+    try:
+        with httpx.stream("POST", url + "/v1/completions", timeout=30,
+                          json={"prompt": "prose", "max_tokens": 15, "stream": True}) as response:
+            next(response.iter_bytes())
+    finally:
+        backend.step_seconds = 0.0
+    deadline = time.monotonic() + 10
+    while not scrape(url).get("switchyard_client_disconnects_total") and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def free_port() -> int:
