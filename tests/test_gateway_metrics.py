@@ -59,6 +59,8 @@ def test_metrics_count_the_requests_sent():
     assert value(samples, "switchyard_e2e_request_latency_seconds_sum", engine="mtp") > 0
     assert value(samples, "switchyard_requests_waiting") == 0
     assert value(samples, "switchyard_worker_up") == 1
+    # a stream that ran to its end is not a client disconnect
+    assert value(samples, "switchyard_client_disconnects_total", endpoint="completions") == 0
 
 
 # labels of the info gauges (switchyard_build_info, switchyard_policy_info): one series per process/policy
