@@ -1,0 +1,199 @@
+"""`switchyard bench`: every engine on the same workload in ONE process and one run.
+
+For each prompt the lanes run round-robin (the starting lane rotates per prompt, to cancel drift
+and order effects): mlx-lm's `stream_generate` (anchor), each fixed engine through
+Runtime.generate (the gateway's backend path), raw through the real HTTP gateway (loopback
+uvicorn), and `auto` through the same HTTP gateway with the adaptive router (fresh monitor).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import mlx.core as mx
+
+from engines.types import SamplingParams
+
+from .environment import describe_environment
+from .http_client import LoopbackGateway, time_http
+from .measure import RequestRecord, time_anchor, time_runtime
+from .setup import DFLASH, BenchModel, fresh_router, load_bench_model, load_classifier
+from .workloads import Prompt, load_workload
+
+log = logging.getLogger("switchyard.bench")
+
+FIXED_ENGINES: tuple[str, ...] = ("raw", "mtp", "ddtree", DFLASH)
+ALL_ENGINES: tuple[str, ...] = FIXED_ENGINES + ("auto",)
+ANCHOR, RAW_HTTP, AUTO = "anchor", "raw@http", "auto"
+SAMPLED = dict(temperature=1.0, top_p=0.95, top_k=20)
+
+
+@dataclass
+class BenchConfig:
+    workload: str = "mixed"
+    engines: tuple[str, ...] = ALL_ENGINES
+    max_tokens: int = 256
+    repeats: int = 1
+    modes: tuple[str, ...] = ("greedy",)
+    per_class: int | None = None       # first N prompts of each class (quick runs)
+    model: str | None = None
+    draft: str | None = None
+    out: Path = Path("bench/results/latest")
+    seed: int = 0
+    anchor: bool = True
+    http_raw: bool = True
+    policy: str | None = None
+    use_labels: bool = False           # route with the workload labels instead of the classifier
+    warmup_study: bool = False
+    warmup_passes: int = 3
+    plots: bool = True
+    command: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def sampling_params(mode: str, max_tokens: int, prompt_id: str, repeat: int) -> SamplingParams:
+    if mode == "greedy":
+        return SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    seed = zlib.crc32(f"{prompt_id}/{repeat}".encode()) & 0x7FFFFFFF  # same seed for every lane
+    return SamplingParams(**SAMPLED, seed=seed, max_tokens=max_tokens)
+
+
+def lanes_for(config: BenchConfig, loaded: tuple[str, ...]) -> list[str]:
+    lanes = [ANCHOR] if config.anchor else []
+    lanes += [e for e in config.engines if e in FIXED_ENGINES and e in loaded]
+    if config.http_raw:
+        lanes.append(RAW_HTTP)
+    if AUTO in config.engines:
+        lanes.append(AUTO)
+    return lanes
+
+
+class LaneRunner:
+    """Runs one (prompt, lane) and returns its RequestRecord."""
+
+    def __init__(self, model: BenchModel, port: int | None):
+        self.model = model
+        self.port = port
+        self.sequence = 0
+
+    def run(self, lane: str, prompt: Prompt, ids: list[int], params: SamplingParams, mode: str,
+            repeat: int) -> RequestRecord:
+        record = RequestRecord(prompt.id, prompt.klass, lane, mode, repeat, sequence=self.sequence)
+        self.sequence += 1
+        mx.reset_peak_memory()
+        try:
+            if lane == ANCHOR:
+                bundle = self.model.runtime.bundle
+                time_anchor(bundle.model, bundle.tokenizer, ids, params, record)
+            elif lane in (RAW_HTTP, AUTO):
+                if self.port is None:
+                    record.error = "gateway unavailable"
+                else:
+                    time_http(self.port, list(prompt.messages), params, "raw" if lane == RAW_HTTP else "auto", record)
+            else:
+                time_runtime(self.model.timed, ids, params, lane, record)
+        except Exception as exc:  # noqa: BLE001 - one failing lane is reported, the run goes on
+            log.exception("lane %s failed on %s", lane, prompt.id)
+            record.error = f"{type(exc).__name__}: {exc}"
+        record.peak_memory = int(mx.get_peak_memory())
+        return record
+
+
+def warm_up(runner: LaneRunner, lanes: list[str], prompt: Prompt, ids: list[int]) -> None:
+    """One short untimed request per lane: first-call allocation and lazy init stay out of the data.
+    `auto` is skipped so the router starts with an empty monitor."""
+    params = SamplingParams(temperature=0.0, max_tokens=8)
+    for lane in lanes:
+        if lane != AUTO:
+            runner.run(lane, prompt, ids, params, "warmup", 0)
+    runner.sequence = 0
+
+
+def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None) -> dict:
+    """Run the benchmark; write JSON + Markdown (+ PNG plots) under config.out; return the results."""
+    from gateway.app import create_app
+
+    from .report import write_outputs
+    from .summary import summarize
+
+    say = progress or (lambda message: print(message, file=sys.stderr, flush=True))
+    started = time.time()
+    prompts = load_workload(config.workload, config.per_class, config.seed)
+    model = load_bench_model(config.model, config.draft)
+    loaded = tuple(model.timed.engine_names)
+    say(f"model {model.model_dir} (engines: {', '.join(loaded)}); {len(prompts)} prompts; "
+        f"modes {', '.join(config.modes)}; {config.max_tokens} new tokens; {config.repeats} repeat(s)")
+    labels = {p.messages[-1]["content"].strip(): p.klass for p in prompts}
+    classifier, classifier_name = load_classifier(labels, config.use_labels)
+    router = fresh_router(model.runtime.engine_names, classifier, config.policy, config.seed)
+    app = create_app(model.runtime, router=router)
+    ids = {p.id: model.runtime.encode_chat(list(p.messages)) for p in prompts}
+    lanes = lanes_for(config, loaded)
+    records: list[RequestRecord] = []
+    with LoopbackGateway(app) as gateway:
+        runner = LaneRunner(model, gateway.port)
+        warm_up(runner, lanes, prompts[0], ids[prompts[0].id])
+        for mode in config.modes:
+            for repeat in range(config.repeats):
+                for index, prompt in enumerate(prompts):
+                    params = sampling_params(mode, config.max_tokens, prompt.id, repeat)
+                    shift = index % len(lanes)
+                    for lane in lanes[shift:] + lanes[:shift]:
+                        records.append(runner.run(lane, prompt, ids[prompt.id], params, mode, repeat))
+                    say(_progress_line(mode, repeat, index, len(prompts), prompt, records[-len(lanes):]))
+        router_stats = router.stats()
+    warmup = None
+    if config.warmup_study:
+        from .warmup import run_warmup_study
+
+        warmup = run_warmup_study(model, prompts, classifier, config, say)
+    results = {
+        "config": _config_json(config, classifier_name, lanes),
+        "environment": describe_environment(),
+        "model": {"dir": str(model.model_dir), "draft": str(model.draft_dir) if model.draft_dir else None,
+                  "engines": list(loaded), "memory": model.runtime.memory_bytes()},
+        "records": [r.as_json() for r in records],
+        "router_stats": router_stats,
+        "warmup_study": warmup,
+        "wall_seconds": time.time() - started,
+    }
+    results["summary"] = summarize(records, config.modes)
+    write_outputs(results, config.out, plots=config.plots)
+    return results
+
+
+def _progress_line(mode: str, repeat: int, index: int, total: int, prompt: Prompt, recent: list[RequestRecord]) -> str:
+    parts = []
+    for r in recent:
+        label = r.engine if r.engine != AUTO else f"auto->{r.route_engine}"
+        parts.append(f"{label} ERR" if r.error else f"{label} {r.decode_tps:.0f}")
+    return f"[{mode} r{repeat} {index + 1}/{total}] {prompt.id}: " + ", ".join(parts)
+
+
+def _config_json(config: BenchConfig, classifier_name: str, lanes: list[str]) -> dict:
+    return {
+        "workload": config.workload, "engines": list(config.engines), "lanes": lanes,
+        "max_tokens": config.max_tokens, "repeats": config.repeats, "modes": list(config.modes),
+        "per_class": config.per_class, "seed": config.seed, "sampled_params": SAMPLED,
+        "policy": config.policy or "<built-in defaults>", "classifier": classifier_name,
+        "command": config.command, **config.extra,
+    }
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=1, default=_jsonable) + "\n")
+
+
+def _jsonable(value):
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)

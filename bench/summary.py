@@ -1,0 +1,195 @@
+"""Turn per-request records into the per-class / overall summary, the oracle regret and the goals.
+
+Speedups and cost ratios are computed PER PROMPT against raw on the same prompt, mode and repeat,
+then the median is taken (pairing cancels prompt-length and content effects). Aggregate rates
+are total decode tokens / total decode seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .measure import RequestRecord
+from .warmup import stability
+from .workloads import CLASSES
+
+ROUTABLE = ("raw", "mtp", "ddtree")   # what the router can pick: the per-request oracle's choices
+GOALS = {
+    "auto_vs_best_fixed_mixed": 1.10,
+    "auto_vs_raw_every_class": 0.98,
+    "auto_vs_raw_overall_greedy": 1.5,
+    "regret_max": 0.05,
+    "gateway_vs_stream_generate": 0.98,
+}
+
+
+def spread(values: Iterable[float]) -> dict:
+    v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return {"n": 0, "median": None, "min": None, "max": None, "q1": None, "q3": None}
+    return {"n": int(v.size), "median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()),
+            "q1": float(np.percentile(v, 25)), "q3": float(np.percentile(v, 75))}
+
+
+def _key(r: RequestRecord) -> tuple[str, str, int]:
+    return (r.prompt_id, r.mode, r.repeat)
+
+
+def _ok(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in records if r.error is None and r.completion_tokens > 0]
+
+
+def _rate(records: Sequence[RequestRecord]) -> float | None:
+    tokens = sum(r.decode_tokens for r in records if math.isfinite(r.decode_s))
+    seconds = sum(r.decode_s for r in records if math.isfinite(r.decode_s))
+    return tokens / seconds if seconds > 0 else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def engine_stats(group: list[RequestRecord], raw_by_key: dict) -> dict:
+    pairs = [(r, raw_by_key.get(_key(r))) for r in group]
+    speedups = [r.decode_tps / raw.decode_tps for r, raw in pairs if raw is not None and raw.decode_tps > 0]
+    e2e_speedups = [r.e2e_tps / raw.e2e_tps for r, raw in pairs if raw is not None and raw.e2e_tps > 0]
+    costs = [r.step_s / raw.step_s for r, raw in pairs if raw is not None and raw.step_s > 0 and math.isfinite(r.step_s)]
+    steps, drafted, accepted = (sum(getattr(r, f) for r in group) for f in ("steps", "drafted", "accepted"))
+    return {
+        "requests": len(group),
+        "decode_tps": spread(r.decode_tps for r in group),
+        "e2e_tps": spread(r.e2e_tps for r in group),
+        "decode_tps_aggregate": _rate(group),
+        "ttft_s": spread(r.ttft_s for r in group),
+        "speedup_vs_raw": spread(speedups),
+        "e2e_speedup_vs_raw": spread(e2e_speedups),
+        "cost_ratio": spread(costs),
+        "accepted_per_step": accepted / steps if steps and drafted else None,
+        "acceptance": accepted / drafted if drafted else None,
+        "completion_tokens": spread(r.completion_tokens for r in group),
+        "peak_memory_bytes": max((r.peak_memory for r in group), default=0),
+    }
+
+
+def oracle_regret(records: list[RequestRecord]) -> dict:
+    """Per request: the best routable fixed engine in hindsight vs what auto achieved.
+    regret = 1 - (auto's total decode rate) / (oracle's), both over auto's decoded tokens."""
+    best: dict[tuple, tuple[str, float]] = {}
+    for r in records:
+        if r.engine in ROUTABLE and math.isfinite(r.decode_tps):
+            if _key(r) not in best or r.decode_tps > best[_key(r)][1]:
+                best[_key(r)] = (r.engine, r.decode_tps)
+    auto_time = oracle_time = 0.0
+    per_request, picks = [], Counter()
+    for r in records:
+        if r.engine != "auto" or _key(r) not in best or not math.isfinite(r.decode_tps):
+            continue
+        engine, rate = best[_key(r)]
+        picks[(r.route_engine == engine)] += 1
+        auto_time += r.decode_s
+        oracle_time += r.decode_tokens / rate
+        per_request.append(1.0 - r.decode_tps / rate)
+    return {
+        "regret": 1.0 - oracle_time / auto_time if auto_time > 0 else None,
+        "per_request": spread(per_request),
+        "auto_picked_oracle_engine": picks[True],
+        "auto_requests": picks[True] + picks[False],
+        "oracle_engines": dict(Counter(e for e, _ in best.values())),
+    }
+
+
+def route_summary(records: list[RequestRecord]) -> dict:
+    autos = [r for r in records if r.engine == "auto"]
+    by_class: dict[str, Counter] = defaultdict(Counter)
+    reasons: dict[str, Counter] = defaultdict(Counter)
+    for r in autos:
+        by_class[r.klass][r.route_engine or "?"] += 1
+        reasons[r.klass][r.route_reason or "?"] += 1
+    classified = [r for r in autos if r.route_class]
+    return {
+        "choices": {k: dict(v) for k, v in by_class.items()},
+        "reasons": {k: dict(v) for k, v in reasons.items()},
+        "class_accuracy": (sum(r.route_class == r.klass for r in classified) / len(classified)) if classified else None,
+        "mid_request_fallbacks": sum(1 for r in autos if len(r.engines_used) > 1),
+    }
+
+
+def lossless_check(records: list[RequestRecord]) -> dict:
+    """Greedy: every engine's tokens must equal raw's (digest of the token ids)."""
+    raw = {_key(r): r.digest for r in records if r.engine == "raw" and r.mode == "greedy"}
+    result: dict[str, dict] = {}
+    for r in records:
+        if r.mode != "greedy" or r.engine == "raw" or not r.digest or _key(r) not in raw:
+            continue
+        row = result.setdefault(r.engine, {"compared": 0, "equal": 0})
+        row["compared"] += 1
+        row["equal"] += int(r.digest == raw[_key(r)])
+    return result
+
+
+def summarize_mode(records: list[RequestRecord]) -> dict:
+    records = _ok(records)
+    raw_by_key = {_key(r): r for r in records if r.engine == "raw"}
+    engines = sorted({r.engine for r in records}, key=_engine_order)
+    classes = [k for k in CLASSES if any(r.klass == k for r in records)]
+    table: dict[str, dict[str, dict]] = {}
+    for scope in classes + ["all"]:
+        in_scope = [r for r in records if scope == "all" or r.klass == scope]
+        table[scope] = {e: engine_stats([r for r in in_scope if r.engine == e], raw_by_key) for e in engines}
+        table[scope] = {e: s for e, s in table[scope].items() if s["requests"]}
+    return {
+        "table": table,
+        "regret": {scope: oracle_regret([r for r in records if scope == "all" or r.klass == scope])
+                   for scope in classes + ["all"]},
+        "routes": route_summary(records),
+        "stability": stability([r for r in records if r.engine == "auto"]),
+        "lossless": lossless_check(records),
+        "goals": goals(table),
+    }
+
+
+def goals(table: dict) -> dict:
+    """The issue's goals, measured (None where an engine or lane was not run)."""
+    overall = table.get("all", {})
+
+    def agg(scope: str, engine: str) -> float | None:
+        return table.get(scope, {}).get(engine, {}).get("decode_tps_aggregate")
+
+    fixed = {e: agg("all", e) for e in ROUTABLE if agg("all", e)}
+    best_engine = max(fixed, key=fixed.get) if fixed else None
+    per_class = {k: _ratio(agg(k, "auto"), agg(k, "raw")) for k in table if k != "all"}
+    return {
+        "best_fixed_engine": best_engine,
+        "auto_vs_best_fixed": _ratio(agg("all", "auto"), fixed.get(best_engine) if best_engine else None),
+        "auto_vs_raw_per_class": per_class,
+        "auto_vs_raw_overall": _ratio(agg("all", "auto"), agg("all", "raw")),
+        "auto_vs_raw_http_overall": _ratio(agg("all", "auto"), agg("all", "raw@http")),
+        "runtime_raw_vs_stream_generate": _ratio(agg("all", "raw"), agg("all", "anchor")),
+        "http_raw_vs_stream_generate": _ratio(agg("all", "raw@http"), agg("all", "anchor")),
+        "median_pairwise_http_raw_vs_anchor": _pairwise_vs(overall, "raw@http", "anchor"),
+        "targets": GOALS,
+    }
+
+
+def _pairwise_vs(overall: dict, engine: str, base: str) -> float | None:
+    a, b = overall.get(engine), overall.get(base)
+    if not a or not b or not a["speedup_vs_raw"]["median"] or not b["speedup_vs_raw"]["median"]:
+        return None
+    return a["speedup_vs_raw"]["median"] / b["speedup_vs_raw"]["median"]
+
+
+_ORDER = ("anchor", "raw", "raw@http", "mtp", "ddtree", "ddtree1", "auto")
+
+
+def _engine_order(engine: str) -> int:
+    return _ORDER.index(engine) if engine in _ORDER else len(_ORDER)
+
+
+def summarize(records: list[RequestRecord], modes: Sequence[str]) -> dict:
+    out = {mode: summarize_mode([r for r in records if r.mode == mode]) for mode in modes}
+    errors = [f"{r.engine} {r.prompt_id}: {r.error}" for r in records if r.error]
+    return {"modes": out, "errors": errors[:50], "error_count": len(errors)}
