@@ -11,6 +11,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gateway.serve_cli",
     "classifier.cli",
     "gateway.policy_cli",
+    "gateway.bench_cli",
 )
 
 
