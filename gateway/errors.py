@@ -65,16 +65,19 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 _UNION_TAGS = ("str", "list[str]", "list[TextPart]", "list[any]", "function-after", "function-before")
 
 
+def _path(loc: tuple[Any, ...]) -> list[str]:
+    return [str(p) for p in loc if not (isinstance(p, str) and p in _UNION_TAGS)]
+
+
 def _loc_to_param(loc: tuple[Any, ...]) -> str | None:
-    parts = [str(p) for p in loc if not (isinstance(p, str) and p in _UNION_TAGS)]
-    return ".".join(parts) or None
+    return ".".join(_path(loc)) or None
 
 
 def _most_specific(errors: list[dict[str, Any]]) -> dict[str, Any]:
     """Of the errors on the first failing field, the deepest: for `content: str | list[part]` given a
     list, "part.text missing" says more than "input should be a string"."""
-    first = _loc_to_param(tuple(errors[0].get("loc", ())))
-    same_field = [e for e in errors if (_loc_to_param(tuple(e.get("loc", ()))) or "").startswith(first or "")]
+    first = _path(tuple(errors[0].get("loc", ())))
+    same_field = [e for e in errors if _path(tuple(e.get("loc", ())))[: len(first)] == first]
     return max(same_field, key=lambda e: len(e.get("loc", ())))
 
 
