@@ -117,3 +117,26 @@ def test_context_overflow_is_a_400(served):
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="default", messages=MESSAGES, max_tokens=runtime.context_length)
     assert err.value.body["code"] == "context_length_exceeded"
+
+
+def test_concurrent_requests_each_get_their_own_greedy_answer(served):
+    """Requests queued behind each other on the one worker do not mix state: same text as alone."""
+    import threading
+
+    server, client, runtime = served
+    prompts = ["The river", "def add(a, b):", '{"name": "x"', "Once upon a time"]
+    alone = [client.completions.create(model="default", prompt=p, max_tokens=8, temperature=0).choices[0].text
+             for p in prompts]
+    together: dict[int, str] = {}
+
+    def ask(i: int) -> None:
+        stream = client.completions.create(model="default", prompt=prompts[i], max_tokens=8, temperature=0, stream=True,
+                                           extra_body={"engine": runtime.engine_names[i % len(runtime.engine_names)]})
+        together[i] = "".join(c.choices[0].text for c in stream if c.choices)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert [together.get(i) for i in range(len(prompts))] == alone
