@@ -1,0 +1,130 @@
+"""The benchmark harness: a tiny end-to-end run (every lane, HTTP gateway included) writes
+well-formed JSON / Markdown / PNG; the summary arithmetic (pairing, oracle regret, stability)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.measure import RequestRecord
+from bench.summary import oracle_regret, summarize
+from bench.warmup import stability
+from bench.workloads import CLASSES, load_workload
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _reject_nan(value: str):
+    raise ValueError(f"non-standard JSON constant {value}")
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory) -> Path:
+    from bench.setup import generated_family
+
+    return generated_family(tmp_path_factory.mktemp("bench-family"))
+
+
+def test_workloads_are_shipped_and_mixed_is_equal_thirds_shuffled():
+    for klass in CLASSES:
+        prompts = load_workload(klass)
+        assert len(prompts) >= 30 and {p.klass for p in prompts} == {klass}
+        assert len({p.text for p in prompts}) == len(prompts)
+    mixed = load_workload("mixed", seed=3)
+    counts = {k: sum(p.klass == k for p in mixed) for k in CLASSES}
+    assert len(set(counts.values())) == 1
+    assert [p.id for p in mixed] == [p.id for p in load_workload("mixed", seed=3)]
+    assert [p.id for p in mixed] != [p.id for p in load_workload("mixed", seed=4)]
+    assert [p.klass for p in mixed[:6]] != ["code"] * 6  # shuffled, not concatenated
+
+
+def test_bench_run_writes_json_markdown_and_plots(family, tmp_path):
+    from bench.run import BenchConfig, run_bench
+
+    out = tmp_path / "out"
+    config = BenchConfig(workload="mixed", per_class=1, max_tokens=6, modes=("greedy", "sampled"),
+                         model=str(family / "target"), draft=str(family / "drafter"), out=out,
+                         use_labels=True, warmup_study=True, warmup_passes=1)
+    run_bench(config, progress=lambda _: None)
+
+    results = json.loads((out / "results.json").read_text(), parse_constant=_reject_nan)
+    lanes = results["config"]["lanes"]
+    assert lanes == ["anchor", "raw", "mtp", "ddtree", "ddtree1", "raw@http", "auto"]
+    records = results["records"]
+    assert len(records) == 3 * len(lanes) * 2
+    assert not results["summary"]["errors"], results["summary"]["errors"]
+    for r in records:
+        assert r["completion_tokens"] > 0 and r["ttft_s"] > 0 and r["total_s"] >= r["ttft_s"]
+    autos = [r for r in records if r["engine"] == "auto"]
+    assert all(r["route_engine"] in ("raw", "mtp", "ddtree") and r["route_reason"] for r in autos)
+    greedy = results["summary"]["modes"]["greedy"]
+    assert set(greedy["table"]) == {"code", "prose", "structured", "all"}
+    assert set(greedy["table"]["all"]) == set(lanes)
+    # lossless engines: greedy tokens equal raw's, and stream_generate's too
+    assert all(v["equal"] == v["compared"] == 3 for v in greedy["lossless"].values())
+    assert results["warmup_study"]["requests"] == 3
+
+    report = (out / "report.md").read_text()
+    assert "| class | engine |" in report and "### Goals (greedy, measured)" in report
+    assert "Warm-up study" in report and "![tokens_per_second_greedy]" in report
+
+    import matplotlib.image
+
+    for name in ("tokens_per_second_greedy", "acceptance_sampled", "router_choices", "warmup_choices"):
+        path = out / f"{name}.png"
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        height, width = matplotlib.image.imread(path).shape[:2]
+        assert height > 100 and width > 100
+
+
+def _rec(prompt: str, engine: str, tps: float, tokens: int = 101, route: str | None = None,
+         reason: str = "monitor", klass: str = "code") -> RequestRecord:
+    r = RequestRecord(prompt, klass, engine, "greedy", 0, completion_tokens=tokens, first_tokens=1,
+                      ttft_s=0.01, total_s=0.01 + (tokens - 1) / tps, decode_s=(tokens - 1) / tps)
+    r.route_engine, r.route_reason = route, reason
+    return r
+
+
+def test_oracle_regret_is_zero_when_auto_matches_the_best_engine_and_positive_otherwise():
+    records = [_rec("a", "raw", 100), _rec("a", "mtp", 200), _rec("b", "raw", 100), _rec("b", "ddtree", 50)]
+    perfect = records + [_rec("a", "auto", 200, route="mtp"), _rec("b", "auto", 100, route="raw")]
+    assert oracle_regret(perfect)["regret"] == pytest.approx(0.0)
+    assert oracle_regret(perfect)["auto_picked_oracle_engine"] == 2
+    # auto ran raw on "a" (100 tok/s instead of 200): 1 s there instead of 0.5 s, 1 s on "b" either way
+    worse = records + [_rec("a", "auto", 100, route="raw"), _rec("b", "auto", 100, route="raw")]
+    assert oracle_regret(worse)["regret"] == pytest.approx(1 - 1.5 / 2)
+
+
+def test_speedups_are_paired_per_prompt_then_median():
+    records = [_rec("a", "raw", 100), _rec("a", "mtp", 150), _rec("b", "raw", 300), _rec("b", "mtp", 300),
+               _rec("c", "raw", 50), _rec("c", "mtp", 100)]
+    table = summarize(records, ["greedy"])["modes"]["greedy"]["table"]["all"]
+    assert table["mtp"]["speedup_vs_raw"]["median"] == pytest.approx(1.5)   # ratios 1.5, 1.0, 2.0
+    assert table["raw"]["speedup_vs_raw"]["median"] == pytest.approx(1.0)
+    assert math.isclose(table["mtp"]["decode_tps"]["median"], 150)
+
+
+def test_stability_counts_requests_until_the_last_change_and_ignores_exploration():
+    seq = ["raw", "ddtree", "raw", "ddtree", "ddtree", "ddtree", "ddtree", "ddtree", "ddtree"]
+    records = [_rec(f"p{i}", "auto", 100, route=e) for i, e in enumerate(seq)]
+    records.insert(6, _rec("x", "auto", 100, route="raw", reason="explore"))
+    s = stability(records)["code"]
+    assert s["steady_engine"] == "ddtree"
+    assert s["requests_to_stable"] == 4       # the 3rd request (index 2) was the last non-ddtree pick
+    assert s["explorations"] == 1 and s["requests"] == 10
+
+
+def test_bench_cli_is_registered_and_imports_no_mlx():
+    code = ("import sys; from gateway.cli import build_parser; "
+            "a = build_parser().parse_args(['bench', '--engines', 'raw,auto', '--max-tokens', '8']); "
+            "assert a.engines == ('raw', 'auto') and a.max_tokens == 8; "
+            "assert not any(m == 'mlx' or m.startswith('mlx.') for m in sys.modules), 'mlx imported'")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+    bad = subprocess.run([sys.executable, "-m", "gateway.cli", "bench", "--engines", "raw,bogus"], cwd=REPO,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown engine" in bad.stderr
