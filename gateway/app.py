@@ -119,7 +119,8 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
     scheduler = Scheduler(max_queue=config.max_queue, retry_after_seconds=config.retry_after_seconds)
     gateway_metrics = GatewayMetrics()
     gateway_metrics.bind_scheduler(
-        waiting=lambda: scheduler.waiting, running=lambda: scheduler.running, up=lambda: float(scheduler.alive)
+        waiting=lambda: scheduler.waiting, running=lambda: scheduler.running, up=lambda: float(scheduler.alive),
+        capacity=config.max_queue,
     )
     state = GatewayState(
         backend=backend,

@@ -137,6 +137,9 @@ class GatewayMetrics:
         self.waiting = Gauge("switchyard_requests_waiting", "Requests queued behind the running one", registry=r)
         self.running = Gauge("switchyard_requests_running", "Requests generating now (0 or 1)", registry=r)
         self.worker_up = Gauge("switchyard_worker_up", "1 while the model worker thread is alive", registry=r)
+        self.queue_capacity = Gauge(
+            "switchyard_queue_capacity", "Requests allowed to wait behind the running one (more get 429)", registry=r
+        )
         self.draining = Gauge("switchyard_draining", "1 while the server drains for shutdown (no new requests)", registry=r)
         self.start_time = Gauge("switchyard_start_time_seconds", "Unix time the gateway started", registry=r)
         self.start_time.set(time.time())
@@ -147,7 +150,12 @@ class GatewayMetrics:
         self.build_info.labels(**build_info_labels()).set(1)
 
     # --- binding (create_app) ------------------------------------------------------------------
-    def bind_scheduler(self, waiting: Callable[[], float], running: Callable[[], float], up: Callable[[], float]) -> None:
+    def bind_scheduler(
+        self, waiting: Callable[[], float], running: Callable[[], float], up: Callable[[], float],
+        capacity: int | None = None,
+    ) -> None:
+        if capacity is not None:
+            self.queue_capacity.set(capacity)
         self.waiting.set_function(waiting)
         self.running.set_function(running)
         self.worker_up.set_function(up)
