@@ -49,7 +49,7 @@ async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
             raise APIError(413, f"Request body is larger than {max_bytes} bytes.", code="request_too_large")
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: absurdly deep nesting
         raise bad_request("We could not parse the JSON body of your request.", code="invalid_json") from None
     if not isinstance(data, dict):
         raise bad_request("The request body must be a JSON object.", code="invalid_json")

@@ -123,6 +123,12 @@ def test_malformed_json(server):
     assert_error(response, 400, code="invalid_json")
 
 
+def test_absurdly_nested_json(server):
+    response = httpx.post(server.base_url + "/v1/completions", content=b"[" * 30000 + b"]" * 30000,
+                          headers={"content-type": "application/json"})
+    assert_error(response, 400, code="invalid_json")
+
+
 def test_json_that_is_not_an_object(server):
     assert_error(httpx.post(server.base_url + "/v1/completions", json=["prompt"]), 400, code="invalid_json")
 
