@@ -261,3 +261,21 @@ def test_worker_crash_makes_the_server_process_exit_non_zero():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_failing_router_fails_only_that_request():
+    class FlakyRouter(RecordingRouter):
+        def choose(self, request):
+            if not self.requests:
+                self.requests.append(request)
+                raise RuntimeError("router bug")
+            return super().choose(request)
+
+    backend = FakeBackend()
+    with live_server(create_app(backend, router=FlakyRouter())) as server:
+        response = httpx.post(server.base_url + CHAT, json=chat("x", max_tokens=1))
+        assert response.status_code == 500
+        assert response.json()["error"]["code"] == "internal_error"
+        assert "router bug" not in response.text and "Traceback" not in response.text
+        assert httpx.get(server.base_url + "/health").status_code == 200
+        assert httpx.post(server.base_url + CHAT, json=chat("y", max_tokens=1)).status_code == 200
