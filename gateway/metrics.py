@@ -212,7 +212,8 @@ class GatewayMetrics:
         e, k = bounded(engine, ENGINE_NAMES), bounded(klass, CLASSES)
         self.prompt_tokens.labels(e, k).inc(prompt_tokens)
         self.generation_tokens.labels(e, k).inc(completion_tokens)
-        self.finish_reasons.labels(bounded(finish_reason or "error", FINISH_REASONS)).inc()
+        # None: the generation ended without a finish reason (cancelled by a client or the shutdown drain)
+        self.finish_reasons.labels(bounded(finish_reason or "cancelled", FINISH_REASONS)).inc()
         if ttft_s is not None:
             self.ttft.labels(e).observe(ttft_s)
             if completion_tokens > 1:

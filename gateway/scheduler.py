@@ -76,6 +76,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._admission_closed = False   # draining for shutdown: admitted requests still run
         self.death: BaseException | None = None
         self._death_callbacks: list[Callable[[BaseException], None]] = []
 
@@ -91,6 +92,10 @@ class Scheduler:
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and self.death is None
+
+    @property
+    def idle(self) -> bool:
+        return self._running is None and not self._waiting
 
     @property
     def worker_thread(self) -> threading.Thread | None:
@@ -122,6 +127,20 @@ class Scheduler:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
+    # -- graceful shutdown (gateway/shutdown.py) --
+    def close_admission(self) -> None:
+        """New requests get 503 from now on; the running and queued ones carry on."""
+        with self._cond:
+            self._admission_closed = True
+
+    def cancel_all(self) -> int:
+        """Cancel the running request (it ends within one step) and every queued one. Event loop only."""
+        with self._cond:
+            tickets = ([self._running] if self._running is not None else []) + list(self._waiting)
+        for ticket in tickets:
+            ticket.cancel()
+        return len(tickets)
+
     # -- admission --
     def submit(self, work: Callable[[Ticket], Iterator[Any]]) -> Ticket:
         """Queue work (called on the event loop). Raises QueueFullError / WorkerUnavailableError."""
@@ -129,6 +148,8 @@ class Scheduler:
         with self._cond:
             if not self.alive or self._stopping:
                 raise WorkerUnavailableError()
+            if self._admission_closed:
+                raise WorkerUnavailableError("The server is shutting down.")
             busy = self._running is not None or bool(self._waiting)
             if busy and len(self._waiting) >= self.max_queue:  # an idle server always admits one
                 raise QueueFullError(self.retry_after_seconds)

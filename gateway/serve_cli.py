@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import logging
 import signal
@@ -66,7 +67,9 @@ def serve(args: argparse.Namespace) -> int:
     router = _build_router(args, runtime.engine_names)
     if router is None:
         return EXIT_MODEL_ERROR
-    aliases = tuple(str(p) for p in {args.model, str(Path(args.model).resolve())} if p) if args.model else ()
+    # `model` may also name the directory as given on the command line (path, resolved path, dir name)
+    given = Path(args.model) if args.model else None
+    aliases = tuple(sorted({args.model, str(given.resolve()), given.name})) if given else ()
     config = config.model_copy(update={"model_aliases": aliases})
 
     from .app import create_app
@@ -113,6 +116,15 @@ def _server_class():
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
 
+        async def shutdown(self, sockets=None) -> None:
+            # Beside uvicorn's wait: refuse new requests, cancel what is left at the drain timeout.
+            from .shutdown import CANCEL_GRACE_SECONDS, drain
+
+            timeout = max(0.0, (self.config.timeout_graceful_shutdown or 0.0) - CANCEL_GRACE_SECONDS)
+            draining = asyncio.ensure_future(drain(self.config.app.state.gateway, timeout))
+            await super().shutdown(sockets)
+            draining.cancel()
+
     return Server
 
 
@@ -121,9 +133,11 @@ def run_server(app, config: GatewayConfig, log_level: str = "info") -> int:
     and makes the exit code non-zero."""
     import uvicorn
 
+    from .shutdown import hard_timeout
+
     server = _server_class()(
         uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level, lifespan="on",
-                       timeout_graceful_shutdown=config.shutdown_timeout_seconds)
+                       timeout_graceful_shutdown=hard_timeout(config.shutdown_timeout_seconds))
     )
     scheduler = app.state.gateway.scheduler
 
