@@ -21,8 +21,6 @@ from .bundle import ModelBundle, read_config, text_config
 from .types import ModelLoadError
 
 MTP_PREFIX = "mtp."
-# Norm weights HF stores zero-centred (x * (1 + w)); MLX's RMSNorm computes x * w.
-_NORM_SUFFIXES = ("norm.weight", "layernorm.weight", "q_norm.weight", "k_norm.weight")
 _UNQUANTIZED = ("fc",)  # fc stays in full precision, like the norms
 
 
@@ -65,6 +63,18 @@ def _weight_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.safetensors"))
 
 
+def has_mtp_tensors(source: Path) -> bool:
+    """Checks safetensors headers only (no tensor is read)."""
+    from safetensors import safe_open
+
+    files = [source] if source.is_file() else _weight_files(source)
+    for file in files:
+        with safe_open(str(file), framework="numpy") as handle:
+            if any(MTP_PREFIX in name for name in handle.keys()):
+                return True
+    return False
+
+
 def read_mtp_tensors(source: Path) -> dict[str, mx.array]:
     """`mtp.*` tensors from a checkpoint dir or a single sidecar .safetensors file, names
     normalised to be relative to the head (`fc.weight`, `layers.0.self_attn.q_proj.weight`, ...)."""
@@ -78,9 +88,15 @@ def read_mtp_tensors(source: Path) -> dict[str, mx.array]:
     return tensors
 
 
+def _is_norm(name: str, value: mx.array) -> bool:
+    """RMSNorm weights: `norm`, `*_layernorm`, `q_norm`, `pre_fc_norm_embedding`, ... (1-D)."""
+    parts = name.split(".")
+    return value.ndim == 1 and parts[-1] == "weight" and len(parts) > 1 and "norm" in parts[-2]
+
+
 def _zero_centred(tensors: dict[str, mx.array]) -> bool:
-    """HF checkpoints store RMSNorm weights around 0; shifted (MLX) ones sit around 1."""
-    norms = [v for k, v in tensors.items() if k.endswith(_NORM_SUFFIXES) and v.ndim == 1]
+    """HF checkpoints store RMSNorm weights around 0 (x * (1 + w)); MLX's RMSNorm computes x * w."""
+    norms = [v for k, v in tensors.items() if _is_norm(k, v)]
     if not norms:
         return False
     mean = float(mx.mean(mx.concatenate([n.astype(mx.float32) for n in norms])).item())
@@ -110,7 +126,7 @@ def load_mtp_head(bundle: ModelBundle, weights: str | Path | None = None) -> MTP
         _quantize_layers(head, quantization)
 
     if _zero_centred(tensors):
-        tensors = {k: (v + 1.0 if k.endswith(_NORM_SUFFIXES) and v.ndim == 1 else v) for k, v in tensors.items()}
+        tensors = {k: (v + 1.0 if _is_norm(k, v) else v) for k, v in tensors.items()}
     tensors = {k: v.astype(bundle.dtype) if mx.issubdtype(v.dtype, mx.floating) else v for k, v in tensors.items()}
     try:
         head.load_weights(list(tensors.items()), strict=True)
