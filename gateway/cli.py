@@ -12,6 +12,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "classifier.cli",
     "gateway.policy_cli",
     "gateway.bench_cli",
+    "gateway.service_cli",
 )
 
 
