@@ -47,11 +47,23 @@ def _state(request: Request) -> GatewayState:
     return request.app.state.gateway
 
 
+def _unavailable_reason(scheduler: Scheduler) -> str | None:
+    if scheduler.death is not None:
+        return "the model worker died"
+    if not scheduler.alive:
+        return "the model worker is not running"
+    if not scheduler.admitting:
+        return "the server is shutting down"
+    return None
+
+
 async def health(request: Request) -> Response:
+    """200 while the model is loaded and requests are admitted; 503 before, after a worker crash,
+    and while draining for shutdown (so a load balancer or launchd check stops sending work)."""
     state = _state(request)
-    state.metrics.count_request("health", None, None, 200 if state.scheduler.alive else 503)
-    if not state.scheduler.alive:
-        reason = "the model worker died" if state.scheduler.death is not None else "the model worker is not running"
+    reason = _unavailable_reason(state.scheduler)
+    state.metrics.count_request("health", None, None, 200 if reason is None else 503)
+    if reason is not None:
         err = WorkerUnavailableError(f"Unavailable: {reason}.")
         return JSONResponse({"status": "unavailable", **err.body()}, status_code=503)
     return JSONResponse(

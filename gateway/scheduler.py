@@ -94,6 +94,11 @@ class Scheduler:
         return self._thread is not None and self._thread.is_alive() and self.death is None
 
     @property
+    def admitting(self) -> bool:
+        """False once shutdown began (draining) or the worker is gone."""
+        return self.alive and not self._admission_closed and not self._stopping
+
+    @property
     def idle(self) -> bool:
         return self._running is None and not self._waiting
 

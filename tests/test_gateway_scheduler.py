@@ -279,3 +279,20 @@ def test_a_failing_router_fails_only_that_request():
         assert "router bug" not in response.text and "Traceback" not in response.text
         assert httpx.get(server.base_url + "/health").status_code == 200
         assert httpx.post(server.base_url + CHAT, json=chat("y", max_tokens=1)).status_code == 200
+
+
+def test_health_is_503_while_draining():
+    gate = threading.Event()
+    backend = FakeBackend(gate=gate)
+    app = create_app(backend)
+    scheduler = app.state.gateway.scheduler
+    with live_server(app) as server:
+        running = Background(server.base_url + CHAT, chat("a", max_tokens=1))
+        wait_until(backend.started.is_set)
+        scheduler.close_admission()
+        health = httpx.get(server.base_url + "/health")
+        assert health.status_code == 503 and "shutting down" in health.json()["error"]["message"]
+        refused = httpx.post(server.base_url + CHAT, json=chat("b"))
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "worker_unavailable"
+        gate.set()
+        assert running.response().status_code == 200  # admitted work still finishes
