@@ -16,13 +16,15 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from engines.types import ENGINE_NAMES, Backend, StepResult
 
 from .metrics_collectors import BackendCollector, PolicyInfoCollector, TimedClassifier, build_info_labels
 from .routing import CLASSES, RouteDecision
+
+disable_created_metrics()  # no *_created series: they double the series count and no panel uses them
 
 ENDPOINTS: tuple[str, ...] = ("chat_completions", "completions", "models", "health", "metrics", "other")
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "cancelled", "error")

@@ -7,11 +7,13 @@ import json
 import subprocess
 import sys
 
+import httpx
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes import live_server
-from tests.ops_helpers import REPO, SpeculativeFake, drive_traffic, scrape, serve_like_app, tool
+from tests.ops_helpers import REPO, SpeculativeFake, drive_traffic, serve_like_app, tool
 from tests.promql import metric_names, substitute
 
 DASHBOARD = REPO / "dashboards" / "switchyard.json"
@@ -89,14 +91,39 @@ def test_metric_name_extraction():
     assert metric_names(expr) == {"a_bucket", "b_total", "c"}
 
 
-def test_every_dashboard_metric_exists_in_a_real_scrape(tmp_path):
+@pytest.fixture(scope="module")
+def exposition(tmp_path_factory) -> str:
+    """/metrics text of the serve-like app after traffic that touches every series."""
     backend = SpeculativeFake(handoff_after=3)
-    app, _ = serve_like_app(backend, tmp_path / "policy.yaml")
+    app, _ = serve_like_app(backend, tmp_path_factory.mktemp("dash") / "policy.yaml")
     with live_server(app) as server:
         drive_traffic(server.base_url, backend)
-        exposed = set(scrape(server.base_url))
+        return httpx.get(server.base_url + "/metrics", timeout=10).text
+
+
+def test_every_dashboard_metric_exists_in_a_real_scrape(exposition):
+    exposed = {s.name for family in text_string_to_metric_families(exposition) for s in family.samples}
     used = set().union(*(metric_names(t["expr"]) for t in _targets(_dashboard())))
     assert len(used) > 25
     assert all(name.startswith("switchyard_") for name in used), used
     missing = sorted(used - exposed)
     assert not missing, f"dashboard reads metrics /metrics does not have after traffic: {missing}"
+
+
+def test_docs_table_lists_every_metric_with_its_type_and_labels(exposition):
+    """docs/metrics.md (the README's Metrics section) documents exactly what /metrics exposes."""
+    rows = {}
+    for line in (REPO / "docs" / "metrics.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`switchyard_"):
+            labels = set() if cells[2] == "—" else {x.strip() for x in cells[2].split(",")}
+            rows[cells[0].strip("`")] = (cells[1], labels)
+    exposed = {}
+    for family in text_string_to_metric_families(exposition):
+        name = family.name + ("_total" if family.type == "counter" else "")
+        labels = {k for s in family.samples for k in s.labels if k != "le"}
+        exposed[name] = (family.type, labels)
+    assert sorted(set(exposed) - set(rows)) == [], "undocumented metrics"
+    assert sorted(set(rows) - set(exposed)) == [], "documented metrics that /metrics does not have"
+    for name, (kind, labels) in exposed.items():
+        assert rows[name] == (kind, labels), name
