@@ -10,7 +10,7 @@ from .config import GatewayConfig
 from .errors import APIError, bad_request
 from .schemas import ChatCompletionRequest, CompletionRequest, _SamplingFields
 
-ENGINE_CHOICES_AUTO = "auto"
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -94,10 +94,10 @@ def resolve_engine(body_engine: str | None, header_engine: str | None, loaded: t
     if name is None:
         return None
     name = name.strip().lower()
-    if name in ("", ENGINE_CHOICES_AUTO):
+    if name in ("", AUTO):
         return None
     if name not in loaded:
-        choices = ", ".join([ENGINE_CHOICES_AUTO, *loaded])
+        choices = ", ".join([AUTO, *loaded])
         raise APIError(400, f"Engine {name!r} is not loaded; choose one of: {choices}.", param="engine", code="engine_not_loaded")
     return name
 
