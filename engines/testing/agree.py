@@ -13,9 +13,9 @@ with a random target, so the "agree" variant is engineered (all in effective / M
   `layer_scale`) random layers pick between them depending on context: varied text.
 * Run regulator, in GatedDeltaNet state. In layer 0, value head 0 runs with a constant key and
   query, no decay and write strength β_reg: its state is an exponential moving average
-  (factor 1 − β_reg) of "current token is A". out_proj writes −`regulator`·(that average)
-  along d, so a run of A ends once the average passes a threshold, and P(A) tokens restart
-  runs after it decays. A-runs of varied length alternate with bigram chains. (Speculative
+  (factor 1 − β_reg) of [x is A, x is not A]; after the gated RMSNorm and out_proj it pushes
+  the A logit down as the recent share of A grows, so a run of A ends once the push beats the
+  A logit's margin, and P(A) tokens restart runs after the average decays. A-runs of varied length alternate with bigram chains. (Speculative
   engines that get GDN state rollback wrong change where the runs end.)
 * MTP head: fc = [I, 0] (the normalised embedding of x_{t+1}), its layer scaled down by
   `mtp_layer_scale`, mtp.norm = the final norm: it predicts f(x_{t+1}), which the target emits
@@ -40,14 +40,15 @@ class AgreeKnobs:
     """Tuning knobs of the agree construction (see the module docstring for their role)."""
 
     kappa: float = 0.3  # weight of the common direction in every embedding
-    a_fraction: float = 0.25  # fraction of tokens x whose bigram successor is A (the set P(A))
+    a_fraction: float = 0.15  # fraction of tokens x whose bigram successor is A (the set P(A))
     phi_degrees: float = 45.0  # angle of P(A) embeddings towards d
+    logit_scale: float = 1.0  # multiplies the whole lm_head: a temperature; greedy choices unchanged
     beta: float = 1.0  # bigram lm_head strength
-    runner_up: tuple[float, float] = (0.85, 1.0)  # range of ρ_x, the g2 branch's relative weight
-    beta_a: float = 1.5  # strength of the A row along d
-    regulator: float = 2.0  # how hard a recent history full of A pushes the A logit down
-    regulator_write: float = 0.3  # β_reg: EMA write strength (window ≈ 1/β_reg tokens)
-    layer_scale: float = 0.3  # output scale of the target's random layer parts
+    runner_up: tuple[float, float] = (0.93, 1.0)  # range of ρ_x, the g2 branch's relative weight
+    beta_a: float = 2.5  # strength of the A row along d
+    regulator: float = 0.35  # how hard the A logit is pushed down by the recent share of A
+    regulator_write: float = 0.15  # β_reg: EMA write strength (window ≈ 1/β_reg tokens)
+    layer_scale: float = 0.35  # output scale of the target's random layer parts
     mtp_layer_scale: float = 0.1
     drafter_layer_scale: float = 0.05
     a_token: str = "Ġthe"  # the token A (byte-level spelling); falls back to id 300
@@ -111,7 +112,7 @@ def target_params(rng: np.random.Generator, spec: TargetSpec, knobs: AgreeKnobs,
     np.add.at(lm_head, geo.second, knobs.beta * rho[:, None] * geo.token_dirs)
     lm_head[geo.a_id] += knobs.beta_a * geo.a_dir
     lm_head[special_ids] = 0.0  # the bigram chain never emits control tokens
-    params["lm_head.weight"] = lm_head.astype(np.float32)
+    params["lm_head.weight"] = (knobs.logit_scale * lm_head).astype(np.float32)
 
     _install_regulator(params, spec, knobs, geo)
     return params
@@ -134,7 +135,7 @@ def _install_regulator(params: Params, spec: TargetSpec, knobs: AgreeKnobs, geo:
     qkv[v_row:v_row + dv] = 0.0
     qkv[q_row] = qkv[k_row] = 2.0 * const  # silu(2) > 0, then l2-normalised: a constant unit key
     qkv[v_row] = 4.0 * is_a  # silu(4·[x == A])
-    qkv[v_row + 1] = 4.0 * const  # silu(4): the constant the gated RMSNorm divides by
+    qkv[v_row + 1] = 4.0 * (const - is_a)  # silu(4·[x != A])
     conv = params[p + "linear_attn.conv1d.weight"]
     for channel in (q_row, k_row, v_row, v_row + 1):
         conv[channel] = 0.0
@@ -144,11 +145,13 @@ def _install_regulator(params: Params, spec: TargetSpec, knobs: AgreeKnobs, geo:
     beta = knobs.regulator_write
     params[p + "linear_attn.in_proj_b.weight"][0] = np.log(beta / (1.0 - beta)) * const
     params[p + "linear_attn.in_proj_z.weight"][0:dv] = 0.0
-    params[p + "linear_attn.in_proj_z.weight"][0] = 3.0 * const  # silu(3) ≈ 2.86, constant gate
-    params[p + "linear_attn.norm.weight"][0] = 1.0
+    params[p + "linear_attn.in_proj_z.weight"][0:2] = 3.0 * const  # silu(3) ≈ 2.86, constant gates
+    params[p + "linear_attn.norm.weight"][0:2] = 1.0
     out = params[p + "linear_attn.out_proj.weight"]
     out[:, 0:dv] = 0.0
-    # y0 = 4m/sqrt(m² + 1)·silu(3) for EMA m of is_A: 0 without recent A, ≈ 8 after a long run.
+    # With m the EMA share of A, the gated norm gives y0 = K·m / sqrt(m² + (1 − m)²) (K ≈ 11.4):
+    # ~0 after no A, rising steeply through m ≈ 0.2–0.6, saturating at K. out_proj turns y0 into
+    # a push of −regulator·y0 along d, which ends A-runs once it beats the A logit's margin.
     out[:, 0] = -knobs.regulator * geo.a_dir
 
 
