@@ -1,0 +1,135 @@
+"""Linux CPU BLAS probe: the wheel's reference BLAS vs an installed OpenBLAS (LD_PRELOAD).
+
+`python -m bench.blas_probe --model DIR` measures, in this process: a T-token target forward after
+a context (T = 1, 2, 5 → c(1) = t(2)/t(1), c(4) = t(5)/t(1)), prefill tok/s and raw decode tok/s.
+`--compare` runs that twice as child processes (without, then with OpenBLAS preloaded) and prints
+the ratio table (JSON with --json). LD_PRELOAD only applies at process start, hence children.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def probe(model_dir: str | None, context: int = 256, trials: int = 7, decode_tokens: int = 64) -> dict:
+    import mlx.core as mx
+
+    from engines.raw import prefill
+    from engines.types import CancelToken, SamplingParams
+
+    from .environment import describe_environment
+    from .setup import load_bench_model
+
+    model = load_bench_model(model_dir)
+    bundle = model.runtime.bundle
+    vocab = int(bundle.text_config.get("vocab_size", 1024))
+    ids = [(i * 7919 + 13) % (vocab - 16) + 8 for i in range(context + 8)]
+
+    def forward_seconds(tokens: int) -> float:
+        cache = bundle.make_cache()
+        prefill(bundle, cache, ids[:context])
+        batch = mx.array(ids[context:context + tokens], dtype=mx.uint32)[None]
+        started = time.perf_counter()
+        mx.eval(bundle.model(batch, cache=cache))
+        return time.perf_counter() - started
+
+    forward_seconds(1)  # warm-up
+    step = {t: statistics.median(forward_seconds(t) for _ in range(trials)) for t in (1, 2, 5)}
+    prefill_times = []
+    for _ in range(3):
+        cache = bundle.make_cache()
+        started = time.perf_counter()
+        prefill(bundle, cache, ids[:context])
+        prefill_times.append(time.perf_counter() - started)
+    decode = []
+    prompt = ids[:64]
+    for _ in range(3):
+        count, first = 0, None
+        for chunk in model.runtime.generate(prompt, SamplingParams(temperature=0.0, max_tokens=decode_tokens), "raw",
+                                            CancelToken()):
+            count += len(chunk.token_ids)
+            if first is None and count:
+                first, first_count = time.perf_counter(), count
+        decode.append((count - first_count) / (time.perf_counter() - first))
+    return {
+        "environment": describe_environment(),
+        "model": str(model.model_dir),
+        "step_ms": {str(t): s * 1000 for t, s in step.items()},
+        "c1": step[2] / step[1],
+        "c4": step[5] / step[1],
+        "prefill_tps": context / statistics.median(prefill_times),
+        "decode_tps": statistics.median(decode),
+    }
+
+
+def _child(model: str | None, preload: str | None, extra: list[str]) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    if preload:
+        env["LD_PRELOAD"] = preload
+    command = [sys.executable, "-m", "bench.blas_probe", "--json", *extra] + (["--model", model] if model else [])
+    out = subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compare(model: str | None, extra: list[str]) -> dict:
+    from gateway.blas import find_openblas
+
+    library = find_openblas()
+    if library is None:
+        raise SystemExit("no OpenBLAS installed (Debian/Ubuntu: apt-get install libopenblas0-pthread)")
+    reference = _child(model, None, extra)
+    openblas = _child(model, str(library), extra)
+    return {
+        "library": str(library),
+        "reference": reference,
+        "openblas": openblas,
+        "decode_speedup": openblas["decode_tps"] / reference["decode_tps"],
+        "prefill_speedup": openblas["prefill_tps"] / reference["prefill_tps"],
+    }
+
+
+def table(result: dict) -> str:
+    ref, ob = result["reference"], result["openblas"]
+    rows = [
+        "| BLAS | 1-token step ms | c(1) = t2/t1 | c(4) = t5/t1 | prefill tok/s | raw decode tok/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in (("reference (mlx wheel)", ref), (f"OpenBLAS ({result['library']})", ob)):
+        rows.append(f"| {name} | {r['step_ms']['1']:.2f} | {r['c1']:.2f} | {r['c4']:.2f} | {r['prefill_tps']:.0f} | "
+                    f"{r['decode_tps']:.1f} |")
+    rows.append(f"\nOpenBLAS / reference: decode {result['decode_speedup']:.2f}x, prefill {result['prefill_speedup']:.2f}x "
+                f"(model {ref['model']}, {ref['environment']['cpu']}, {ref['environment']['cores']} cores)")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="target dir (default: the embedded model)")
+    parser.add_argument("--compare", action="store_true", help="reference vs OpenBLAS in two child processes")
+    parser.add_argument("--context", type=int, default=256)
+    parser.add_argument("--trials", type=int, default=7)
+    parser.add_argument("--json", action="store_true", help="print JSON (last line)")
+    args = parser.parse_args(argv)
+    extra = ["--context", str(args.context), "--trials", str(args.trials)]
+    result = compare(args.model, extra) if args.compare else probe(args.model, args.context, args.trials)
+    if args.json:
+        print(json.dumps(result))
+    elif args.compare:
+        print(table(result))
+    else:
+        print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
