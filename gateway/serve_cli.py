@@ -54,6 +54,9 @@ def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(f"invalid option: {exc}")
 
+    from .blas import blas_in_use, reexec_with_openblas
+
+    reexec_with_openblas("serve")  # Linux: an installed OpenBLAS instead of the wheel's reference BLAS
     console = Console(stderr=True)
     with console.status(f"Loading model {args.model or '(embedded default)'} ...", spinner="dots"):
         from engines.runtime import load_runtime  # imports MLX: only here, never at gateway import time
@@ -63,6 +66,7 @@ def serve(args: argparse.Namespace) -> int:
         except ModelLoadError as exc:
             return _fail(str(exc))
     console.print(f"Loaded [bold]{runtime.model_id}[/]; engines: {', '.join(runtime.engine_names)}", highlight=False)
+    logging.getLogger("switchyard.blas").info("BLAS in use: %s", blas_in_use())
 
     router = _build_router(args, runtime.engine_names)
     if router is None:
