@@ -276,3 +276,25 @@ def test_drafter_options(tmp_path, tiny_target):
     assert "layers.1.mlp.down_proj.weight" in stored
     with pytest.raises(ValueError):
         write_drafter_checkpoint(tmp_path / "bad", tiny_target, target_layer_ids=(0, 9))
+
+
+# --- behaviour of the variants (what the speculative-engine tests rely on) ----------------------
+
+
+def test_agree_family_agrees_often_but_not_always(tiny_agree_target, tiny_agree_drafter):
+    from engines.testing.measure import PROMPTS, measure_family
+
+    stats = measure_family(tiny_agree_target, tiny_agree_drafter, prompts=PROMPTS[:8], max_tokens=48)
+    assert 0.2 < stats.a_fraction < 0.9 and stats.distinct_non_a >= 15, stats
+    assert 0.5 < stats.bigram_dominance < 0.97, stats
+    assert 0.5 < stats.mtp_accept < 0.97, stats  # accepts and rejects both common
+    assert stats.dflash_zero_accept > 0.2 and stats.dflash_full_accept > 0.05, stats  # rejects and deep accepts
+    assert stats.mean_max_prob > 0.25, stats
+
+
+def test_random_family_mostly_disagrees(tiny_target, tiny_drafter):
+    from engines.testing.measure import PROMPTS, measure_family
+
+    stats = measure_family(tiny_target, tiny_drafter, prompts=PROMPTS[:4], max_tokens=32)
+    assert stats.mtp_accept < 0.3 and stats.dflash_mean_accept < 0.3, stats
+    assert stats.distinct_non_a >= 20, stats
