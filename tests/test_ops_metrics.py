@@ -132,3 +132,34 @@ def test_rejected_policy_reload_shows_in_metrics(tmp_path):
     assert value(s, "switchyard_policy_last_reload_ok") == 1
     assert value(s, "switchyard_policy_info", source="file", exploration="epsilon", default_class="prose") == 1
     assert value(s, "switchyard_policy_reloads_total", result="failure") == 1
+
+
+def test_real_runtime_reports_speculation_and_memory(tiny_target, tiny_drafter):
+    """The real engines over a tiny checkpoint: their StepResults reach the speculation metrics and
+    Runtime.memory_bytes() the memory gauges."""
+    from engines.runtime import load_runtime
+    from gateway.app import create_app
+
+    runtime = load_runtime(tiny_target, draft_dir=tiny_drafter)
+    assert {"mtp", "ddtree"} <= set(runtime.engine_names)
+    with live_server(create_app(runtime)) as server:
+        for engine in ("raw", "mtp", "ddtree"):
+            response = httpx.post(server.base_url + "/v1/completions", timeout=120, json={
+                "prompt": "def add(a, b):", "max_tokens": 8, "temperature": 0, "engine": engine})
+            assert response.status_code == 200, response.text
+        s = scrape(server.base_url)
+    for engine in ("mtp", "ddtree"):
+        drafts = total(s, "switchyard_spec_drafts_total", engine=engine)
+        drafted = total(s, "switchyard_spec_draft_tokens_total", engine=engine)
+        accepted = total(s, "switchyard_spec_accepted_tokens_total", engine=engine)
+        assert drafts >= 1 and drafted >= drafts and 0 <= accepted <= drafted, (engine, drafts, drafted, accepted)
+        assert total(s, "switchyard_spec_accepted_tokens_per_step_count", engine=engine) == drafts
+        assert value(s, "switchyard_spec_position_drafted_total", engine=engine, position="1") == drafts
+        assert value(s, "switchyard_prefill_seconds_count", engine=engine) == 1
+    assert total(s, "switchyard_spec_drafts_total", engine="raw") == 0
+    assert total(s, "switchyard_engine_steps_total", engine="raw") >= 1
+    assert value(s, "switchyard_model_memory_bytes", kind="parameters") > 0
+    assert value(s, "switchyard_model_memory_bytes", kind="mtp_head") > 0
+    assert value(s, "switchyard_model_memory_bytes", kind="drafter") > 0
+    assert value(s, "switchyard_model_memory_bytes", kind="peak") >= value(s, "switchyard_model_memory_bytes", kind="active") > 0
+    assert value(s, "switchyard_engine_loaded", engine="ddtree") == 1
