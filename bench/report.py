@@ -81,6 +81,8 @@ def markdown(results: dict, images: dict[str, str]) -> str:
         lines += _mode_section(mode, block)
     if results.get("warmup_study"):
         lines += _warmup_section(results["warmup_study"])
+    if results.get("blas_probe"):
+        lines += _blas_section(results["blas_probe"])
     mem = results["model"]["memory"]
     lines += ["## Memory", "",
               f"parameters {_mib(mem.get('parameters', 0))} MiB, MTP head {_mib(mem.get('mtp_head', 0))} MiB, "
@@ -150,6 +152,15 @@ def _warmup_section(study: dict) -> list[str]:
     for klass, s in study["per_class"].items():
         lines.append(f"| {klass} | {s['steady_engine']} | {s['requests_to_stable']} | {s['requests']} | {s['explorations']} |")
     return lines + [""]
+
+
+def _blas_section(probe: dict) -> list[str]:
+    lines = ["## Linux CPU BLAS (bench/blas_probe.py)", ""]
+    if "error" in probe:
+        return lines + [f"not measured: {probe['error']}", ""]
+    from .blas_probe import table
+
+    return lines + [table(probe), ""]
 
 
 def _counts(counter: dict) -> str:

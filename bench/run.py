@@ -54,6 +54,7 @@ class BenchConfig:
     warmup_study: bool = False
     warmup_passes: int = 3
     plots: bool = True
+    blas_probe: bool = False
     command: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -154,6 +155,15 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         from .warmup import run_warmup_study
 
         warmup = run_warmup_study(model, prompts, classifier, config, say)
+    blas = None
+    if config.blas_probe:
+        from .blas_probe import compare
+
+        say("[blas probe] reference BLAS vs OpenBLAS in two child processes")
+        try:
+            blas = compare(str(model.model_dir), ["--context", "128", "--trials", "5"])
+        except (SystemExit, Exception) as exc:  # noqa: BLE001 - no OpenBLAS here: say so in the report
+            blas = {"error": str(exc)}
     results = {
         "config": _config_json(config, classifier_name, lanes),
         "environment": describe_environment(),
@@ -162,6 +172,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         "records": [r.as_json() for r in records],
         "router_stats": router_stats,
         "warmup_study": warmup,
+        "blas_probe": blas,
         "wall_seconds": time.time() - started,
     }
     results["summary"] = summarize(records, config.modes)

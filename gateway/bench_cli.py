@@ -41,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-study", action="store_true",
                    help="also send the workload through auto from an empty monitor and report time to a steady choice")
     p.add_argument("--warmup-passes", type=int, default=3, metavar="P")
+    p.add_argument("--blas-probe", action="store_true",
+                   help="Linux: also measure c(1)/c(4), prefill and decode with the wheel's BLAS vs OpenBLAS")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", metavar="DIR", default="bench/results/latest", help="output dir (default: %(default)s)")
@@ -48,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def bench(args: argparse.Namespace) -> int:
+    from .blas import reexec_with_openblas
+
+    reexec_with_openblas("bench")  # measure what `switchyard serve` runs (same BLAS choice, same opt-out)
     from bench.run import BenchConfig, run_bench  # imports MLX: only when the command runs
 
     if args.max_tokens < 2 or args.repeats < 1:
@@ -59,7 +64,7 @@ def bench(args: argparse.Namespace) -> int:
         modes=modes, per_class=args.per_class, model=args.model, draft=args.draft, out=Path(args.out),
         seed=args.seed, anchor=not args.no_anchor, http_raw=not args.no_http_raw, policy=args.policy,
         use_labels=args.labels, warmup_study=args.warmup_study, warmup_passes=args.warmup_passes,
-        plots=not args.no_plots, command="switchyard " + shlex.join(sys.argv[1:]),
+        plots=not args.no_plots, blas_probe=args.blas_probe, command="switchyard " + shlex.join(sys.argv[1:]),
     )
     results = run_bench(config)
     print(f"wrote {Path(args.out) / 'report.md'} and results.json"
