@@ -82,10 +82,9 @@ def load_classifier(labels: dict[str, str], use_labels: bool = False):
     """(classifier, description): the shipped classifier if importable, else the labels."""
     if not use_labels:
         try:
-            from classifier import load_default  # type: ignore[attr-defined]
+            from classifier.model import Classifier
 
-            clf = load_default()
-            return clf, "shipped classifier"
+            return Classifier.load(), "shipped classifier (classifier.model.Classifier.load())"
         except Exception as exc:  # noqa: BLE001 - absent or not trained yet: say so in the report
             log.warning("classifier unavailable (%s); routing with the workload labels", exc)
     return LabelClassifier(labels), LabelClassifier.name
