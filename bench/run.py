@@ -45,7 +45,7 @@ class BenchConfig:
     per_class: int | None = None       # first N prompts of each class (quick runs)
     model: str | None = None
     draft: str | None = None
-    out: Path = Path("bench/results/latest")
+    out: Path = Path("bench/out/latest")
     seed: int = 0
     anchor: bool = True
     http_raw: bool = True

@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="Linux: also measure c(1)/c(4), prefill and decode with the wheel's BLAS vs OpenBLAS")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", metavar="DIR", default="bench/results/latest", help="output dir (default: %(default)s)")
+    p.add_argument("--out", metavar="DIR", default="bench/out/latest", help="output dir (default: %(default)s)")
     p.set_defaults(func=bench)
 
 
