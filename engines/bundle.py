@@ -94,7 +94,9 @@ class ModelBundle:
 
     @property
     def dtype(self) -> mx.Dtype:
-        return self.decoder.embed_tokens.weight.dtype
+        """Compute dtype (a quantized embedding stores uint32 weights; its scales carry the dtype)."""
+        embed = self.decoder.embed_tokens
+        return embed.scales.dtype if hasattr(embed, "scales") else embed.weight.dtype
 
     @property
     def context_length(self) -> int:

@@ -46,22 +46,27 @@ def verify_one(
     cfg: SamplerConfig,
     rng: Rng,
 ) -> ChainVerdict:
-    """Verify one draft token d against target logits for [pos of d, pos after d] (shape (2, V)).
+    """Verify one draft token d against target logits for [pos of d, pos after d].
 
-    Greedy: accept iff d is the target's argmax; the bonus is the target's argmax where the chain
-    stops. Sampled: accept with min(1, p(d)/q(d)), else draw from normalize(max(p - q, 0)); p and
-    q come from the same sampler settings, so the output has the target's distribution.
+    Shapes: draft (...), draft_logprobs (..., V), target_logits (..., 2, V); leading axes batch
+    independent verifies. Greedy: accept iff d is the target's argmax; the bonus is the target's
+    argmax where the chain stops. Sampled: accept with min(1, p(d)/q(d)), else draw from
+    normalize(max(p - q, 0)); p and q come from the same sampler settings, so the output has the
+    target's distribution.
     """
     if cfg.greedy:
         choice = mx.argmax(target_logits, axis=-1)
-        accepted = choice[0] == draft
-        return ChainVerdict(accepted, mx.where(accepted, choice[1], choice[0]))
+        accepted = choice[..., 0] == draft
+        return ChainVerdict(accepted, mx.where(accepted, choice[..., 1], choice[..., 0]))
     p = mx.exp(log_probs(target_logits, cfg))
     q = mx.exp(draft_logprobs)
-    accepted = rng.uniform() * q[draft] < p[0, draft]
-    residual = mx.maximum(p[0] - q, 0.0)
-    total = residual.sum()
-    residual = mx.where(total > 0, residual / mx.maximum(total, 1e-30), p[0])
+    index = draft[..., None].astype(mx.int32)
+    q_draft = mx.take_along_axis(q, index, axis=-1)[..., 0]
+    p_draft = mx.take_along_axis(p[..., 0, :], index, axis=-1)[..., 0]
+    accepted = rng.uniform(draft.shape) * q_draft < p_draft
+    residual = mx.maximum(p[..., 0, :] - q, 0.0)
+    total = residual.sum(axis=-1, keepdims=True)
+    residual = mx.where(total > 0, residual / mx.maximum(total, 1e-30), p[..., 0, :])
     rejected_bonus = rng.categorical(mx.log(residual))
-    accepted_bonus = rng.categorical(mx.log(p[1]))
+    accepted_bonus = rng.categorical(mx.log(p[..., 1, :]))
     return ChainVerdict(accepted, mx.where(accepted, accepted_bonus, rejected_bonus))
