@@ -61,4 +61,5 @@ def describe_environment() -> dict:
         "blas": mapped_blas(),
         "ld_preload": os.environ.get("LD_PRELOAD", ""),
         "commit": git_commit(),
+        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }

@@ -67,7 +67,8 @@ def markdown(results: dict, images: dict[str, str]) -> str:
         f"{cfg['repeats']} repeat(s), modes {', '.join(cfg['modes'])}, sampled = {cfg['sampled_params']}",
         f"- lanes (round-robin per prompt, rotating start): {', '.join(cfg['lanes'])}; router policy "
         f"{cfg['policy']}; classes for routing from: {cfg['classifier']}",
-        f"- wall time {results['wall_seconds']:.0f} s; errors: {summary['error_count']}",
+        f"- wall time {results['wall_seconds']:.0f} s; errors: {summary['error_count']}; load average (1 min) at "
+        f"start {_f(env.get('load_average'), 1)}, end {_f(results.get('load_average_end'), 1)} on {env['cores']} cores",
         "",
         "Decode tok/s excludes the prefill (tokens after the first / time after the first token); "
         "cells are median [IQR] over requests. Speedup and cost ratio are per-prompt pairwise vs raw "
@@ -119,7 +120,10 @@ def _mode_section(mode: str, block: dict) -> list[str]:
               f"- auto / raw overall: {_f(g['auto_vs_raw_overall'], 3)} (goal ≥ {t['auto_vs_raw_overall_greedy']}, greedy); "
               f"auto / raw@http: {_f(g['auto_vs_raw_http_overall'], 3)}",
               f"- regret vs per-request oracle: {_f(_pct(block['regret'].get('all', {}).get('regret')), 1, '%')} "
-              f"(goal ≤ {t['regret_max'] * 100:.0f}%)",
+              f"(goal ≤ {t['regret_max'] * 100:.0f}%); vs the best engine per class in aggregate: "
+              f"{_f(_pct(block['class_oracle_regret']['regret']), 1, '%')} "
+              f"(best per class: {_counts_plain(block['class_oracle_regret']['best_engine_per_class'])}). "
+              "The per-request oracle takes the max of noisy measurements, so it is biased high under load.",
               f"- gateway overhead: Runtime raw / stream_generate {_f(g['runtime_raw_vs_stream_generate'], 3)}, "
               f"HTTP raw / stream_generate {_f(g['http_raw_vs_stream_generate'], 3)} (agg rates; goal ≥ "
               f"{t['gateway_vs_stream_generate']})",
@@ -167,5 +171,32 @@ def _counts(counter: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counter.items(), key=lambda kv: -kv[1])) or "–"
 
 
+def _counts_plain(mapping: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in mapping.items()) or "–"
+
+
 def _pct(value):
     return None if value is None else value * 100
+
+
+def rebuild(out: Path, plots: bool = True) -> dict[str, Path]:
+    """Recompute the summary, Markdown and plots of a finished run from its results.json records."""
+    from dataclasses import fields
+
+    from .measure import RequestRecord
+    from .summary import summarize
+
+    results = json.loads((Path(out) / "results.json").read_text())
+    names = {f.name for f in fields(RequestRecord)}
+    nan = float("nan")
+    records = [RequestRecord(**{k: (nan if v is None and k.endswith("_s") else v) for k, v in row.items() if k in names})
+               for row in results["records"]]
+    results["summary"] = summarize(records, results["config"]["modes"])
+    return write_outputs(results, Path(out), plots=plots)
+
+
+if __name__ == "__main__":
+    import sys
+
+    for directory in sys.argv[1:] or ["bench/out/latest"]:
+        print(rebuild(Path(directory))["markdown"])

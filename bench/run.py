@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 import zlib
@@ -126,6 +127,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
 
     say = progress or (lambda message: print(message, file=sys.stderr, flush=True))
     started = time.time()
+    environment = describe_environment()  # at the start: the load average before the run
     prompts = load_workload(config.workload, config.per_class, config.seed)
     model = load_bench_model(config.model, config.draft)
     loaded = tuple(model.timed.engine_names)
@@ -166,7 +168,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
             blas = {"error": str(exc)}
     results = {
         "config": _config_json(config, classifier_name, lanes),
-        "environment": describe_environment(),
+        "environment": environment,
         "model": {"dir": str(model.model_dir), "draft": str(model.draft_dir) if model.draft_dir else None,
                   "engines": list(loaded), "memory": model.runtime.memory_bytes()},
         "records": [r.as_json() for r in records],
@@ -174,6 +176,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         "warmup_study": warmup,
         "blas_probe": blas,
         "wall_seconds": time.time() - started,
+        "load_average_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
     results["summary"] = summarize(records, config.modes)
     write_outputs(results, config.out, plots=config.plots)

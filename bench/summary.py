@@ -102,6 +102,23 @@ def oracle_regret(records: list[RequestRecord]) -> dict:
     }
 
 
+def class_oracle_regret(records: list[RequestRecord]) -> dict:
+    """Against the best routable engine PER CLASS in aggregate (what a perfect static policy gets).
+    Less biased than the per-request oracle, whose max over noisy measurements is optimistic."""
+    auto_time = oracle_time = 0.0
+    best: dict[str, str] = {}
+    for klass in {r.klass for r in records}:
+        rates = {e: _rate([r for r in records if r.klass == klass and r.engine == e]) for e in ROUTABLE}
+        rates = {e: v for e, v in rates.items() if v}
+        autos = [r for r in records if r.klass == klass and r.engine == "auto" and math.isfinite(r.decode_s)]
+        if not rates or not autos:
+            continue
+        best[klass] = max(rates, key=rates.get)
+        auto_time += sum(r.decode_s for r in autos)
+        oracle_time += sum(r.decode_tokens for r in autos) / rates[best[klass]]
+    return {"regret": 1.0 - oracle_time / auto_time if auto_time > 0 else None, "best_engine_per_class": best}
+
+
 def route_summary(records: list[RequestRecord]) -> dict:
     autos = [r for r in records if r.engine == "auto"]
     by_class: dict[str, Counter] = defaultdict(Counter)
@@ -145,6 +162,7 @@ def summarize_mode(records: list[RequestRecord]) -> dict:
         "table": table,
         "regret": {scope: oracle_regret([r for r in records if scope == "all" or r.klass == scope])
                    for scope in classes + ["all"]},
+        "class_oracle_regret": class_oracle_regret(records),
         "routes": route_summary(records),
         "stability": stability([r for r in records if r.engine == "auto"]),
         "lossless": lossless_check(records),
