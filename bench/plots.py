@@ -87,11 +87,16 @@ def _choices(records: list[dict], path: Path, title: str) -> Path:
         xs = [i for i, _ in rows]
         ys = [CHOICE_Y[r["route_engine"]] + offset for _, r in rows]
         colors = ["#dd8452" if r.get("route_reason") == "explore" else "#4c72b0" for _, r in rows]
-        ax.scatter(xs, ys, marker=marker, c=colors, s=22, label=klass)
+        ax.scatter(xs, ys, marker=marker, c=colors, s=22)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], marker=m, linestyle="", color="#555555", label=k) for k, m in CLASS_MARKERS.items()]
+    handles += [Line2D([], [], marker="o", linestyle="", color=c, label=l)
+                for c, l in (("#4c72b0", "monitor/rule"), ("#dd8452", "explore"))]
     ax.set_yticks(list(CHOICE_Y.values()), list(CHOICE_Y))
-    ax.set_xlabel("request (in arrival order); orange = exploration")
+    ax.set_xlabel("request (in arrival order)")
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(handles=handles, fontsize=8, loc="upper right", ncol=5)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
