@@ -131,6 +131,6 @@ def load_bundle(path: str | os.PathLike[str], *, dtype: str | None = None) -> Mo
         raise ModelLoadError(f"cannot load {model_dir}: {exc}") from exc
     if dtype is not None:
         target = getattr(mx, dtype)
-        model.set_dtype(target, lambda path: not path.endswith("A_log"))
+        model.set_dtype(target, lambda current: mx.issubdtype(current, mx.floating))
     mx.eval(model.parameters())
     return ModelBundle(model_dir, model, tokenizer, config)
