@@ -1,0 +1,87 @@
+"""Mid-request fallback: a speculative engine whose acceptance collapses hands the rest of the
+request to raw on the same target caches; the output stays identical to raw's."""
+
+from __future__ import annotations
+
+import pytest
+
+from engines.bundle import load_bundle
+from engines.ddtree import DDTreeEngine
+from engines.dflash import load_drafter
+from engines.mtp import MTPEngine
+from engines.mtp_head import load_mtp_head
+from engines.raw import RawEngine
+from engines.runtime import load_runtime
+from engines.types import CancelToken, FallbackRule, SamplingParams
+from tests.engine_helpers import PROMPTS, run_engine
+
+GREEDY = SamplingParams(temperature=0.0)
+RULE = FallbackRule(window=4, min_accepted=0.5)
+HEALTHY_RULE = FallbackRule(window=8, min_accepted=0.15)
+
+
+@pytest.fixture(scope="module")
+def random_bundle(tiny_target):
+    return load_bundle(tiny_target)
+
+
+@pytest.fixture(scope="module")
+def agree_bundle(tiny_agree_target):
+    return load_bundle(tiny_agree_target)
+
+
+def _engines(kind, bundle, drafter_dir):
+    if kind == "mtp":
+        return MTPEngine(bundle, load_mtp_head(bundle))
+    return DDTreeEngine(bundle, load_drafter(drafter_dir, bundle), budget=4)
+
+
+@pytest.mark.parametrize("kind", ["mtp", "ddtree"])
+def test_collapse_hands_off_to_raw_losslessly(kind, random_bundle, tiny_drafter):
+    """Random head/drafter: acceptance collapses, the engine switches to raw after one window."""
+    engine = _engines(kind, random_bundle, tiny_drafter)
+    raw = RawEngine(random_bundle)
+    for text in PROMPTS[:4]:
+        ids = random_bundle.tokenizer.encode(text, add_special_tokens=False)
+        want, _ = run_engine(raw, ids, 48, GREEDY)
+        got, steps = run_engine(engine, ids, 48, GREEDY, fallback=RULE)
+        assert got == want
+        engines = [s.engine for s in steps]
+        assert engines[-1] == "raw", engines
+        first_raw = engines.index("raw")
+        speculative = [s for s in steps[:first_raw] if s.drafted]
+        assert len(speculative) == RULE.window             # tripped exactly when the window filled
+        assert sum(s.accepted for s in speculative) / RULE.window < RULE.min_accepted
+        assert all(e == "raw" for e in engines[first_raw:])  # no flapping back
+
+
+@pytest.mark.parametrize("kind", ["mtp", "ddtree"])
+def test_triggers_only_when_a_window_falls_below(kind, agree_bundle, tiny_agree_drafter):
+    """Agreeing head/drafter: run each prompt without a rule, then with one. The hand-off happens
+    iff some full window of the rule-less run falls below the threshold; healthy runs never switch."""
+    engine = _engines(kind, agree_bundle, tiny_agree_drafter)
+    healthy = collapsed = 0
+    for text in PROMPTS[:10]:
+        ids = agree_bundle.tokenizer.encode(text, add_special_tokens=False)
+        _, free = run_engine(engine, ids, 48, GREEDY)
+        accepted = [s.accepted for s in free if s.drafted]
+        w = HEALTHY_RULE.window
+        window_means = [sum(accepted[i : i + w]) / w for i in range(len(accepted) - w + 1)]
+        _, ruled = run_engine(engine, ids, 48, GREEDY, fallback=HEALTHY_RULE)
+        switched = any(s.engine == "raw" for s in ruled)
+        should_switch = any(m < HEALTHY_RULE.min_accepted for m in window_means)
+        assert switched == should_switch, (text, window_means)
+        healthy += not should_switch
+        collapsed += should_switch
+    assert healthy > 0  # the "does not trigger when acceptance is healthy" case was exercised
+
+
+def test_runtime_passes_the_rule(tiny_target, tiny_drafter):
+    runtime = load_runtime(tiny_target, draft_dir=tiny_drafter)
+    ids = runtime.encode_prompt(PROMPTS[0])
+    params = SamplingParams(temperature=0.0, max_tokens=32)
+    raw_text = "".join(c.text for c in runtime.generate(ids, params, "raw", CancelToken()))
+    chunks = list(runtime.generate(ids, params, "mtp", CancelToken(), fallback=RULE))
+    assert "".join(c.text for c in chunks) == raw_text
+    assert any(c.step is not None and c.step.engine == "raw" for c in chunks)
+    assert chunks[-1].finish_reason in ("length", "stop")
