@@ -39,7 +39,7 @@ def target_parameters(spec: TargetSpec, *, seed: int, variant: str, special_ids:
     geo = agree.build_geometry(rng, spec, knobs, a_id, mask_id, special_ids)
     params = agree.target_params(rng, spec, knobs, geo, special_ids)
     if mtp:
-        params.update(agree.mtp_params(rng, spec, knobs, params["model.norm.weight"]))
+        params.update(agree.mtp_params(rng, spec, knobs, geo, params["model.norm.weight"]))
     return params
 
 
