@@ -45,6 +45,24 @@ FENCE_TAGS = {
 }  # fmt: skip
 
 
+# Indices of the ask phrasings picked while one prompt is made. build_dataset reads them to group
+# near-duplicates: fills of one template that share their ask phrasing stay on one side of the split.
+_picked_phrasings: list[int] = []
+
+
+def phrase(rng: random.Random, options: tuple[str, ...]) -> str:
+    """Pick one phrasing of the ask, remembering which (see take_phrasing_key)."""
+    index = rng.randrange(len(options))
+    _picked_phrasings.append(index)
+    return options[index]
+
+
+def take_phrasing_key() -> str:
+    key = ".".join(str(i) for i in _picked_phrasings)
+    _picked_phrasings.clear()
+    return key
+
+
 def dress(rng: random.Random, core: str) -> str:
     """Wrap the ask in class-neutral conversational noise."""
     text = rng.choice(OPENERS) + core + rng.choice(CLOSERS)

@@ -77,8 +77,9 @@ def _deb_licence(root: Path, name: str) -> str:
     if not copyright_file.exists():
         return "unknown"
     text = copyright_file.read_text(errors="replace")
-    found = re.findall(r"^License:\s*(\S.*)$", text, flags=re.M)
-    return found[0].strip()[:80] if found else "see usr/share/doc/%s/copyright" % name
+    found = [f.strip() for f in re.findall(r"^License:\s*(\S.*)$", text, flags=re.M)]
+    short = [f for f in found if len(f.split()) <= 4]  # licence ids, not free-text notices
+    return short[0] if short else f"see usr/share/doc/{name}/copyright"
 
 
 def _pypi_licence(root: Path) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from classifier.dataset.common import (
+    phrase,
     CODE_LANGS, FENCE_TAGS, Template, around, clip, code_with_lang, describe_as_clause, dress, paste,
 )  # fmt: skip
 from classifier.dataset.corpus import Corpus, table_csv
@@ -58,7 +59,7 @@ def _write_function(rng: random.Random, corpus: Corpus) -> dict:
     snippet = rng.choice([c for c in corpus.code if 20 <= len(c.description) <= 240])
     lang = snippet.language if rng.random() < 0.5 else rng.choice(CODE_LANGS)
     clause = describe_as_clause(snippet.description)
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Write a {lang} function that {clause}.",
         f"Can you write me a {lang} function which {clause}?",
         f"I need a {lang} helper that {clause}.",
@@ -73,7 +74,7 @@ def _write_function(rng: random.Random, corpus: Corpus) -> dict:
 
 def _implement_algorithm(rng: random.Random, corpus: Corpus) -> dict:
     algo, lang = rng.choice(ALGORITHMS), rng.choice(CODE_LANGS)
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Implement {algo} in {lang}.", f"Show me {algo} in {lang}, with comments.",
         f"How would I code {algo} in {lang}? Just the code please.", f"{lang} implementation of {algo}?",
         f"Write {algo} in idiomatic {lang} with a small usage example.", f"Code {algo} ({lang}), no explanation.",
@@ -84,7 +85,7 @@ def _implement_algorithm(rng: random.Random, corpus: Corpus) -> dict:
 
 def _fix_bug(rng: random.Random, corpus: Corpus) -> dict:
     snippet = code_with_lang(rng, corpus)
-    ask = rng.choice((
+    ask = phrase(rng, (
         "Fix the bug in this code.", "This doesn't work. Can you fix it?", "Find and fix the bug:",
         "Please correct this function and give me the fixed version.", "What's wrong here? Send the corrected code.",
         f"My {snippet.language} code is broken. Patch it.", "fix this", "Can you debug this and rewrite it so it works?",
@@ -95,7 +96,7 @@ def _fix_bug(rng: random.Random, corpus: Corpus) -> dict:
 
 def _refactor(rng: random.Random, corpus: Corpus) -> dict:
     snippet = code_with_lang(rng, corpus)
-    ask = rng.choice((
+    ask = phrase(rng, (
         "Refactor this to be more readable.", "Add type hints and docstrings to this.", "Make this code faster.",
         "Rewrite this using modern idioms.", "Split this into smaller functions.", "Add error handling to this function.",
         "Clean this up, rename the variables to something sensible.", "Add logging to this code.",
@@ -107,7 +108,7 @@ def _refactor(rng: random.Random, corpus: Corpus) -> dict:
 def _translate_code(rng: random.Random, corpus: Corpus) -> dict:
     snippet = code_with_lang(rng, corpus)
     target = rng.choice([lang for lang in CODE_LANGS if lang != snippet.language])
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Translate this {snippet.language} code to {target}.", f"Port this to {target}.",
         f"Rewrite in {target}:", f"How would this look in {target}? Give the full code.",
         f"Convert the following function from {snippet.language} into {target}.",
@@ -120,7 +121,7 @@ def _unit_tests(rng: random.Random, corpus: Corpus) -> dict:
     framework = {"Python": "pytest", "Go": "the testing package", "Ruby": "RSpec", "Perl": "Test::More"}.get(
         snippet.language, "a test framework"
     )
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Write unit tests for this with {framework}.", "Write tests covering the edge cases of this function.",
         "Generate unit tests for the code below.", f"Give me {framework} tests for this.",
         "I need 100% branch coverage for this. Write the tests.",
@@ -132,7 +133,7 @@ def _complete_code(rng: random.Random, corpus: Corpus) -> dict:
     snippet = code_with_lang(rng, corpus)
     lines = snippet.code.splitlines()
     partial = "\n".join(lines[: max(2, len(lines) // 2)])
-    ask = rng.choice((
+    ask = phrase(rng, (
         "Complete this function.", "Finish the implementation:", "Continue this code.",
         "Fill in the rest of this.", "complete the code below", "What comes next? Write the remaining lines.",
     ))  # fmt: skip
@@ -141,7 +142,7 @@ def _complete_code(rng: random.Random, corpus: Corpus) -> dict:
 
 def _shell(rng: random.Random, corpus: Corpus) -> dict:
     task = rng.choice(SHELL_TASKS)
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Bash one-liner to {task}?", f"Write a shell script to {task}.", f"How do I {task} from the terminal? Command only.",
         f"Give me a PowerShell script to {task}.", f"write a python script to {task}", f"Need a zsh function to {task}.",
     ))  # fmt: skip
@@ -150,7 +151,7 @@ def _shell(rng: random.Random, corpus: Corpus) -> dict:
 
 def _web_ui(rng: random.Random, corpus: Corpus) -> dict:
     task = rng.choice(WEB_TASKS)
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Build {task}.", f"Write the code for {task}.", f"Can you create {task}? Use plain HTML/CSS/JS.",
         f"Implement {task} in TypeScript.", f"Show me how to make {task}, full code.",
     ))  # fmt: skip
@@ -162,7 +163,7 @@ def _parse_data_script(rng: random.Random, corpus: Corpus) -> dict:
     table = rng.choice(corpus.tables)
     data = table_csv(table, rng.randint(3, 10))
     col = rng.choice(table.header[1:])
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Write a Python script that reads this CSV and plots {col}.",
         f"Write pandas code that loads this file and computes the mean of {col} per group.",
         f"I have a CSV like this. Write a Go program that parses it into structs.",
@@ -175,7 +176,7 @@ def _parse_data_script(rng: random.Random, corpus: Corpus) -> dict:
 
 def _json_handling_code(rng: random.Random, corpus: Corpus) -> dict:
     doc = clip(rng, rng.choice(corpus.json_docs), 150, 900)
-    ask = rng.choice((
+    ask = phrase(rng, (
         "Write a Python dataclass model for this JSON and a function to load it.",
         "Write TypeScript interfaces for this JSON and a fetch wrapper that returns them.",
         "Write Go structs with json tags for this payload.",
@@ -187,7 +188,7 @@ def _json_handling_code(rng: random.Random, corpus: Corpus) -> dict:
 
 def _sql_to_code(rng: random.Random, corpus: Corpus) -> dict:
     query = clip(rng, rng.choice(corpus.sql), 60, 700)
-    ask = rng.choice((
+    ask = phrase(rng, (
         "Rewrite this query as pandas code.", "Write a Python function that runs this query with psycopg and returns dicts.",
         "Turn this into SQLAlchemy ORM code.", "Write a Java JDBC method that executes this with a prepared statement.",
         "Convert this SQL into a PySpark DataFrame pipeline.",
@@ -204,7 +205,7 @@ def _traceback(rng: random.Random, corpus: Corpus) -> dict:
         "RecursionError: maximum recursion depth exceeded", "IndexError: list index out of range",
     ))  # fmt: skip
     trace = f'Traceback (most recent call last):\n  File "app.py", line {rng.randint(10, 300)}, in {name}\n{error}'
-    ask = rng.choice((
+    ask = phrase(rng, (
         "I get this error. Fix the code so it works:", "Getting the traceback below, please send a corrected version.",
         "Why does this blow up? Give me the fixed function.", "fix my code",
     ))  # fmt: skip
@@ -217,7 +218,7 @@ def _regex(rng: random.Random, corpus: Corpus) -> dict:
         "email addresses", "US phone numbers", "hashtags in a tweet", "Markdown links", "log lines with a level and a message",
     ))  # fmt: skip
     lang = rng.choice(CODE_LANGS[:10])
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Regex that matches {target}?", f"Write a {lang} function using a regex to extract {target}.",
         f"Give me a regular expression for {target}, plus a {lang} snippet that uses it.",
     ))  # fmt: skip
@@ -231,7 +232,7 @@ def _followup_code(rng: random.Random, corpus: Corpus) -> dict:
     messages = [
         {"role": "user", "content": rng.choice((f"How does {topic} work?", f"Explain {topic} in simple terms.", f"What is {topic} used for?"))},
         {"role": "assistant", "content": clip(rng, rng.choice(corpus.tech_prose), 150, 600)},
-        {"role": "user", "content": dress(rng, rng.choice((
+        {"role": "user", "content": dress(rng, phrase(rng, (
             f"Great, now write it in {lang}.", f"ok show me the {lang} code", f"Can you implement that in {lang}?",
             f"Now give me a {lang} version I can paste into my project.", "Write the code for that.",
         )))},
@@ -242,13 +243,13 @@ def _followup_code(rng: random.Random, corpus: Corpus) -> dict:
 
 
 def _system_coder(rng: random.Random, corpus: Corpus) -> dict:
-    system = rng.choice((
+    system = phrase(rng, (
         "You are an expert software engineer. Answer with code only.", "You are a coding assistant inside an IDE.",
         "You write production-quality Python. No explanations unless asked.", "You are Copilot-like: complete code.",
         "You are a senior Go developer reviewing and writing code.",
     ))  # fmt: skip
     snippet = rng.choice([c for c in corpus.code if c.description] or corpus.code)
-    user = rng.choice((
+    user = phrase(rng, (
         f"{describe_as_clause(snippet.description)}", f"need: {snippet.description}",
         f"function that {describe_as_clause(snippet.description)}", f"Task: {snippet.description}",
     ))  # fmt: skip
@@ -257,7 +258,7 @@ def _system_coder(rng: random.Random, corpus: Corpus) -> dict:
 
 def _multilingual_code(rng: random.Random, corpus: Corpus) -> dict:
     algo, lang = rng.choice(ALGORITHMS), rng.choice(CODE_LANGS)
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Escribe una función en {lang} que implemente {algo}.", f"Écris une fonction {lang} qui implémente {algo}.",
         f"Schreibe ein {lang}-Programm für {algo}.", f"Scrivi una funzione in {lang} per {algo}.",
         f"Escreva um código em {lang} para {algo}.", f"用{lang}写一个函数实现{algo}。", f"{lang}で{algo}を実装するコードを書いてください。",
@@ -269,7 +270,7 @@ def _multilingual_code(rng: random.Random, corpus: Corpus) -> dict:
 
 def _multilingual_fix(rng: random.Random, corpus: Corpus) -> dict:
     snippet = code_with_lang(rng, corpus)
-    ask = rng.choice((
+    ask = phrase(rng, (
         "Corrige este código, por favor:", "Peux-tu corriger ce code ?", "Bitte korrigiere diesen Code:",
         "修复这段代码中的错误：", "このコードのバグを直してください。", "Исправь ошибку в этом коде:", "Correggi questo codice:",
     ))  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from classifier.dataset.common import (
+    phrase,
     EVERYDAY_TOPICS, FENCE_TAGS, Template, around, clip, code_with_lang, dress,
 )  # fmt: skip
 from classifier.dataset.corpus import Corpus, table_csv
@@ -19,7 +20,7 @@ def _topic(rng: random.Random, corpus: Corpus) -> str:
 
 def _summarise(rng: random.Random, corpus: Corpus) -> dict:
     passage = rng.choice(corpus.tech_prose if rng.random() < 0.7 else corpus.literary_prose)
-    ask = rng.choice((
+    ask = phrase(rng, (
         "Summarise this paragraph in two sentences.", "TL;DR?", "Give me a one-line summary of this.",
         "Can you summarize the following for a non-expert?", "What is the main point of this text?",
         "Condense this into a short paragraph.", "Summarize:", "Explain what this passage is saying.",
@@ -31,7 +32,7 @@ def _summarise(rng: random.Random, corpus: Corpus) -> dict:
 def _explain_code(rng: random.Random, corpus: Corpus) -> dict:
     """Pasted code, but the ask is for an explanation: the reply is prose."""
     snippet = code_with_lang(rng, corpus)
-    ask = rng.choice((
+    ask = phrase(rng, (
         "Explain what this code does.", "Can you walk me through this function step by step?",
         "What does this do? Explain in plain English, no code.", "Why would someone write it this way?",
         "Describe the purpose of this function in a paragraph.", "Is this code thread-safe? Explain your reasoning.",
@@ -43,7 +44,7 @@ def _explain_code(rng: random.Random, corpus: Corpus) -> dict:
 
 def _essay(rng: random.Random, corpus: Corpus) -> dict:
     topic = _topic(rng, corpus)
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Write a short essay about {topic}.", f"Write a 500-word blog post on {topic}.",
         f"Compose an opinion piece arguing for or against {topic}.", f"Write an introduction paragraph for a report on {topic}.",
         f"Draft a persuasive essay on {topic} for a high-school audience.", f"Write a newsletter article about {topic}.",
@@ -54,7 +55,7 @@ def _essay(rng: random.Random, corpus: Corpus) -> dict:
 
 def _explain_concept(rng: random.Random, corpus: Corpus) -> dict:
     topic = _topic(rng, corpus)
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Explain {topic} like I'm five.", f"What is {topic}?", f"Can you explain {topic} to a beginner?",
         f"Why does {topic} matter?", f"Give me an overview of {topic}.", f"How would you describe {topic} to a manager?",
         f"What are the pros and cons of {topic}?", f"I keep hearing about {topic}. What is it, briefly?",
@@ -65,7 +66,7 @@ def _explain_concept(rng: random.Random, corpus: Corpus) -> dict:
 
 def _story_poem(rng: random.Random, corpus: Corpus) -> dict:
     topic = rng.choice(EVERYDAY_TOPICS)
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Write a short story about {topic}.", f"Write a poem about {topic}.", f"Write a haiku about {topic}.",
         f"Tell me a bedtime story involving {topic}.", f"Write a limerick on {topic}.",
         f"Write a sonnet in the style of Shakespeare about {topic}.", f"Write the opening paragraph of a mystery novel set around {topic}.",
@@ -82,7 +83,7 @@ def _email_letter(rng: random.Random, corpus: Corpus) -> dict:
         "thanking them for their help", "asking for a reference letter", "explaining a billing mistake",
         "inviting them to a workshop", "following up on an interview",
     ))  # fmt: skip
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Write an email to {who} {why}.", f"Draft a polite letter to {who} {why}.", f"Help me write a message to {who} {why}.",
         f"Can you write a short, friendly note to {who} {why}?", f"Compose a formal email to {who} {why}.",
     ))  # fmt: skip
@@ -91,7 +92,7 @@ def _email_letter(rng: random.Random, corpus: Corpus) -> dict:
 
 def _rewrite_text(rng: random.Random, corpus: Corpus) -> dict:
     passage = clip(rng, rng.choice(corpus.tech_prose + corpus.literary_prose), 200, 900)
-    ask = rng.choice((
+    ask = phrase(rng, (
         "Proofread this and fix the grammar.", "Make this more formal.", "Rewrite this to be friendlier.",
         "Simplify this text for a 10-year-old.", "Rephrase this paragraph so it flows better.",
         "Make this shorter without losing meaning.", "Rewrite this in modern English.", "Paraphrase this.",
@@ -103,7 +104,7 @@ def _rewrite_text(rng: random.Random, corpus: Corpus) -> dict:
 def _translate_text(rng: random.Random, corpus: Corpus) -> dict:
     passage = clip(rng, rng.choice(corpus.tech_prose + corpus.quotes), 80, 700)
     language = rng.choice(LANGUAGES)
-    ask = rng.choice((f"Translate this into {language}.", f"Can you put this in {language}?", f"{language} translation please:",
+    ask = phrase(rng, (f"Translate this into {language}.", f"Can you put this in {language}?", f"{language} translation please:",
                       f"How would you say this in {language}?"))  # fmt: skip
     return {"text": dress(rng, around(rng, ask, passage))}
 
@@ -115,7 +116,7 @@ def _describe_data(rng: random.Random, corpus: Corpus) -> dict:
         material, tag = table_csv(table, rng.randint(4, 12)), "csv"
     else:
         material, tag = clip(rng, rng.choice(corpus.json_docs), 150, 900), "json"
-    ask = rng.choice((
+    ask = phrase(rng, (
         "What trends do you see in this data? Describe them in a paragraph.", "Interpret these numbers for me.",
         "Write a short narrative summary of this dataset for a report.", "What story does this data tell?",
         "Explain what this file contains to a non-technical colleague.", "Is there anything surprising in this data? Discuss.",
@@ -133,7 +134,7 @@ def _explain_query_or_config(rng: random.Random, corpus: Corpus) -> dict:
         material, tag, what = rng.choice(corpus.yaml_docs), "yaml", "playbook"
     else:
         material, tag, what = rng.choice(corpus.xml_docs), "xml", "XML file"
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Explain what this {what} does.", f"Can you describe this {what} in plain English?",
         f"What is the purpose of this {what}? Explain briefly.", f"Walk me through this {what} line by line in words.",
         f"Why might this {what} be slow or wrong? Explain.",
@@ -143,7 +144,7 @@ def _explain_query_or_config(rng: random.Random, corpus: Corpus) -> dict:
 
 def _literary_question(rng: random.Random, corpus: Corpus) -> dict:
     passage = rng.choice(corpus.literary_prose)
-    ask = rng.choice((
+    ask = phrase(rng, (
         "What is the speaker feeling in this passage?", "Analyse the imagery in this passage.",
         "Who is speaking here and what do they want?", "Write a short critical commentary on this extract.",
         "What themes does this passage touch on?", "Explain the meaning of these lines.",
@@ -153,7 +154,7 @@ def _literary_question(rng: random.Random, corpus: Corpus) -> dict:
 
 def _quote_meaning(rng: random.Random, corpus: Corpus) -> dict:
     quote = rng.choice(corpus.quotes)
-    ask = rng.choice(("What does this mean?", "Explain this joke.", "Is this quote true? Discuss.", "Who might have said this, and why?",
+    ask = phrase(rng, ("What does this mean?", "Explain this joke.", "Is this quote true? Discuss.", "Who might have said this, and why?",
                       "Write a reflection on this saying.", "Why is this funny?"))  # fmt: skip
     return {"text": dress(rng, around(rng, ask, quote))}
 
@@ -166,14 +167,14 @@ def _advice(rng: random.Random, corpus: Corpus) -> dict:
         "I'm nervous about a presentation next week", "I want to start running but keep getting injured",
         "my team misses every deadline", "I'm choosing between two universities",
     ))  # fmt: skip
-    ask = rng.choice((f"{situation}. What should I do?", f"Any advice? {situation}.", f"{situation}, how do I handle this?",
+    ask = phrase(rng, (f"{situation}. What should I do?", f"Any advice? {situation}.", f"{situation}, how do I handle this?",
                       f"Help me think this through: {situation}."))  # fmt: skip
     return {"text": dress(rng, ask)}
 
 
 def _compare(rng: random.Random, corpus: Corpus) -> dict:
     pair = rng.sample(corpus.topics, 2) if rng.random() < 0.5 else rng.sample(EVERYDAY_TOPICS, 2)
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"What is the difference between {pair[0]} and {pair[1]}?", f"Compare {pair[0]} with {pair[1]} in a few paragraphs.",
         f"Which matters more, {pair[0]} or {pair[1]}? Argue your case.", f"How are {pair[0]} and {pair[1]} related?",
     ))  # fmt: skip
@@ -186,7 +187,7 @@ def _followup_prose(rng: random.Random, corpus: Corpus) -> dict:
     messages = [
         {"role": "user", "content": rng.choice(("Write a function for this:", "Here's my code:", "Can you review this?")) + "\n" + clip(rng, snippet.code, 150, 700)},
         {"role": "assistant", "content": clip(rng, rng.choice(corpus.code).code, 100, 500)},
-        {"role": "user", "content": dress(rng, rng.choice((
+        {"role": "user", "content": dress(rng, phrase(rng, (
             "Thanks. Now explain in plain words why that works.", "Why is this better than my version?",
             "What are the trade-offs here? No code, just explain.", "Can you summarise what changed and why?",
             "How would you explain this to a junior developer?", "ok but why",
@@ -198,19 +199,19 @@ def _followup_prose(rng: random.Random, corpus: Corpus) -> dict:
 
 
 def _system_persona(rng: random.Random, corpus: Corpus) -> dict:
-    system = rng.choice((
+    system = phrase(rng, (
         "You are a patient history teacher.", "You are a writing coach who gives gentle feedback.",
         "You are a travel agent. Reply in a warm, conversational tone.", "You are a philosophy tutor.",
         "You are a customer-support agent for an online bookshop.", "You are a science communicator.",
     ))  # fmt: skip
-    user = rng.choice((f"Tell me about {_topic(rng, corpus)}.", f"What do you think of {_topic(rng, corpus)}?",
+    user = phrase(rng, (f"Tell me about {_topic(rng, corpus)}.", f"What do you think of {_topic(rng, corpus)}?",
                        f"I'm writing about {_topic(rng, corpus)}, where should I start?", "Can you give me feedback on my idea for a novel?"))  # fmt: skip
     return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
 
 
 def _multilingual_prose(rng: random.Random, corpus: Corpus) -> dict:
     topic = rng.choice(EVERYDAY_TOPICS)
-    ask = rng.choice((
+    ask = phrase(rng, (
         f"Escribe un ensayo corto sobre {topic}.", f"Explique-moi {topic} simplement.", f"Schreibe einen kurzen Aufsatz über {topic}.",
         f"Raccontami una storia su {topic}.", f"Explique o que é {topic}.", f"请写一篇关于{topic}的短文。", f"{topic}について説明してください。",
         f"Расскажи мне о {topic}.", f"Napisz krótki esej o {topic}.", f"{topic}에 대해 설명해 주세요.", f"Resume este texto, por favor:\n\n{rng.choice(corpus.tech_prose)}",

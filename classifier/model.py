@@ -1,0 +1,110 @@
+"""The shipped classifier: a linear model over `features.featurize`, persisted as JSON + npz.
+
+No pickle: `model.json` holds the label order, the feature spec (hash sizes, n-gram orders, block
+weights, structural scaling) and the calibration temperature; `weights.npz` holds the coefficient
+matrix and intercepts. Inference is plain numpy: one sparse feature row, a gather-dot with the
+coefficients, softmax(beta * scores) — exactly what the fitted sklearn pipeline computes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from classifier.features import FeatureSpec, featurize
+from classifier.request_text import LABELS, RequestText, forces_structured
+from engines.types import ModelLoadError
+
+MODEL_DIR = Path(__file__).resolve().parent / "model"
+FORMAT = "switchyard-classifier/1"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    label: str
+    probs: dict[str, float]
+    reason: str = "model"  # "model", or "response_format" when the rule decided
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "probs": self.probs}
+
+
+@dataclass(frozen=True)
+class LinearModel:
+    """Everything inference needs, as plain arrays (what gets saved)."""
+
+    labels: tuple[str, ...]
+    spec: FeatureSpec
+    coef_t: np.ndarray  # (n_features, n_classes): row gather per active feature is contiguous
+    intercept: np.ndarray  # (n_classes,)
+    beta: float  # inverse temperature of the calibration
+    info: dict
+
+    def probabilities(self, request: RequestText) -> np.ndarray:
+        indices, values = featurize(request, self.spec)
+        scores = values @ self.coef_t[indices] + self.intercept
+        scaled = self.beta * scores
+        scaled -= scaled.max()
+        exp = np.exp(scaled)
+        return exp / exp.sum()
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "format": FORMAT,
+            "labels": list(self.labels),
+            "beta": self.beta,
+            "feature_spec": self.spec.to_json(),
+            "info": self.info,
+        }
+        (directory / "model.json").write_text(json.dumps(meta, indent=2) + "\n")
+        np.savez_compressed(directory / "weights.npz", coef=self.coef_t.T, intercept=self.intercept)
+
+    @classmethod
+    def load(cls, directory: Path) -> "LinearModel":
+        try:
+            meta = json.loads((directory / "model.json").read_text())
+            with np.load(directory / "weights.npz", allow_pickle=False) as arrays:
+                coef, intercept = arrays["coef"], arrays["intercept"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelLoadError(f"cannot read classifier model in {directory}: {exc}") from exc
+        if meta.get("format") != FORMAT:
+            raise ModelLoadError(f"{directory}/model.json: unknown format {meta.get('format')!r} (want {FORMAT})")
+        spec = FeatureSpec.from_json(meta["feature_spec"])
+        labels = tuple(meta["labels"])
+        if coef.shape != (len(labels), spec.n_features) or intercept.shape != (len(labels),):
+            raise ModelLoadError(f"{directory}: weights shape {coef.shape} does not match the feature spec")
+        return cls(labels, spec, np.ascontiguousarray(coef.T), intercept, float(meta["beta"]), meta.get("info", {}))
+
+
+class Classifier:
+    """Public API the router uses: code / prose / structured with calibrated probabilities."""
+
+    def __init__(self, model: LinearModel):
+        if set(model.labels) != set(LABELS):
+            raise ModelLoadError(f"classifier labels {model.labels} differ from {LABELS}")
+        self.model = model
+        self._order = [model.labels.index(label) for label in LABELS]
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "Classifier":
+        """Load a saved model directory; None loads the model shipped in classifier/model/."""
+        return cls(LinearModel.load(Path(path) if path is not None else MODEL_DIR))
+
+    def predict_request(self, request: RequestText) -> Prediction:
+        if forces_structured(request.response_format):
+            return Prediction("structured", {label: float(label == "structured") for label in LABELS}, "response_format")
+        probs = self.model.probabilities(request)[self._order]
+        best = int(np.argmax(probs))
+        return Prediction(LABELS[best], {label: float(p) for label, p in zip(LABELS, probs)})
+
+    def predict(
+        self, system_text: str, user_text: str, history_text: str = "", response_format: str | None = None
+    ) -> Prediction:
+        return self.predict_request(RequestText(system_text or "", user_text or "", history_text or "", response_format))
+
+    def predict_text(self, text: str) -> Prediction:
+        return self.predict_request(RequestText(user=text or ""))

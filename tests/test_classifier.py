@@ -1,0 +1,169 @@
+"""Classifier: shipped data and model quality, persistence without pickle, the response_format rule."""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+
+import numpy as np
+import pytest
+
+from classifier import LABELS, Classifier
+from classifier import hashing
+from classifier.dataset_io import DEFAULT_DATASET, LabelledSet, load_split
+from classifier.features import FeatureSpec
+from classifier.metrics import report
+from classifier.model import MODEL_DIR, LinearModel
+from classifier.request_text import RequestText, from_messages
+from engines.types import InvalidRequestError, ModelLoadError
+
+# Measured on the shipped model (see classifier/README.md); floors sit just below.
+ACCURACY_FLOOR = 0.90
+MACRO_F1_FLOOR = 0.90
+ECE_CEILING = 0.06
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Classifier:
+    return Classifier.load()
+
+
+@pytest.fixture(scope="module")
+def records() -> list[dict]:
+    return [json.loads(line) for line in DEFAULT_DATASET.open()]
+
+
+def test_dataset_size_balance_and_grouped_split(records):
+    assert len(records) >= 3000
+    labels = collections.Counter(r["label"] for r in records)
+    assert set(labels) == set(LABELS)
+    assert all(n / len(records) >= 0.20 for n in labels.values()), labels
+    test_share = sum(r["split"] == "test" for r in records) / len(records)
+    assert 0.15 <= test_share <= 0.25
+    sides = collections.defaultdict(set)
+    for r in records:
+        sides[r["group"]].add(r["split"])
+    assert all(len(s) == 1 for s in sides.values()), "a group straddles train and test"
+    assert any("messages" in r for r in records) and any(r["source"] == "handwritten" for r in records)
+    assert sum(r["source"].startswith("nvidia-bigcode-eval") for r in records) >= 200
+
+
+def test_held_out_accuracy_and_macro_f1_above_floor(shipped):
+    test = load_split("test")
+    probs = np.array([[shipped.predict_request(r).probs[l] for l in LABELS] for r in test.requests])
+    result = report(LABELS, test.labels, probs)
+    assert result["accuracy"] >= ACCURACY_FLOOR, result
+    assert result["macro_f1"] >= MACRO_F1_FLOOR, result
+    assert result["ece"] <= ECE_CEILING, result
+
+
+def test_prediction_is_a_distribution_over_the_labels(shipped):
+    for text in ("Write a Rust function that parses a date.", "Tell me about the Roman empire.", "Give me this as JSON: a=1, b=2"):
+        prediction = shipped.predict_text(text)
+        assert prediction.label in LABELS
+        assert set(prediction.probs) == set(LABELS)
+        assert sum(prediction.probs.values()) == pytest.approx(1.0, abs=1e-12)
+        assert prediction.label == max(prediction.probs, key=prediction.probs.get)
+
+
+def test_obvious_requests(shipped):
+    assert shipped.predict_text("Write a Python function that merges two sorted lists.").label == "code"
+    assert shipped.predict_text("Write a heartfelt letter to my grandmother about her garden.").label == "prose"
+    assert shipped.predict_text("Convert this CSV to JSON:\nname,age\nann,3\nbob,4").label == "structured"
+
+
+def test_empty_and_whitespace_text(shipped):
+    for text in ("", "   ", "\n\n"):
+        prediction = shipped.predict_text(text)
+        assert prediction.label in LABELS
+        assert sum(prediction.probs.values()) == pytest.approx(1.0)
+    assert shipped.predict("", "").label in LABELS
+
+
+def test_response_format_rule_forces_structured(shipped):
+    prose_ask = "Write a long poem about autumn leaves."
+    assert shipped.predict("", prose_ask).label == "prose"
+    for kind in ("json_object", "json_schema"):
+        prediction = shipped.predict("", prose_ask, response_format=kind)
+        assert prediction.label == "structured"
+        assert prediction.probs == {"code": 0.0, "prose": 0.0, "structured": 1.0}
+    assert shipped.predict("", prose_ask, response_format="text").label == "prose"
+
+
+def test_messages_split_system_last_user_and_history():
+    request = from_messages(
+        [
+            {"role": "system", "content": "Answer in JSON."},
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": [{"type": "text", "text": "first answer"}]},
+            {"role": "user", "content": "second question"},
+        ],
+        {"type": "json_object"},
+    )
+    assert request == RequestText("Answer in JSON.", "second question", "first question\nfirst answer", "json_object")
+    with pytest.raises(InvalidRequestError):
+        from_messages([{"content": "no role"}])
+    with pytest.raises(InvalidRequestError):
+        from_messages([{"role": "user", "content": "x"}], response_format=[1])
+
+
+def test_history_counts_less_than_the_last_message(shipped):
+    code_turn = "Write a Go function that reverses a slice of ints in place."
+    prose_turn = "Now explain in a few friendly paragraphs why that approach is efficient."
+    assert shipped.predict("", prose_turn, history_text=code_turn).label == "prose"
+    assert shipped.predict("", code_turn, history_text=prose_turn).label == "code"
+
+
+def test_span_hashes_equal_direct_polynomial_hashes():
+    rng = random.Random(0)
+    text = "".join(rng.choice("ab{}: \n\u00e9\u4e2d") for _ in range(300))
+    points = hashing.codepoints(text)
+    prefix = hashing.prefix_hash(points)
+    for start, end in ((0, 1), (5, 9), (17, 300), (120, 124)):
+        direct = sum((int(c) + 1) * pow(0x100000001B3, j, 2**64) for j, c in enumerate(points[start:end])) % 2**64
+        got = hashing.span_hashes(prefix, np.array([start]), np.array([end]))[0]
+        assert int(got) == direct
+    # the same substring hashes the same wherever it occurs
+    twice = hashing.codepoints("xyz--xyz")
+    both = hashing.span_hashes(hashing.prefix_hash(twice), np.array([0, 5]), np.array([3, 8]))
+    assert both[0] == both[1]
+
+
+def _subset(data: LabelledSet, per_label: int, seed: int) -> LabelledSet:
+    rng = random.Random(seed)
+    order = list(range(len(data.labels)))
+    rng.shuffle(order)
+    taken, counts = [], collections.Counter()
+    for i in order:
+        if counts[data.labels[i]] < per_label:
+            counts[data.labels[i]] += 1
+            taken.append(i)
+    return LabelledSet([data.requests[i] for i in taken], [data.labels[i] for i in taken], [data.groups[i] for i in taken])
+
+
+def test_persisted_model_reproduces_the_fitted_pipeline(tmp_path):
+    from classifier.train import export, fit_pipeline, pipeline_probs
+
+    train = _subset(load_split("train"), 120, seed=1)
+    test = load_split("test")
+    spec = FeatureSpec(char_bits=12, word_bits=12, edge_bits=10, history_bits=10)
+    pipeline = fit_pipeline(train, spec=spec)
+    export(pipeline, {"purpose": "test"}).save(tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} == {"model.json", "weights.npz"}
+    reloaded = Classifier.load(tmp_path)
+    expected = pipeline_probs(pipeline, test)
+    got = np.array([[reloaded.predict_request(r).probs[l] for l in LABELS] for r in test.requests])
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
+    assert json.loads((tmp_path / "model.json").read_text())["info"] == {"purpose": "test"}
+
+
+def test_load_rejects_missing_or_mismatched_model(tmp_path):
+    with pytest.raises(ModelLoadError):
+        Classifier.load(tmp_path / "absent")
+    LinearModel.load(MODEL_DIR).save(tmp_path)
+    meta = json.loads((tmp_path / "model.json").read_text())
+    meta["feature_spec"]["char_bits"] += 1
+    (tmp_path / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelLoadError):
+        Classifier.load(tmp_path)

@@ -1,0 +1,98 @@
+"""`switchyard classifier predict|eval` end to end, through real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from classifier import LABELS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, *args], input=stdin, capture_output=True, text=True, cwd=REPO, env=env, timeout=120
+    )
+
+
+def _assert_prediction(obj: dict) -> None:
+    assert set(obj) == {"label", "probs"}
+    assert obj["label"] in LABELS
+    assert set(obj["probs"]) == set(LABELS)
+    assert sum(obj["probs"].values()) == pytest.approx(1.0, abs=1e-9)
+    assert obj["label"] == max(obj["probs"], key=obj["probs"].get)
+
+
+def test_predict_jsonl_file_text_messages_and_response_format(tmp_path):
+    lines = [
+        {"text": "Write a Python function that checks whether a number is prime."},
+        {"text": "Write a short essay about the history of tea."},
+        {"messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Tell me about penguins."},
+            {"role": "assistant", "content": "Penguins are flightless birds..."},
+            {"role": "user", "content": "Now put the key facts in a table with columns fact, detail."},
+        ]},
+        {"messages": [{"role": "user", "content": "Write a poem about rain."}], "response_format": {"type": "json_object"}},
+        {"text": ""},
+    ]  # fmt: skip
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = _run(["-m", "gateway.cli", "classifier", "predict", "--jsonl", str(path)])
+    assert done.returncode == 0, done.stderr
+    out = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(out) == len(lines)
+    for obj in out:
+        _assert_prediction(obj)
+    assert [o["label"] for o in out[:4]] == ["code", "prose", "structured", "structured"]
+    assert out[3]["probs"] == {"code": 0.0, "prose": 0.0, "structured": 1.0}
+
+
+def test_predict_reads_stdin_with_dash_via_module_entry_point():
+    stdin = json.dumps({"text": "SELECT name FROM users -- rewrite this query to use a CTE"}) + "\n"
+    done = _run(["-m", "classifier.cli", "predict", "--jsonl", "-"], stdin=stdin)
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    _assert_prediction(json.loads(line))
+
+
+def test_bad_lines_give_error_objects_stderr_and_nonzero_exit():
+    good = json.dumps({"text": "Explain recursion to a child."})
+    stdin = "\n".join([good, "{not json", json.dumps({"prompt": "x"}), json.dumps({"text": 5}), "", json.dumps([1]), good]) + "\n"
+    done = _run(["-m", "gateway.cli", "classifier", "predict", "--jsonl", "-"], stdin=stdin)
+    assert done.returncode == 1
+    out = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(out) == 7
+    _assert_prediction(out[0])
+    _assert_prediction(out[6])
+    for number, obj in zip(range(2, 7), out[1:6]):
+        assert set(obj) == {"error"} and obj["error"]["line"] == number and obj["error"]["message"]
+    assert "line 2: not valid JSON" in done.stderr
+    assert "neither `text` nor `messages`" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_predict_missing_file_and_missing_model_are_clear_errors(tmp_path):
+    done = _run(["-m", "gateway.cli", "classifier", "predict", "--jsonl", str(tmp_path / "absent.jsonl")])
+    assert done.returncode != 0 and "cannot read" in done.stderr and "Traceback" not in done.stderr
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"text": "hi"}\n')
+    done = _run(["-m", "gateway.cli", "classifier", "predict", "--jsonl", str(path), "--model", str(tmp_path)])
+    assert done.returncode != 0 and "cannot read classifier model" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_eval_reports_held_out_metrics():
+    done = _run(["-m", "gateway.cli", "classifier", "eval", "--json"])
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["n"] > 500
+    assert result["accuracy"] >= 0.9 and result["macro_f1"] >= 0.9
+    matrix = result["confusion_matrix"]["rows_true_cols_predicted"]
+    assert sum(map(sum, matrix)) == result["n"]
