@@ -13,10 +13,12 @@ from starlette.routing import Route
 
 from engines.types import Backend, StepResult
 
+from .auth import ApiKeyMiddleware
 from .config import GatewayConfig
 from .endpoints import chat_completions, completions
 from .errors import APIError, WorkerUnavailableError, from_exception
 from .metrics import GatewayMetrics
+from .openapi import build_openapi
 from .router_endpoints import admin_reload, router_stats
 from .routing import RouteDecision, RouteRequest, Router
 from .scheduler import Scheduler
@@ -103,6 +105,10 @@ async def metrics(request: Request) -> Response:
     return Response(state.metrics.exposition(), media_type=state.metrics.content_type)
 
 
+async def openapi_schema(request: Request) -> Response:
+    return JSONResponse(request.app.state.openapi)
+
+
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
     return exc.response()
@@ -128,7 +134,8 @@ async def _unhandled(request: Request, exc: Exception) -> Response:
 
 def create_app(backend: Backend, *, router: Router | None = None, config: GatewayConfig = GatewayConfig()) -> Starlette:
     """Build the app. The worker thread starts with the app's lifespan and stops with it."""
-    scheduler = Scheduler(max_queue=config.max_queue, retry_after_seconds=config.retry_after_seconds)
+    scheduler = Scheduler(max_queue=config.max_queue, retry_after_seconds=config.retry_after_seconds,
+                          request_timeout=config.request_timeout_seconds)
     gateway_metrics = GatewayMetrics()
     gateway_metrics.bind_scheduler(
         waiting=lambda: scheduler.waiting, running=lambda: scheduler.running, up=lambda: float(scheduler.alive),
@@ -162,6 +169,7 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/router/stats", router_stats, methods=["GET"]),
         Route("/admin/reload", admin_reload, methods=["POST"]),
+        Route("/openapi.json", openapi_schema, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,
@@ -169,4 +177,8 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         exception_handlers={APIError: _api_error, HTTPException: _http_error, Exception: _unhandled},
     )
     app.state.gateway = state
+    app.state.openapi = build_openapi()
+    if config.api_keys:  # outermost: a request without a valid key never reaches a handler
+        app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, protect_metrics=config.protect_metrics,
+                           protect_admin=config.protect_admin)
     return app

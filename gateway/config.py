@@ -19,6 +19,17 @@ class GatewayConfig(BaseModel):
     model_aliases: tuple[str, ...] = ()
     # Seconds uvicorn lets open streams finish on shutdown before closing them.
     shutdown_timeout_seconds: float = Field(10.0, gt=0)
-    # Limits (extended by the reliability work): request body size -> 413, stop list length -> 400.
+    # Request limits (docs/limits.md). Every input is bounded by max_body_bytes first (413), so no
+    # request can make the server allocate without bound; the others give clear 400s.
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     max_stop_sequences: int = Field(16, ge=1)
+    max_stop_chars: int = Field(512, ge=1)           # per stop sequence (the detokenizer holds this much back)
+    max_tokens_limit: int = Field(8192, ge=1)        # largest max_tokens / max_completion_tokens accepted
+    max_messages: int = Field(4096, ge=1)            # chat messages per request
+    # Wall-clock budget of one request from admission (queue wait included), checked between engine
+    # steps; past it the generation stops and the client gets a 504 (in-stream error event for SSE).
+    request_timeout_seconds: float | None = Field(600.0, gt=0)
+    # API keys (Authorization: Bearer); empty = no auth (only allowed on a loopback bind, see serve).
+    api_keys: tuple[str, ...] = Field((), repr=False)
+    protect_metrics: bool = True   # with keys: /metrics needs one too (False: open, for a local Prometheus)
+    protect_admin: bool = True     # with keys: /admin/* and /v1/router/stats need one (False: loopback clients only)

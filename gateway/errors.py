@@ -57,6 +57,16 @@ class WorkerUnavailableError(APIError):
         super().__init__(503, message, type="server_error", code="worker_unavailable")
 
 
+class RequestTimeoutError(APIError):
+    """The request ran past GatewayConfig.request_timeout_seconds; its generation was stopped."""
+
+    def __init__(self, seconds: float):
+        super().__init__(
+            504, f"The request took longer than the server's limit of {seconds:g} s and was stopped.",
+            type="server_error", code="request_timeout",
+        )
+
+
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
     return APIError(400, message, param=param, code=code)
 

@@ -73,17 +73,29 @@ def _stop_list(stop: str | list[str] | None, config: GatewayConfig) -> tuple[str
         raise bad_request(f"At most {config.max_stop_sequences} stop sequences are allowed.", param="stop")
     if any(s == "" for s in stops):
         raise bad_request("Stop sequences must not be empty strings.", param="stop")
+    if any(len(s) > config.max_stop_chars for s in stops):
+        raise bad_request(f"Stop sequences may be at most {config.max_stop_chars} characters long.", param="stop")
     return tuple(stops)
 
 
-def _sampling(req: _SamplingFields, max_tokens: int | None, config: GatewayConfig) -> SamplingParams:
+def _max_tokens(asked: int | None, param: str, config: GatewayConfig) -> int:
+    """The request's max_tokens (over the server's cap -> 400), or the default, itself capped."""
+    if asked is None:
+        return min(config.default_max_tokens, config.max_tokens_limit)
+    if asked > config.max_tokens_limit:
+        raise bad_request(f"{param} must be at most {config.max_tokens_limit} on this server (got {asked}).",
+                          param=param, code="invalid_value")
+    return asked
+
+
+def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig) -> SamplingParams:
     return SamplingParams(
         temperature=req.temperature,
         top_p=req.top_p,
         top_k=0 if req.top_k == -1 else req.top_k,
         min_p=req.min_p,
         seed=req.seed,
-        max_tokens=max_tokens or config.default_max_tokens,
+        max_tokens=max_tokens,
         stop=_stop_list(req.stop, config),
     )
 
@@ -104,6 +116,10 @@ def resolve_engine(body_engine: str | None, header_engine: str | None, loaded: t
 
 def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: GatewayConfig) -> RequestSpec:
     _reject_chat(req)
+    if len(req.messages) > config.max_messages:
+        raise bad_request(f"At most {config.max_messages} messages are allowed per request.", param="messages")
+    param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    max_tokens = _max_tokens(req.max_completion_tokens or req.max_tokens, param, config)
     messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in req.messages]
     system = [m["content"] for m in messages if m["role"] == "system"]
     user_idx = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
@@ -111,7 +127,7 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
     return RequestSpec(
         messages=messages,
         prompt=None,
-        params=_sampling(req, req.max_completion_tokens or req.max_tokens, config),
+        params=_sampling(req, max_tokens, config),
         forced_engine=forced_engine,
         response_format=req.response_format.type if req.response_format else None,
         system_text="\n".join(system),
@@ -132,7 +148,7 @@ def completion_spec(req: CompletionRequest, forced_engine: str | None, config: G
     return RequestSpec(
         messages=None,
         prompt=prompt,
-        params=_sampling(req, req.max_tokens, config),
+        params=_sampling(req, _max_tokens(req.max_tokens, "max_tokens", config), config),
         forced_engine=forced_engine,
         response_format=None,
         system_text="",

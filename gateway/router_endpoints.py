@@ -1,4 +1,4 @@
-"""HTTP views of the router: GET /v1/router/stats and POST /admin/reload (loopback clients only)."""
+"""HTTP views of the router: GET /v1/router/stats and POST /admin/reload (loopback clients or a valid API key)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import ipaddress
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from .auth import AUTHENTICATED
 from .errors import APIError
 
 
@@ -22,7 +23,15 @@ def _is_loopback(request: Request) -> bool:
         return False
 
 
+def _require_admin(request: Request) -> None:
+    """Admin views answer loopback clients, and remote ones that sent a valid API key."""
+    if not (_is_loopback(request) or request.scope.get(AUTHENTICATED, False)):
+        raise APIError(403, f"{request.method} {request.url.path} is only accepted from loopback clients or with "
+                       "an API key.", type="permission_error", code="forbidden")
+
+
 async def router_stats(request: Request) -> Response:
+    _require_admin(request)
     router = _router(request)
     if not callable(getattr(router, "stats", None)):
         raise APIError(404, "This server runs without the adaptive router: no statistics.", type="not_found_error",
@@ -32,9 +41,7 @@ async def router_stats(request: Request) -> Response:
 
 async def admin_reload(request: Request) -> Response:
     """Re-read the policy file. 200 with the new version, or 422 with the errors (old policy stays)."""
-    if not _is_loopback(request):
-        raise APIError(403, "POST /admin/reload is only accepted from loopback clients.", type="permission_error",
-                       code="forbidden")
+    _require_admin(request)
     router = _router(request)
     if not callable(getattr(router, "reload", None)):
         raise APIError(404, "This server runs without a policy file to reload.", type="not_found_error",

@@ -11,11 +11,12 @@ import asyncio
 import collections
 import logging
 import threading
+import time
 from typing import Any, Callable, Iterator
 
 from engines.types import CancelToken
 
-from .errors import QueueFullError, WorkerUnavailableError
+from .errors import QueueFullError, RequestTimeoutError, WorkerUnavailableError
 
 log = logging.getLogger("switchyard.scheduler")
 
@@ -25,10 +26,15 @@ _ITEM, _ERROR, _END = "item", "error", "end"
 class Ticket:
     """One admitted request: its cancel flag and the stream of items its work yields."""
 
-    def __init__(self, work: Callable[["Ticket"], Iterator[Any]], loop: asyncio.AbstractEventLoop, admitted_depth: int):
+    def __init__(
+        self, work: Callable[["Ticket"], Iterator[Any]], loop: asyncio.AbstractEventLoop, admitted_depth: int,
+        timeout: float | None = None,
+    ):
         self.work = work
         self.cancel_token = CancelToken()
         self.admitted_depth = admitted_depth   # requests waiting ahead of this one when it was admitted
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout if timeout is not None else None
         self._loop = loop
         self._inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._on_cancel: Callable[[Ticket], None] | None = None
@@ -60,6 +66,9 @@ class Ticket:
         return await self.next()
 
     # -- worker side (thread-safe) --
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
     def _post(self, kind: str, value: Any = None) -> None:
         try:
             self._loop.call_soon_threadsafe(self._inbox.put_nowait, (kind, value))
@@ -68,9 +77,10 @@ class Ticket:
 
 
 class Scheduler:
-    def __init__(self, max_queue: int, retry_after_seconds: int = 1):
+    def __init__(self, max_queue: int, retry_after_seconds: int = 1, request_timeout: float | None = None):
         self.max_queue = max_queue
         self.retry_after_seconds = retry_after_seconds
+        self.request_timeout = request_timeout   # seconds from admission; None = unlimited
         self._waiting: collections.deque[Ticket] = collections.deque()
         self._running: Ticket | None = None
         self._cond = threading.Condition()
@@ -158,7 +168,7 @@ class Scheduler:
             busy = self._running is not None or bool(self._waiting)
             if busy and len(self._waiting) >= self.max_queue:  # an idle server always admits one
                 raise QueueFullError(self.retry_after_seconds)
-            ticket = Ticket(work, loop, admitted_depth=len(self._waiting))
+            ticket = Ticket(work, loop, admitted_depth=len(self._waiting), timeout=self.request_timeout)
             ticket._on_cancel = self._discard
             self._waiting.append(ticket)
             self._cond.notify()
@@ -195,11 +205,19 @@ class Scheduler:
         try:
             if ticket.cancel_token.cancelled:
                 return
+            if ticket.expired():  # timed out while queued
+                ticket._post(_ERROR, RequestTimeoutError(ticket.timeout or 0.0))
+                return
             work = ticket.work(ticket)
             for item in work:
                 ticket._post(_ITEM, item)
                 if ticket.cancel_token.cancelled:
                     break  # stop within one step of the cancel
+                if ticket.expired() and getattr(item, "finish_reason", None) is None:
+                    # stop within one step of the deadline (a final chunk already ended the request)
+                    ticket.cancel_token.cancel()
+                    ticket._post(_ERROR, RequestTimeoutError(ticket.timeout or 0.0))
+                    break
         except Exception as exc:  # a request's failure, not the worker's
             ticket._post(_ERROR, exc)
         except BaseException:

@@ -189,3 +189,34 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+# ---- errors and service views (documented in /openapi.json) ----
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """Every non-2xx body: OpenAI's error object."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    """GET /health: 200 with these fields; 503 adds `error` and says status "unavailable"."""
+
+    status: Literal["ok", "unavailable"]
+    model: str | None = None
+    engines: list[str] | None = None
+    requests_waiting: int | None = None
+    requests_running: int | None = None
+    error: ErrorDetail | None = None

@@ -35,7 +35,50 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-queue", type=int, default=GatewayConfig().max_queue, metavar="N",
                    help="requests allowed to wait behind the running one; more get 429 (default: %(default)s)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    _register_limits_and_auth(p)
     p.set_defaults(func=serve)
+
+
+def _register_limits_and_auth(p: argparse.ArgumentParser) -> None:
+    """Limits and API keys (docs/limits.md, docs/operations.md)."""
+    d = GatewayConfig()
+    g = p.add_argument_group("limits")
+    g.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, metavar="N",
+                   help="largest request body; more gets 413 (default: %(default)s)")
+    g.add_argument("--max-tokens-limit", type=int, default=d.max_tokens_limit, metavar="N",
+                   help="largest max_tokens a request may ask for; more gets 400 (default: %(default)s)")
+    g.add_argument("--default-max-tokens", type=int, default=d.default_max_tokens, metavar="N",
+                   help="max_tokens when a request does not say (default: %(default)s)")
+    g.add_argument("--max-stop-sequences", type=int, default=d.max_stop_sequences, metavar="N",
+                   help="stop sequences per request (default: %(default)s)")
+    g.add_argument("--max-messages", type=int, default=d.max_messages, metavar="N",
+                   help="chat messages per request (default: %(default)s)")
+    g.add_argument("--request-timeout", type=float, default=d.request_timeout_seconds, metavar="S",
+                   help="seconds a request may take from admission, 0 = unlimited; past it the generation "
+                        "stops with a 504 (default: %(default)s)")
+    a = p.add_argument_group("authentication")
+    a.add_argument("--api-key-file", metavar="FILE", default=None,
+                   help="API keys, one per line (also read from $SWITCHYARD_API_KEYS); required unless "
+                        "--host is a loopback address")
+    a.add_argument("--open-metrics", action="store_true",
+                   help="serve /metrics without an API key (e.g. for a local Prometheus)")
+    a.add_argument("--open-admin", action="store_true",
+                   help="serve /admin/reload and /v1/router/stats to loopback clients without an API key")
+
+
+def _config_from_args(args: argparse.Namespace) -> GatewayConfig:
+    """GatewayConfig from the flags; raises ValueError (bad value) or AuthConfigError (keys, bind)."""
+    from .auth import check_bind, load_keys
+
+    keys = load_keys(args.api_key_file)
+    check_bind(args.host, keys)
+    return GatewayConfig(
+        host=args.host, port=args.port, max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
+        max_tokens_limit=args.max_tokens_limit, default_max_tokens=args.default_max_tokens,
+        max_stop_sequences=args.max_stop_sequences, max_messages=args.max_messages,
+        request_timeout_seconds=args.request_timeout or None, api_keys=keys,
+        protect_metrics=not args.open_metrics, protect_admin=not args.open_admin,
+    )
 
 
 def _fail(message: str) -> int:
@@ -53,8 +96,12 @@ def serve(args: argparse.Namespace) -> int:
 
     if args.model is not None and not Path(args.model).is_dir():
         return _fail(f"model directory not found: {args.model}")
+    from .auth import AuthConfigError
+
     try:
-        config = GatewayConfig(host=args.host, port=args.port, max_queue=args.max_queue)
+        config = _config_from_args(args)
+    except AuthConfigError as exc:
+        return _fail(str(exc))
     except ValueError as exc:
         return _fail(f"invalid option: {exc}")
 
