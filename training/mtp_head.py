@@ -48,7 +48,9 @@ class MtpHead(nn.Module):
         u = self.fc(torch.cat([self.pre_fc_norm_embedding(next_embeds), self.pre_fc_norm_hidden(hidden)], dim=-1))
         batch, length, _ = u.shape
         position_ids = positions.view(1, -1).expand(batch, -1)
-        position_embeddings = self.rotary(u, position_ids)
+        # (3, B, L): the text-only form of Qwen3.5's multimodal RoPE ids (all three sections equal);
+        # every transformers 5.x version accepts it, some reject (B, L).
+        position_embeddings = self.rotary(u, position_ids[None].expand(3, -1, -1))
         causal = torch.ones(length, length, dtype=torch.bool, device=u.device).tril().view(1, 1, length, length)
         out = self.layers[0](u, position_embeddings=position_embeddings, attention_mask=causal,
                              position_ids=position_ids)

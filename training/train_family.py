@@ -106,6 +106,23 @@ def eval_target(target, heldout, args, device) -> dict:
     return result
 
 
+def load_target(args, device):
+    from safetensors.torch import load_file
+
+    target, config = build_target(args.target_config, device)
+    state = {}
+    paths = sorted(args.target_shards.glob("target-*.safetensors")) or [args.target_shards / "model.safetensors"]
+    for path in paths:  # training shards, or an exported target dir (its mtp.* tensors are skipped)
+        state.update({k: v for k, v in load_file(str(path)).items() if not k.startswith("mtp.")})
+    missing = target.load_state_dict({k: v.float() for k, v in state.items()}, strict=False).missing_keys
+    assert set(missing) <= {"lm_head.weight"}, missing  # lm_head is tied to embed_tokens
+    target.eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    print(f"[target] loaded {len(state)} tensors from {args.target_shards}", flush=True)
+    return target, config
+
+
 # -------------------------------------------------------------------------------------------- MTP
 
 def mtp_step(head, target, batch, device):
@@ -230,6 +247,14 @@ def drafter_step(drafter, target, capture, batch, args, device, rng: np.random.G
 def train_drafter(args, target, streams, device) -> tuple[DFlashDrafter, dict]:
     seed_everything(args.seed + 2)
     drafter = DFlashDrafter(args.drafter_config).to(device)
+    if args.drafter_init is not None:  # continue training a drafter (same seeds, fresh schedule)
+        from safetensors.torch import load_file
+
+        state = {}
+        for path in sorted(args.drafter_init.glob("drafter-*.safetensors")) or [args.drafter_init / "model.safetensors"]:
+            state.update(load_file(str(path)))
+        drafter.load_state_dict({k: v.float() for k, v in state.items()})
+        print(f"[drafter] initialised from {args.drafter_init}", flush=True)
     params = list(drafter.parameters())
     n_params = sum(p.numel() for p in params)
     print(f"[drafter] {n_params / 1e6:.2f}M parameters", flush=True)
@@ -256,7 +281,6 @@ def train_drafter(args, target, streams, device) -> tuple[DFlashDrafter, dict]:
                   f"{accepted.item():.2f} pos1 {per_pos[0].item():.3f} lr {lr:.2e} {time.time() - start:.0f}s",
                   flush=True)
     drafter.eval()
-    capture.rng = rng
     return drafter, {"steps": step, "seconds": round(time.time() - start, 1), "parameters": n_params}, capture
 
 
@@ -298,6 +322,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--target-lr", type=float, default=3e-3)
     parser.add_argument("--target-seconds", type=float, default=300)
     parser.add_argument("--target-steps", type=int)
+    parser.add_argument("--target-shards", type=Path, help="skip target training: load its shards from here")
     parser.add_argument("--mtp-lr", type=float, default=2e-3)
     parser.add_argument("--mtp-seconds", type=float, default=60)
     parser.add_argument("--mtp-steps", type=int)
@@ -312,6 +337,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--drafter-window", type=int, default=None, help="cap on ctx rows a block sees")
     parser.add_argument("--drafter-gamma", type=float, default=4.0, help="loss weight exp(-(i-1)/gamma)")
     parser.add_argument("--max-docs", type=int, default=None)
+    parser.add_argument("--drafter-init", type=Path, help="start the drafter from drafter-*.safetensors here")
+    parser.add_argument("--skip-mtp", action="store_true", help="train only the drafter (with --target-shards)")
     args = parser.parse_args()
     args.target_config = dict(fc.TARGET)
     args.drafter_config = json.loads(json.dumps(fc.DRAFTER))
@@ -344,17 +371,23 @@ def main() -> None:
     report: dict = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                     "train_tokens_available": {d: int(len(s.tokens)) for d, s in streams.items()}}
 
-    target, config, report["target"] = train_target(args, streams, device)
+    if args.target_shards is None:
+        target, config, report["target"] = train_target(args, streams, device)
+    else:  # resume: MTP and drafter against an already trained target
+        target, config = load_target(args, device)
+        previous = args.target_shards / "report.json"
+        report["target"] = json.loads(previous.read_text())["target"] if previous.exists() else {}
     report["target"]["heldout"] = eval_target(target, heldout, args, device)
     state = {k: v for k, v in target.state_dict().items()
              if not (args.target_config["tie_word_embeddings"] and k == "lm_head.weight")}
-    report["files"] = save_shards(state, args.out, "target")
+    report["files"] = save_shards(state, args.out, "target") if args.target_shards is None else []
     (args.out / "report.json").write_text(json.dumps(report, indent=1))
 
-    head, report["mtp"] = train_mtp(args, target, config, streams, device)
-    report["mtp"]["heldout"] = eval_mtp(head, target, heldout, args, device)
-    report["files"] += save_shards(head.export_state(), args.out, "mtp")
-    (args.out / "report.json").write_text(json.dumps(report, indent=1))
+    if not args.skip_mtp:
+        head, report["mtp"] = train_mtp(args, target, config, streams, device)
+        report["mtp"]["heldout"] = eval_mtp(head, target, heldout, args, device)
+        report["files"] += save_shards(head.export_state(), args.out, "mtp")
+        (args.out / "report.json").write_text(json.dumps(report, indent=1))
 
     drafter, report["drafter"], capture = train_drafter(args, target, streams, device)
     report["drafter"]["heldout"] = eval_drafter(drafter, target, capture, heldout, args, device)
