@@ -1,0 +1,144 @@
+"""Request limits (docs/limits.md): every one configurable, every violation a clean OpenAI error."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+
+from gateway.app import create_app
+from gateway.config import GatewayConfig
+from tests.fakes import FakeBackend, live_server
+from tests.test_gateway_validation import assert_error
+
+CHAT = "/v1/chat/completions"
+LONG_REPLY = " ".join(f"w{i}" for i in range(200))
+
+
+def chat(**extra) -> dict:
+    return {"messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+@pytest.fixture(scope="module")
+def server():
+    backend = FakeBackend()
+    config = GatewayConfig(max_body_bytes=64 * 1024, max_tokens_limit=100, default_max_tokens=512,
+                           max_stop_chars=8, max_messages=5)
+    with live_server(create_app(backend, config=config)) as srv:
+        srv.backend = backend
+        yield srv
+
+
+@pytest.mark.parametrize("path,field", [(CHAT, "max_tokens"), (CHAT, "max_completion_tokens"),
+                                        ("/v1/completions", "max_tokens")])
+def test_max_tokens_over_the_cap_is_a_400(server, path, field):
+    body = chat() if path == CHAT else {"prompt": "hi"}
+    assert_error(httpx.post(server.base_url + path, json={**body, field: 101}), 400, param=field, code="invalid_value")
+    assert httpx.post(server.base_url + path, json={**body, field: 100}).status_code == 200
+    assert server.backend.calls[-1]["params"].max_tokens == 100
+
+
+def test_default_max_tokens_is_capped_too(server):
+    assert httpx.post(server.base_url + CHAT, json=chat()).status_code == 200
+    assert server.backend.calls[-1]["params"].max_tokens == 100
+
+
+def test_stop_sequence_length_and_message_count(server):
+    assert_error(httpx.post(server.base_url + CHAT, json=chat(stop=["x" * 9])), 400, param="stop")
+    assert httpx.post(server.base_url + CHAT, json=chat(stop=["x" * 8])).status_code == 200
+    six = [{"role": "user", "content": "m"}] * 6
+    assert_error(httpx.post(server.base_url + CHAT, json={"messages": six}), 400, param="messages")
+    assert httpx.post(server.base_url + CHAT, json={"messages": six[:5]}).status_code == 200
+
+
+def test_body_limit_holds_without_content_length(server):
+    """A chunked upload is cut off at the limit while it streams in (nothing unbounded is buffered)."""
+    sent = []
+
+    def chunks():
+        for _ in range(1000):  # 1000 x 1 KiB: far over the 64 KiB limit
+            sent.append(1)
+            yield b" " * 1024
+
+    response = httpx.post(server.base_url + CHAT, content=chunks(), headers={"content-type": "application/json"})
+    assert_error(response, 413, code="request_too_large")
+
+
+def test_huge_inputs_inside_the_body_limit_are_bounded(server):
+    many_messages = {"messages": [{"role": "user", "content": "x"}] * 1500}
+    assert_error(httpx.post(server.base_url + CHAT, json=many_messages), 400, param="messages")
+    assert_error(httpx.post(server.base_url + CHAT, content=b"[" * 60_000, headers={"content-type": "application/json"}),
+                 400, code="invalid_json")
+    many_parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}] * 1500}], "max_tokens": 1}
+    assert httpx.post(server.base_url + CHAT, json=many_parts).status_code == 200  # bounded by the body size
+    giant_stop = chat(stop=["s" * 60_000])
+    assert_error(httpx.post(server.base_url + CHAT, json=giant_stop), 400, param="stop")
+
+
+def test_prompt_over_the_context_is_context_length_exceeded():
+    backend = FakeBackend(context_length=50)
+    with live_server(create_app(backend)) as srv:
+        for stream in (False, True):
+            response = httpx.post(srv.base_url + CHAT, json=chat(messages=[{"role": "user", "content": "y" * 80}],
+                                                                  stream=stream))
+            assert_error(response, 400, code="context_length_exceeded")
+
+
+def _sse_events(text: str) -> list:
+    return [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+
+
+def test_request_timeout_stops_the_generation_with_a_504():
+    backend = FakeBackend(reply=LONG_REPLY, step_seconds=0.05, poll_cancel=False)
+    with live_server(create_app(backend, config=GatewayConfig(request_timeout_seconds=0.3))) as srv:
+        response = httpx.post(srv.base_url + CHAT, json=chat(max_tokens=150), timeout=30)
+        assert_error(response, 504, code="request_timeout")
+        assert backend.steps_run[-1] <= 0.3 / 0.05 + 2  # stopped within a step of the deadline, not at 150
+
+        streamed = httpx.post(srv.base_url + CHAT, json=chat(max_tokens=150, stream=True), timeout=30)
+        assert streamed.status_code == 200
+        events = _sse_events(streamed.text)
+        assert events[-1] == "[DONE]"
+        error = json.loads(events[-2])["error"]
+        assert error["code"] == "request_timeout" and error["type"] == "server_error"
+        assert any('"content"' in e for e in events[:-2])          # partial output came first
+        assert backend.steps_run[-1] <= 0.3 / 0.05 + 2
+        # the server is healthy and the slot is free
+        assert httpx.get(srv.base_url + "/health").status_code == 200
+        assert httpx.post(srv.base_url + CHAT, json=chat(max_tokens=2), timeout=30).status_code == 200
+        metrics = httpx.get(srv.base_url + "/metrics").text
+        assert 'status="504"' in metrics
+
+
+def test_request_timeout_counts_queue_wait():
+    gate = threading.Event()
+    backend = FakeBackend(gate=gate)
+    with live_server(create_app(backend, config=GatewayConfig(request_timeout_seconds=0.3))) as srv:
+        results: dict[str, httpx.Response] = {}
+        first = threading.Thread(target=lambda: results.setdefault("a", httpx.post(srv.base_url + CHAT, json=chat(), timeout=30)))
+        first.start()
+        backend.started.wait(10)
+        second = threading.Thread(target=lambda: results.setdefault("b", httpx.post(srv.base_url + CHAT, json=chat(), timeout=30)))
+        second.start()
+        threading.Event().wait(0.6)   # the queued one is past its deadline before the worker frees up
+        gate.set()
+        first.join(30)
+        second.join(30)
+        assert_error(results["b"], 504, code="request_timeout")
+        assert len(backend.calls) == 1   # the expired request never reached the model
+
+
+def test_limits_are_cli_flags(tmp_path):
+    import argparse
+
+    from gateway import serve_cli
+
+    parser = argparse.ArgumentParser()
+    serve_cli.register(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--max-body-bytes", "2048", "--max-tokens-limit", "64", "--default-max-tokens",
+                              "32", "--max-stop-sequences", "3", "--max-messages", "7", "--request-timeout", "0"])
+    config = serve_cli._config_from_args(args)
+    assert (config.max_body_bytes, config.max_tokens_limit, config.default_max_tokens, config.max_stop_sequences,
+            config.max_messages, config.request_timeout_seconds) == (2048, 64, 32, 3, 7, None)
