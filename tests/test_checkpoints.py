@@ -8,6 +8,8 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.numpy import load_file
 
 from engines.testing import MASK, build_tokenizer, write_drafter_checkpoint, write_target_checkpoint
@@ -64,6 +66,31 @@ def test_tokenizer_agrees_across_tokenizers_transformers_and_mlx_lm(tiny_target)
         assert raw.decode(ids, skip_special_tokens=False) == hf.decode(ids) == wrapped.decode(ids)
     # The NFC normaliser: a decomposed "é" encodes like the composed one.
     assert raw.encode("e\u0301").ids == raw.encode("\u00e9").ids
+
+
+_ALPHABET = (
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    " \t\n\r  .,;:!?'\"()[]{}<>=+-*/\\_#@$%^&|~`"
+    "éèêëàâäôöûüçñÅßΩπ" "\u0301\u0308"  # precomposed letters and combining marks (NFC)
+    "中文测试你好世界日本語한국어" "😀👍🏽✓→★€£¥"
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(alphabet=_ALPHABET, max_size=60))
+def test_tokenizer_agreement_on_generated_text(text, tiny_tokenizers):
+    raw, hf = tiny_tokenizers
+    ids = raw.encode(text).ids
+    assert hf.encode(text, add_special_tokens=False) == ids
+    assert hf.decode(ids) == raw.decode(ids, skip_special_tokens=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizers(tiny_target):
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    return Tokenizer.from_file(str(tiny_target / "tokenizer.json")), AutoTokenizer.from_pretrained(str(tiny_target))
 
 
 def test_tokenizer_has_specials_and_size():
@@ -298,3 +325,33 @@ def test_random_family_mostly_disagrees(tiny_target, tiny_drafter):
     stats = measure_family(tiny_target, tiny_drafter, prompts=PROMPTS[:4], max_tokens=32)
     assert stats.mtp_accept < 0.3 and stats.dflash_mean_accept < 0.3, stats
     assert stats.distinct_non_a >= 20, stats
+
+
+# --- the demo family and the package's import surface -------------------------------------------
+
+
+def test_write_demo_family_is_idempotent_and_loads(tmp_path):
+    from engines.testing import write_demo_family
+
+    family = write_demo_family(tmp_path / "demo")
+    target, drafter = family / "target", family / "drafter"
+    assert (target / "config.json").exists() and (drafter / "config.json").exists()
+    stamp_mtime = (family / "family.json").stat().st_mtime_ns
+    weights_mtime = (target / "model.safetensors").stat().st_mtime_ns
+    assert write_demo_family(tmp_path / "demo") == family
+    assert (family / "family.json").stat().st_mtime_ns == stamp_mtime
+    assert (target / "model.safetensors").stat().st_mtime_ns == weights_mtime
+    assert [p.name for p in tmp_path.iterdir()] == ["demo"]  # no staging directory left behind
+    (family / "family.json").write_text("{}")  # a stale stamp regenerates
+    write_demo_family(tmp_path / "demo")
+    assert json.loads((family / "family.json").read_text())["variant"] == "agree"
+    model, _ = _load(target)
+    assert json.loads((drafter / "config.json").read_text())["hidden_size"] == model.args.text_config["hidden_size"]
+
+
+def test_importing_engines_testing_does_not_import_mlx():
+    import subprocess
+    import sys
+
+    code = "import sys, engines.testing; assert not any(m == 'mlx' or m.startswith('mlx.') for m in sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)

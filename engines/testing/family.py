@@ -7,6 +7,7 @@ so concurrent first starts cannot leave a half-written model behind.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -16,15 +17,22 @@ from pathlib import Path
 from engines.testing.drafter import write_drafter_checkpoint
 from engines.testing.target import write_target_checkpoint
 
-# Bump when the generated weights or files change, so cached copies are regenerated.
-GENERATOR_VERSION = 1
 STAMP = "family.json"
+
+
+def generator_fingerprint() -> str:
+    """Hash of the generator's own sources: any change to them regenerates cached families."""
+    digest = hashlib.sha256()
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        if source.name != "measure.py":
+            digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def write_demo_family(directory: str | Path, *, seed: int = 0, variant: str = "agree") -> Path:
     """Write (or keep, if already current) `<directory>/target` and `<directory>/drafter`."""
     directory = Path(directory)
-    stamp = {"generator_version": GENERATOR_VERSION, "seed": seed, "variant": variant}
+    stamp = {"generator": generator_fingerprint(), "seed": seed, "variant": variant}
     stamp_file = directory / STAMP
     if stamp_file.exists() and _read_json(stamp_file) == stamp:
         return directory
