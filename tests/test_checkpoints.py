@@ -355,3 +355,10 @@ def test_importing_engines_testing_does_not_import_mlx():
 
     code = "import sys, engines.testing; assert not any(m == 'mlx' or m.startswith('mlx.') for m in sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)
+
+
+def test_rewriting_a_directory_leaves_no_stale_shards(tmp_path):
+    path = write_target_checkpoint(tmp_path / "t", shards=3)
+    assert len(list(path.glob("model-*.safetensors"))) == 3
+    write_target_checkpoint(path)
+    assert sorted(p.name for p in path.glob("model*")) == ["model.safetensors"]

@@ -80,6 +80,8 @@ def write_safetensors(directory: Path, tensors: Params, dtype: str, shards: int 
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if shards < 1:
         raise ValueError("shards must be >= 1")
+    for stale in [*directory.glob("model*.safetensors"), directory / "model.safetensors.index.json"]:
+        stale.unlink(missing_ok=True)  # rewriting a directory must not leave another layout's files
     if shards == 1:
         _save(directory / "model.safetensors", tensors, dtype)
         return ["model.safetensors"]
