@@ -41,7 +41,9 @@ def _load(path: Path):
 
 def _tensors(model_dir: Path) -> dict[str, np.ndarray]:
     index = model_dir / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    files = ["model.safetensors"]
+    if index.exists():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
     out: dict[str, np.ndarray] = {}
     for name in files:
         out.update(load_file(str(model_dir / name)))
@@ -187,7 +189,8 @@ def test_sanitize_converts_hf_layout(tiny_target):
 
 def test_mtp_tensors_in_hf_naming(tiny_target):
     stored = _tensors(tiny_target)
-    h, nh, nkv, hd, inter = SPEC.hidden_size, SPEC.num_attention_heads, SPEC.num_key_value_heads, SPEC.head_dim, SPEC.intermediate_size
+    h, hd, inter = SPEC.hidden_size, SPEC.head_dim, SPEC.intermediate_size
+    nh, nkv = SPEC.num_attention_heads, SPEC.num_key_value_heads
     expected = {
         "mtp.fc.weight": (h, 2 * h),
         "mtp.pre_fc_norm_embedding.weight": (h,),
@@ -272,7 +275,8 @@ def test_drafter_has_exactly_the_zlab_keys(which, tiny_drafter, tiny_agree_draft
     from tokenizers import Tokenizer
 
     assert dflash["mask_token_id"] == Tokenizer.from_file(str(tiny_target / "tokenizer.json")).token_to_id(MASK)
-    h, nh, nkv, hd, inter = SPEC.hidden_size, config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"], config["intermediate_size"]
+    h, hd, inter = SPEC.hidden_size, config["head_dim"], config["intermediate_size"]
+    nh, nkv = config["num_attention_heads"], config["num_key_value_heads"]
     assert config["hidden_size"] == h and config["vocab_size"] == SPEC.vocab_size
     expected = {"fc.weight": (h, 2 * h), "hidden_norm.weight": (h,), "norm.weight": (h,)}
     for i in range(config["num_hidden_layers"]):

@@ -15,14 +15,15 @@ with a random target, so the "agree" variant is engineered (all in effective / M
   query, no decay and write strength β_reg: its state is an exponential moving average
   (factor 1 − β_reg) of [x is A, x is not A]; after the gated RMSNorm and out_proj it pushes
   the A logit down as the recent share of A grows, so a run of A ends once the push beats the
-  A logit's margin, and P(A) tokens restart runs after the average decays. A-runs of varied length alternate with bigram chains. (Speculative
-  engines that get GDN state rollback wrong change where the runs end.)
+  A logit's margin, and P(A) tokens restart runs after the average decays. A-runs of varied
+  length alternate with bigram chains. (Speculative engines that get GDN state rollback wrong
+  change where the runs end.)
 * Context coin, in GatedDeltaNet state. Each token carries a random ±1 bit (a small embedding
   component); layer 1's value head 0 keeps the EMA of those bits and writes it along a
   direction b that every lm_head row (except A's) reads with a random sign, so which of g1(x),
   g2(x) wins depends on the recent context: varied text, different per prompt.
 * MTP head: fc = [I, b·bᵀ] (the normalised embedding of x_{t+1}, plus the coin read from the
-  target's hidden H_t: a head fed [hidden, embedding] in the wrong order agrees far less), its
+  target's hidden H_t: fed [hidden, embedding] in the wrong order it agrees 0.30, not 0.81), its
   layer scaled down by `mtp_layer_scale`, mtp.norm = the final norm: it predicts what the target
   emits at t+1 except at run ends and where the coin moved.
 * Drafter: layers scaled by `drafter_layer_scale`, so each MASK position outputs

@@ -130,7 +130,8 @@ class ReferenceDrafter:
 
     def __init__(self, drafter_dir: Path, model):
         self.config = json.loads((drafter_dir / "config.json").read_text())
-        self.w = {k: mx.array(v.astype(np.float32)) for k, v in load_file(str(drafter_dir / "model.safetensors")).items()}
+        stored = load_file(str(drafter_dir / "model.safetensors"))
+        self.w = {k: mx.array(v.astype(np.float32)) for k, v in stored.items()}
         c = self.config
         self.block_size = c["dflash_config"]["block_size"]
         self.layer_ids = c["dflash_config"]["target_layer_ids"]
@@ -171,7 +172,9 @@ class ReferenceDrafter:
 
 def _read_prefixed(model_dir: Path, prefix: str) -> dict[str, np.ndarray]:
     index = model_dir / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    files = ["model.safetensors"]
+    if index.exists():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
     out: dict[str, np.ndarray] = {}
     for name in files:
         out.update({k: v for k, v in load_file(str(model_dir / name)).items() if k.startswith(prefix)})

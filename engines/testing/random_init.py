@@ -75,7 +75,8 @@ def gated_delta_layer(rng: np.random.Generator, spec: TargetSpec, out_scale: flo
 def target_layers(rng: np.random.Generator, spec: TargetSpec, out_scale: float) -> Params:
     params: Params = {}
     for i in range(spec.num_hidden_layers):
-        layer = gated_delta_layer(rng, spec, out_scale) if spec.is_linear(i) else gated_attention_layer(rng, spec, out_scale)
+        make = gated_delta_layer if spec.is_linear(i) else gated_attention_layer
+        layer = make(rng, spec, out_scale)
         params.update({f"model.layers.{i}.{k}": v for k, v in layer.items()})
     return params
 
