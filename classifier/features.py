@@ -20,7 +20,7 @@ from classifier.request_text import RequestText
 HEAD_CHARS = 3000
 TAIL_CHARS = 3000
 # Char n-grams read at most this many characters from each end (the rest is more of the same).
-CHAR_CLIP = 1200
+CHAR_CLIP = 1000
 # The "edge" block reads only the first/last characters of the user message, where the ask is.
 EDGE_CHARS = 300
 
@@ -29,8 +29,8 @@ EDGE_CHARS = 300
 class FeatureSpec:
     """Hyper-parameters of the feature map. Saved with the model; any change needs a retrain."""
 
-    char_bits: int = 15
-    word_bits: int = 15
+    char_bits: int = 14
+    word_bits: int = 14
     edge_bits: int = 13
     history_bits: int = 13
     char_ngrams: tuple[int, ...] = (1, 2, 3, 4)
@@ -96,6 +96,12 @@ def _counted_block(hashes: np.ndarray, bits: int, offset: int, weight: float) ->
     return index + offset, values
 
 
+def _unigrams(text: str) -> np.ndarray:
+    points = hashing.codepoints(text.lower())
+    starts, ends = hashing.word_spans(points)
+    return hashing.word_unigrams(hashing.prefix_hash(points), starts, ends, _WORD_SALT)
+
+
 def _words(text: str, salt: int, bigrams: bool) -> np.ndarray:
     points = hashing.codepoints(text.lower())
     prefix = hashing.prefix_hash(points)
@@ -110,8 +116,22 @@ STRUCT_NAMES: tuple[str, ...] = (
     "indented_lines", "json_keys", "yaml_keys", "list_items", "csv_lines", "xml_tags", "sql_words", "code_words",
 )  # fmt: skip
 
-_SQL_WORDS = ("select ", " from ", " where ", "insert into", "create table", " join ", "group by", "update ")
-_CODE_WORDS = ("def ", "return", "import ", "#include", "function", "=>", "const ", "class ", "public ", "fn ")
+_SQL_WORDS = ("select", "from", "where", "insert", "into", "create", "table", "join", "group", "update")
+_CODE_WORDS = ("def", "return", "import", "include", "function", "const", "class", "public", "fn", "var", "let")
+_WORD_SALT = 1
+
+
+def _keyword_hashes(words: tuple[str, ...]) -> np.ndarray:
+    """Hashes of keywords as the word block hashes them, so keyword hits are an isin, not str.count."""
+    hashes = []
+    for word in words:
+        points = hashing.codepoints(word)
+        hashes.append(hashing.word_unigrams(hashing.prefix_hash(points), np.array([0]), np.array([len(word)]), _WORD_SALT)[0])
+    return np.array(hashes, dtype=np.uint64)
+
+
+_SQL_HASHES = _keyword_hashes(_SQL_WORDS)
+_CODE_HASHES = _keyword_hashes(_CODE_WORDS)
 
 
 # Character groups whose share of the text is a feature, as a (groups x 128) indicator matrix.
@@ -121,11 +141,14 @@ for _row, _chars in enumerate(_CHAR_GROUPS):
     _GROUP_MATRIX[_row, [ord(ch) for ch in _chars]] = 1.0
 
 
-def structural_raw(text: str) -> np.ndarray:
+def structural_raw(text: str, words: np.ndarray | None = None) -> np.ndarray:
     """Unscaled structural statistics of the primary text (ratios are per character or per line).
 
+    `words`: the text's lower-cased word hashes (computed here when not given).
     Only C-speed primitives (str.count, numpy) here: this runs on every request.
     """
+    if words is None:
+        words = _unigrams(text)
     points = hashing.codepoints(text)
     n = max(points.size, 1)
     ascii_hist = np.bincount(points[points < 128].astype(np.int64), minlength=128).astype(np.float64)
@@ -134,7 +157,6 @@ def structural_raw(text: str) -> np.ndarray:
     n_lines = int(ascii_hist[10]) + 1
     commas_per_line = np.bincount(np.cumsum(newline)[points == 44], minlength=n_lines)
     csv_lines = int(np.count_nonzero(commas_per_line >= 2))
-    lower = text.lower()
     upper = ascii_hist[65:91].sum()
     alpha = upper + ascii_hist[97:123].sum()
     nl_text = "\n" + text
@@ -149,8 +171,8 @@ def structural_raw(text: str) -> np.ndarray:
             list_items,
             csv_lines,
             min(text.count("</") + text.count("/>"), 50),
-            sum(lower.count(word) for word in _SQL_WORDS),
-            sum(lower.count(word) for word in _CODE_WORDS),
+            np.count_nonzero(np.isin(words, _SQL_HASHES)),
+            np.count_nonzero(np.isin(words, _CODE_HASHES)) + text.count("=>"),
         ]
     ) / n_lines
     head = np.array(
@@ -181,15 +203,16 @@ def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.n
     char_hashes = np.concatenate(
         [hashing.char_ngram_hashes(prefix_chars, n, salt=n * 7919) for n in spec.char_ngrams]
     )
+    unigrams = hashing.word_unigrams(prefix, starts, ends, _WORD_SALT)
     blocks = [
         _counted_block(char_hashes, spec.char_bits, char_off, spec.char_weight),
-        _counted_block(hashing.word_hashes(prefix, starts, ends, 1, True), spec.word_bits, word_off, spec.word_weight),
+        _counted_block(hashing.with_bigrams(unigrams), spec.word_bits, word_off, spec.word_weight),
         _counted_block(_words(edge_text(request), 2, True), spec.edge_bits, edge_off, spec.edge_weight),
         _counted_block(
             _words(clip_long(request.history), 3, False), spec.history_bits, hist_off, spec.history_weight
         ),
     ]
-    raw = structural_raw(text)
+    raw = structural_raw(text, unigrams)
     if spec.struct_mean:
         scaled = (raw - np.asarray(spec.struct_mean)) / np.asarray(spec.struct_scale) * spec.struct_weight
     else:  # not fitted yet: the featurizer fits the scaler on these raw values

@@ -87,9 +87,17 @@ def word_spans(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
 
 
-def word_hashes(prefix: np.ndarray, starts: np.ndarray, ends: np.ndarray, salt: int, bigrams: bool) -> np.ndarray:
-    words = mix(span_hashes(prefix, starts, ends) + np.uint64(salt))
-    if not bigrams or words.size < 2:
+def word_unigrams(prefix: np.ndarray, starts: np.ndarray, ends: np.ndarray, salt: int) -> np.ndarray:
+    return mix(span_hashes(prefix, starts, ends) + np.uint64(salt))
+
+
+def with_bigrams(words: np.ndarray) -> np.ndarray:
+    """Word hashes followed by the hashes of adjacent word pairs."""
+    if words.size < 2:
         return words
-    pairs = mix(words[:-1] * _PAIR + words[1:])
-    return np.concatenate((words, pairs))
+    return np.concatenate((words, mix(words[:-1] * _PAIR + words[1:])))
+
+
+def word_hashes(prefix: np.ndarray, starts: np.ndarray, ends: np.ndarray, salt: int, bigrams: bool) -> np.ndarray:
+    words = word_unigrams(prefix, starts, ends, salt)
+    return with_bigrams(words) if bigrams else words
