@@ -4,17 +4,31 @@ mlx-lm's GatedDeltaNet only runs causal sequences and overwrites its cache. Here
 window and recurrence fork from its parent, and the state after every slot is kept so a commit can
 pick the state at the last accepted slot — no re-forward, no rollback. The arithmetic reuses
 mlx-lm's own modules and its ops-reference step so results match a sequential decode.
+
+Paths (engines.kernels.fast_paths picks; the reference stays for tests and as the fallback):
+- reference: per-level Python loop over mlx-lm's `_gated_delta_step_ops`;
+- compiled: the same ops (conv windows, q/k norm, gates, every level of the recurrence, the gated
+  norm) traced once per tree layout with mx.compile, so elementwise work fuses into few kernels
+  and the Python graph is built once per layout, not per verify;
+- CUDA: one launch for the whole tree recurrence (engines/kernels/gdn_tree_cuda.py).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from functools import lru_cache
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx_lm.models.activations import precise_swiglu
 from mlx_lm.models.gated_delta import _gated_delta_step_ops, compute_g, normalize_qk
 
+from .kernels import fast_paths
+from .kernels import gdn_tree_cuda
 from .tree import TreeLayout
+
+log = logging.getLogger("switchyard.gdn")
 
 
 @dataclass
@@ -25,38 +39,54 @@ class GdnSnapshot:
     state: mx.array    # (T, Hv, Dv, Dk)
 
 
-def gdn_tree(module: nn.Module, x: mx.array, cache, tree: TreeLayout) -> tuple[mx.array, GdnSnapshot]:
-    """x: (1, T, D) normed inputs in slot order. Leaves `cache` untouched."""
-    _, T, _ = x.shape
-    kernel = module.conv_kernel_size
-    Hk, Hv, Dk, Dv = module.num_k_heads, module.num_v_heads, module.head_k_dim, module.head_v_dim
+@dataclass(frozen=True)
+class GdnShape:
+    """The module constants a GDN layer's tree step depends on (shared by all GDN layers)."""
 
-    qkv = module.in_proj_qkv(x)[0]
-    z = module.in_proj_z(x).reshape(1, T, Hv, Dv)
-    b = module.in_proj_b(x)[0]
-    a = module.in_proj_a(x)[0]
+    kernel: int
+    key_dim: int
+    Hk: int
+    Hv: int
+    Dk: int
+    Dv: int
+    eps: float
 
-    conv_state = cache[0] if cache[0] is not None else mx.zeros((1, kernel - 1, module.conv_dim), x.dtype)
-    rows = mx.concatenate([conv_state[0], qkv], axis=0)
-    windows = rows[mx.array(tree.conv_windows(kernel))]          # (T, kernel, C)
-    conv_out = nn.silu(module.conv1d(windows))[:, 0, :]          # (T, C)
+    @classmethod
+    def of(cls, module: nn.Module) -> "GdnShape":
+        return cls(module.conv_kernel_size, module.key_dim, module.num_k_heads, module.num_v_heads,
+                   module.head_k_dim, module.head_v_dim, module.norm.eps)
 
-    q, k, v = mx.split(conv_out, [module.key_dim, 2 * module.key_dim], axis=-1)
-    q = q.reshape(T, Hk, Dk)
-    k = k.reshape(T, Hk, Dk)
-    v = v.reshape(T, Hv, Dv)
-    q, k = normalize_qk(q, k, inv_scale=Dk**-0.5, eps=1e-6)
-    if Hv // Hk > 1:
-        q = mx.repeat(q, Hv // Hk, axis=-2)
-        k = mx.repeat(k, Hv // Hk, axis=-2)
-    beta = mx.sigmoid(b)
-    g = compute_g(module.A_log, a, module.dt_bias)
 
-    root_state = cache[1] if cache[1] is not None else mx.zeros((1, Hv, Dv, Dk), mx.float32)
+# -- per-layout index arrays (built once per layout, not per verify) -----------------------------
+@lru_cache(maxsize=256)
+def conv_window_index(tree: TreeLayout, kernel: int) -> mx.array:
+    return mx.array(tree.conv_windows(kernel))
+
+
+@lru_cache(maxsize=256)
+def parents_index(tree: TreeLayout) -> mx.array:
+    return mx.array(tree.parents, dtype=mx.int32)
+
+
+@lru_cache(maxsize=256)
+def _level_index(tree: TreeLayout) -> tuple[mx.array | slice, ...]:
+    """Per level: a slice when its slots are contiguous (cheaper than a gather), else an index."""
+    out: list[mx.array | slice] = []
+    for level in tree.levels:
+        contiguous = list(level) == list(range(level[0], level[0] + len(level)))
+        out.append(slice(level[0], level[-1] + 1) if contiguous else mx.array(level))
+    return tuple(out)
+
+
+# -- the recurrence ------------------------------------------------------------------------------
+def recurrence_reference(q, k, v, g, beta, root_state, tree: TreeLayout) -> tuple[mx.array, mx.array]:
+    """q, k: (T, Hv, Dk) (already repeated to Hv); v: (T, Hv, Dv); g, beta: (T, Hv);
+    root_state: (1, Hv, Dv, Dk). One level at a time, every slot forked from its parent's state.
+    Returns y (T, Hv, Dv) and per-slot states (T, Hv, Dv, Dk)."""
+    T = tree.size
     states: list[mx.array | None] = [None] * T
     outputs: list[mx.array | None] = [None] * T
-    for level in tree.levels:
-        idx = mx.array(level)
+    for level, idx in zip(tree.levels, _level_index(tree)):
         if tree.parents[level[0]] < 0:
             parent_states = root_state
         else:
@@ -65,10 +95,93 @@ def gdn_tree(module: nn.Module, x: mx.array, cache, tree: TreeLayout) -> tuple[m
         for j, slot in enumerate(level):
             states[slot] = new_states[j]
             outputs[slot] = y[j]
+    return mx.stack(outputs), mx.stack(states)
 
-    y = mx.stack(outputs)[None]                                  # (1, T, Hv, Dv)
-    out = module.out_proj(module.norm(y, z).reshape(1, T, -1))
-    return out, GdnSnapshot(conv=windows[:, 1:, :], state=mx.stack(states))
+
+def _prepare(shape: GdnShape, qkv, b, a, conv_state, windows, conv_weight, A_log, dt_bias):
+    """Conv windows forked along the tree, q/k/v, gates. qkv: (T, C); conv_state: (1, kernel-1, C)."""
+    T = qkv.shape[0]
+    rows = mx.concatenate([conv_state[0], qkv], axis=0)
+    window_rows = rows[windows]                                               # (T, kernel, C)
+    conv_out = nn.silu(mx.conv1d(window_rows, conv_weight, groups=qkv.shape[-1]))[:, 0, :]
+    q, k, v = mx.split(conv_out, [shape.key_dim, 2 * shape.key_dim], axis=-1)
+    q = q.reshape(T, shape.Hk, shape.Dk)
+    k = k.reshape(T, shape.Hk, shape.Dk)
+    v = v.reshape(T, shape.Hv, shape.Dv)
+    q, k = normalize_qk(q, k, inv_scale=shape.Dk**-0.5, eps=1e-6)
+    return q, k, v, mx.sigmoid(b), compute_g(A_log, a, dt_bias), window_rows[:, 1:, :]
+
+
+def _repeat_heads(shape: GdnShape, q, k):
+    if shape.Hv // shape.Hk > 1:
+        q = mx.repeat(q, shape.Hv // shape.Hk, axis=-2)
+        k = mx.repeat(k, shape.Hv // shape.Hk, axis=-2)
+    return q, k
+
+
+def _gated_norm(shape: GdnShape, y, z, norm_weight):
+    """mlx-lm's RMSNormGated: rms_norm(y) * silu(z) in float32, back to y's dtype."""
+    return precise_swiglu(y, z, mx.fast.rms_norm(y, norm_weight, shape.eps))
+
+
+@lru_cache(maxsize=128)
+def _compiled_ops(shape: GdnShape, tree: TreeLayout):
+    """Everything between the input projections and out_proj, traced once for this layout."""
+
+    def run(qkv, z, b, a, conv_state, root_state, windows, conv_weight, A_log, dt_bias, norm_weight):
+        q, k, v, beta, g, conv = _prepare(shape, qkv, b, a, conv_state, windows, conv_weight, A_log, dt_bias)
+        q, k = _repeat_heads(shape, q, k)
+        y, states = recurrence_reference(q, k, v, g, beta, root_state, tree)
+        return _gated_norm(shape, y, z, norm_weight), conv, states
+
+    return mx.compile(run)
+
+
+@lru_cache(maxsize=16)
+def _compiled_prepare(shape: GdnShape):
+    return mx.compile(lambda *args: _prepare(shape, *args))
+
+
+@lru_cache(maxsize=16)
+def _compiled_norm(shape: GdnShape):
+    return mx.compile(lambda y, z, w: _gated_norm(shape, y, z, w))
+
+
+def _cuda_kernel_ok(shape: GdnShape) -> bool:
+    """Use the CUDA kernel where it runs; checked once against the reference (fp32, 1e-5) so a
+    kernel that fails to build or disagrees turns itself off and the compiled ops path takes over."""
+    if not (fast_paths.cuda_kernel and gdn_tree_cuda.available() and shape.Dk % 32 == 0):
+        return False
+    return gdn_tree_cuda.self_check(shape.Hk, shape.Hv, shape.Dk, shape.Dv, recurrence_reference)
+
+
+def gdn_tree(module: nn.Module, x: mx.array, cache, tree: TreeLayout) -> tuple[mx.array, GdnSnapshot]:
+    """x: (1, T, D) normed inputs in slot order. Leaves `cache` untouched."""
+    _, T, _ = x.shape
+    shape = GdnShape.of(module)
+    qkv = module.in_proj_qkv(x)[0]
+    z = module.in_proj_z(x).reshape(T, shape.Hv, shape.Dv)
+    b = module.in_proj_b(x)[0]
+    a = module.in_proj_a(x)[0]
+    conv_state = cache[0] if cache[0] is not None else mx.zeros((1, shape.kernel - 1, module.conv_dim), x.dtype)
+    root_state = cache[1] if cache[1] is not None else mx.zeros((1, shape.Hv, shape.Dv, shape.Dk), mx.float32)
+    windows = conv_window_index(tree, shape.kernel)
+    weights = (module.conv1d.weight, module.A_log, module.dt_bias)
+
+    if not fast_paths.enabled:
+        q, k, v, beta, g, conv = _prepare(shape, qkv, b, a, conv_state, windows, *weights)
+        q, k = _repeat_heads(shape, q, k)
+        y, states = recurrence_reference(q, k, v, g, beta, root_state, tree)
+        y = module.norm(y, z)
+    elif root_state.dtype == mx.float32 and _cuda_kernel_ok(shape):
+        q, k, v, beta, g, conv = _compiled_prepare(shape)(qkv, b, a, conv_state, windows, *weights)
+        y, states = gdn_tree_cuda.gdn_tree_cuda(q, k, v, g, beta, root_state[0], parents_index(tree))
+        y = _compiled_norm(shape)(y, z, module.norm.weight)
+    else:
+        y, conv, states = _compiled_ops(shape, tree)(
+            qkv, z, b, a, conv_state, root_state, windows, *weights, module.norm.weight)
+    out = module.out_proj(y.reshape(1, T, -1))
+    return out, GdnSnapshot(conv=conv, state=states)
 
 
 def restore(cache, snapshot: GdnSnapshot, slot: int) -> None:

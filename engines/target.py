@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -17,6 +18,7 @@ from mlx_lm.models.base import create_attention_mask, create_ssm_mask, scaled_do
 
 from .bundle import ModelBundle
 from .gdn import GdnSnapshot, gdn_tree, restore
+from .kernels import fast_paths
 from .tree import TreeLayout
 
 
@@ -53,7 +55,30 @@ def _rope_at(rope: nn.Module, x: mx.array, positions: mx.array) -> mx.array:
     return rope(x.transpose(2, 1, 0, 3), offset=positions).transpose(2, 1, 0, 3)
 
 
-def _attention_tree(attn: nn.Module, x: mx.array, cache, tree: TreeLayout) -> mx.array:
+@lru_cache(maxsize=256)
+def _is_chain(tree: TreeLayout) -> bool:
+    return tree.parents == tuple(range(-1, tree.size - 1))
+
+
+@lru_cache(maxsize=256)
+def _depths(tree: TreeLayout) -> mx.array:
+    return mx.array(tree.depths, dtype=mx.int32)
+
+
+@lru_cache(maxsize=256)
+def _visibility(tree: TreeLayout) -> mx.array:
+    return mx.array(tree.visibility)
+
+
+def tree_mask(tree: TreeLayout, prefix: int) -> mx.array | str | None:
+    """Attention mask of a verify over `tree` after `prefix` committed rows: every prefix column
+    plus ancestor-or-self. A chain is plain causal attention (the fused kernel's "causal" mode)."""
+    if fast_paths.enabled and _is_chain(tree):
+        return "causal" if tree.size > 1 else None
+    return mx.concatenate([mx.ones((tree.size, prefix), dtype=mx.bool_), _visibility(tree)], axis=1)
+
+
+def _attention_tree(attn: nn.Module, x: mx.array, cache, tree: TreeLayout, mask: mx.array | str | None = None) -> mx.array:
     _, T, _ = x.shape
     queries, gate = mx.split(attn.q_proj(x).reshape(1, T, attn.num_attention_heads, -1), 2, axis=-1)
     gate = gate.reshape(1, T, -1)
@@ -62,13 +87,18 @@ def _attention_tree(attn: nn.Module, x: mx.array, cache, tree: TreeLayout) -> mx
     queries = attn.q_norm(queries).transpose(0, 2, 1, 3)
 
     prefix = cache.offset
-    positions = mx.array([prefix + d for d in tree.depths])
-    queries = _rope_at(attn.rope, queries, positions)
-    keys = _rope_at(attn.rope, keys, positions)
+    if mask is None:
+        mask = tree_mask(tree, prefix)
+    if fast_paths.enabled and _is_chain(tree):  # positions prefix.. in order: mlx-lm's own rope call
+        queries = attn.rope(queries, offset=prefix)
+        keys = attn.rope(keys, offset=prefix)
+    else:
+        positions = _depths(tree) + prefix if fast_paths.enabled else mx.array([prefix + d for d in tree.depths])
+        queries = _rope_at(attn.rope, queries, positions)
+        keys = _rope_at(attn.rope, keys, positions)
     keys, values = cache.update_and_fetch(keys, values)
 
-    visible = mx.concatenate([mx.ones((T, prefix), dtype=mx.bool_), mx.array(tree.visibility)], axis=1)
-    out = scaled_dot_product_attention(queries, keys, values, cache=cache, scale=attn.scale, mask=visible)
+    out = scaled_dot_product_attention(queries, keys, values, cache=cache, scale=attn.scale, mask=mask)
     out = out.transpose(0, 2, 1, 3).reshape(1, T, -1)
     return attn.o_proj(out * mx.sigmoid(gate))
 
@@ -81,6 +111,7 @@ def forward_tree(
     decoder = bundle.decoder
     h = decoder.embed_tokens(tokens[None])
     offset = cache[decoder.fa_idx].offset
+    mask = tree_mask(tree, offset)  # once per forward, shared by every attention layer
     captured: dict[int, mx.array] = {}
     snapshots: dict[int, GdnSnapshot] = {}
     for i, (layer, layer_cache) in enumerate(zip(bundle.layers, cache)):
@@ -88,7 +119,7 @@ def forward_tree(
         if layer.is_linear:
             r, snapshots[i] = gdn_tree(layer.linear_attn, normed, layer_cache, tree)
         else:
-            r = _attention_tree(layer.self_attn, normed, layer_cache, tree)
+            r = _attention_tree(layer.self_attn, normed, layer_cache, tree, mask)
         h = h + r
         h = h + layer.mlp(layer.post_attention_layernorm(h))
         if i in capture:
@@ -100,7 +131,7 @@ def commit(bundle: ModelBundle, cache: list, out: TreeOutput, path: list[int]) -
     """Keep the root path `path` (slot 0 first, increasing slots) of a verified tree."""
     n = len(path)
     contiguous = path == list(range(n))
-    rows = mx.array(path) + out.offset
+    rows = None if contiguous else mx.array(path) + out.offset
     for i, (layer, layer_cache) in enumerate(zip(bundle.layers, cache)):
         if layer.is_linear:
             restore(layer_cache, out.snapshots[i], path[-1])
