@@ -177,7 +177,7 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         exception_handlers={APIError: _api_error, HTTPException: _http_error, Exception: _unhandled},
     )
     app.state.gateway = state
-    app.state.openapi = build_openapi()
+    app.state.openapi = build_openapi(config, tuple(backend.engine_names), tuple(state.model_names))
     if config.api_keys:  # outermost: a request without a valid key never reaches a handler
         app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, protect_metrics=config.protect_metrics,
                            protect_admin=config.protect_admin)

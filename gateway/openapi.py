@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from . import schemas
+from .config import GatewayConfig
 
 REF = "#/components/schemas/{model}"
 API_KEY_SCHEME = "ApiKey"
@@ -48,9 +49,11 @@ def _errors(statuses: dict[str, str]) -> dict[str, Any]:
     return {status: _json(schemas.ErrorResponse, text) for status, text in statuses.items()}
 
 
-def _generation(summary: str, request: type[BaseModel], response: type[BaseModel]) -> dict[str, Any]:
+def _generation(summary: str, request: type[BaseModel], response: type[BaseModel], engine: dict[str, Any]) -> dict[str, Any]:
     ok = _json(response, "The completion (JSON), or server-sent events when `stream` is true")
-    ok["content"]["text/event-stream"] = {"schema": {"type": "string"}}
+    # one server-sent event: `data` is a JSON chunk, an error object, or "[DONE]"
+    ok["content"]["text/event-stream"] = {"schema": {"type": "object", "required": ["data"],
+                                                     "properties": {"data": {"type": "string"}}}}
     ok["headers"] = {name: {"schema": {"type": "string"}} for name in
                      ("X-Switchyard-Engine", "X-Switchyard-Class", "X-Switchyard-Route-Reason")}
     return {
@@ -59,7 +62,7 @@ def _generation(summary: str, request: type[BaseModel], response: type[BaseModel
             "parameters": [{
                 "name": "X-Switchyard-Engine", "in": "header", "required": False,
                 "description": "Force an engine: raw | mtp | ddtree | auto (the body field `engine` wins)",
-                "schema": {"type": "string", "enum": ["raw", "mtp", "ddtree", "auto"]},
+                "schema": engine,
             }],
             "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(request)}}},
             "responses": {"200": ok, **_errors(_GENERATION_ERRORS)},
@@ -71,14 +74,76 @@ def _get(summary: str, response: dict[str, Any], errors: dict[str, str], **extra
     return {"get": {"summary": summary, "responses": {"200": response, **_errors(errors)}, **extra}}
 
 
-def build_openapi(title: str = "Switchyard", version: str = "0.1.0") -> dict[str, Any]:
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}], "default": None}
+
+
+def _one_of_values(*values: Any) -> dict[str, Any]:
+    return {"enum": list(values)}
+
+
+def _engine_pattern(engines: tuple[str, ...]) -> str:
+    """Engine names as the server reads them: case-insensitive, surrounding blanks ignored, "" = auto."""
+    names = "|".join("".join(f"[{c.lower()}{c.upper()}]" for c in name) for name in (*engines, "auto"))
+    return rf"^[ \t]*({names})?[ \t]*$"
+
+
+def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, ...], models: tuple[str, ...]) -> None:
+    """Narrow the request schemas from "what parses" to "what this server serves": OpenAI fields it
+    only accepts at their neutral value, its limits, its model names and engines. The handlers
+    reject everything else with a 400/404, so the document describes the accepted inputs exactly."""
+    stop = {"type": "string", "minLength": 1, "maxLength": config.max_stop_chars}
+    common = {
+        "model": _nullable({"type": "string", "enum": sorted(models)}),
+        "max_tokens": _nullable({"type": "integer", "minimum": 1, "maximum": config.max_tokens_limit}),
+        "stop": {"anyOf": [stop, {"type": "array", "items": stop, "maxItems": config.max_stop_sequences},
+                           {"type": "null"}], "default": None},
+        "engine": _nullable({"type": "string", "pattern": _engine_pattern(engines)}),
+        "n": _one_of_values(1, None),
+        "presence_penalty": _one_of_values(0, None),
+        "frequency_penalty": _one_of_values(0, None),
+        "logit_bias": _nullable({"type": "object", "maxProperties": 0}),
+        "logprobs": _one_of_values(None, False, 0),
+    }
+    chat = defs["ChatCompletionRequest"]["properties"]
+    chat.update(common)
+    chat["max_completion_tokens"] = common["max_tokens"]
+    chat["messages"]["maxItems"] = config.max_messages
+    chat["top_logprobs"] = _one_of_values(0, None)
+    for name in ("tools", "functions"):
+        chat[name] = _nullable({"type": "array", "maxItems": 0})
+    for name in ("tool_choice", "function_call"):
+        chat[name] = _one_of_values(None, "none")
+    defs["ResponseFormat"]["properties"]["type"] = {"type": "string", "const": "text"}
+    # content may be null only on assistant messages
+    defs["ChatMessage"]["if"] = {"properties": {"role": {"const": "assistant"}}}
+    defs["ChatMessage"]["else"] = {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}}
+    completion = defs["CompletionRequest"]["properties"]
+    completion.update(common)
+    text = {"type": "string", "minLength": 1}
+    completion["prompt"] = {"anyOf": [text, {"type": "array", "items": text, "minItems": 1, "maxItems": 1}]}
+    completion["echo"] = _one_of_values(None, False)
+    completion["suffix"] = _one_of_values(None, "")
+    completion["best_of"] = _one_of_values(None, 1)
+
+
+def build_openapi(
+    config: GatewayConfig = GatewayConfig(),
+    engines: tuple[str, ...] = ("raw",),
+    models: tuple[str, ...] = ("default",),
+    title: str = "Switchyard",
+    version: str = "0.1.0",
+) -> dict[str, Any]:
     inputs = [(m, "validation") for m in _REQUESTS] + [(m, "serialization") for m in _RESPONSES]
     _, defs = models_json_schema(inputs, ref_template=REF)
+    _honoured(defs["$defs"], config, engines, models)
     model_param = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+    engine_header = {"type": "string", "pattern": _engine_pattern(engines)}
     health_503 = _json(schemas.Health, "Model not loaded, worker crashed, or draining for shutdown")
     paths = {
-        "/v1/chat/completions": _generation("Chat completion", schemas.ChatCompletionRequest, schemas.ChatCompletion),
-        "/v1/completions": _generation("Text completion", schemas.CompletionRequest, schemas.Completion),
+        "/v1/chat/completions": _generation("Chat completion", schemas.ChatCompletionRequest, schemas.ChatCompletion,
+                                            engine_header),
+        "/v1/completions": _generation("Text completion", schemas.CompletionRequest, schemas.Completion, engine_header),
         "/v1/models": _get("The served model", _json(schemas.ModelList, "Models"), _READ_ERRORS),
         "/v1/models/{model}": _get("One model by name", _json(schemas.ModelCard, "The model"),
                                    {**_READ_ERRORS, "404": "Unknown model"}, parameters=[model_param]),

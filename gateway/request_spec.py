@@ -105,7 +105,7 @@ def resolve_engine(body_engine: str | None, header_engine: str | None, loaded: t
     name = body_engine if body_engine is not None else header_engine
     if name is None:
         return None
-    name = name.strip().lower()
+    name = name.strip(" \t").lower()  # as /openapi.json documents it
     if name in ("", AUTO):
         return None
     if name not in loaded:

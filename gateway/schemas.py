@@ -1,17 +1,30 @@
-"""OpenAI request/response shapes (pydantic v2). Unknown fields are rejected (extra="forbid")."""
+"""OpenAI request/response shapes (pydantic v2). Unknown fields are rejected (extra="forbid") and types
+are strict (no "5" for 5, no 1 for true), so what is accepted is exactly what /openapi.json says."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 
 INT32_MAX = 2**31 - 1
 
 
+def _whole_number(value: Any) -> Any:
+    """JSON does not tell 5.0 from 5 (nor does JSON Schema's "integer"): accept whole floats as ints."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_whole_number)]
+# constraints before the validator, or pydantic writes them into the JSON schema as "ge"/"le"
+PositiveInt32 = Annotated[int, Field(ge=1, le=INT32_MAX), BeforeValidator(_whole_number)]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class TextPart(_Strict):
@@ -64,19 +77,19 @@ class _SamplingFields(_Strict):
     """Fields chat and text completions share."""
 
     model: str | None = None
-    max_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
+    max_tokens: PositiveInt32 | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=-1, le=INT32_MAX)   # 0 or -1: no top-k truncation
+    top_k: Annotated[int, Field(ge=-1, le=INT32_MAX), BeforeValidator(_whole_number)] | None = None  # 0/-1: off
     min_p: float | None = Field(None, ge=0.0, le=1.0)
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1), BeforeValidator(_whole_number)] | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     engine: str | None = None                # Switchyard: raw | mtp | ddtree | auto
     # OpenAI fields accepted when harmless, rejected (gateway.validation) when they would change the result.
     user: str | None = None
-    n: int | None = None
+    n: Int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
@@ -90,9 +103,9 @@ class _SamplingFields(_Strict):
 
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
+    max_completion_tokens: PositiveInt32 | None = None
     response_format: ResponseFormat | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Int | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
@@ -104,7 +117,7 @@ class CompletionRequest(_SamplingFields):
     prompt: str | list[Any]
     echo: bool | None = None
     suffix: str | None = None
-    best_of: int | None = None
+    best_of: Int | None = None
 
 
 # ---- responses ----
