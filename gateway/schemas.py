@@ -81,7 +81,7 @@ class _SamplingFields(_Strict):
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: Annotated[int, Field(ge=-1, le=INT32_MAX), BeforeValidator(_whole_number)] | None = None  # 0/-1: off
-    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    min_p: float | None = Field(None, ge=0.0, lt=1.0)   # the sampler needs p_max * min_p < p_max
     seed: Annotated[int, Field(ge=0, le=2**63 - 1), BeforeValidator(_whole_number)] | None = None
     stop: str | list[str] | None = None
     stream: bool = False

@@ -51,3 +51,16 @@ CHECKS = [
     positive_data_acceptance,
     openai_error_bodies,
 ]
+
+
+# A request over the body limit is rejected with 413 before its JSON is even parsed: a valid refusal
+# of negative data (schemathesis' default list lacks it).
+REJECTION_STATUSES = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429"]
+
+
+def fuzz_config():
+    import schemathesis
+
+    return schemathesis.Config.from_dict(
+        {"checks": {"negative_data_rejection": {"expected-statuses": REJECTION_STATUSES}}}
+    )

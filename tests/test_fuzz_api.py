@@ -14,7 +14,7 @@ from gateway.app import create_app
 from gateway.config import GatewayConfig
 from gateway.openapi import build_openapi
 from tests.fakes import FakeBackend, live_server
-from tests.fuzz_checks import CHECKS
+from tests.fuzz_checks import CHECKS, fuzz_config
 
 MAX_EXAMPLES = 60
 
@@ -30,7 +30,7 @@ def fuzz_server():
 
 
 # The document the server serves at /openapi.json (test_served_schema_is_the_built_one checks they agree).
-schema = schemathesis.openapi.from_dict(APP.state.openapi)
+schema = schemathesis.openapi.from_dict(APP.state.openapi, config=fuzz_config())
 
 
 @schema.parametrize()
