@@ -20,7 +20,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def probe(model_dir: str | None, context: int = 256, trials: int = 7, decode_tokens: int = 64) -> dict:
+def probe(model_dir: str | None, context: int = 256, trials: int = 7, decode_tokens: int = 64,
+          dtype: str | None = None) -> dict:
     import mlx.core as mx
 
     from engines.raw import prefill
@@ -29,7 +30,7 @@ def probe(model_dir: str | None, context: int = 256, trials: int = 7, decode_tok
     from .environment import describe_environment
     from .setup import load_bench_model
 
-    model = load_bench_model(model_dir)
+    model = load_bench_model(model_dir, dtype=dtype)
     bundle = model.runtime.bundle
     vocab = int(bundle.text_config.get("vocab_size", 1024))
     ids = [(i * 7919 + 13) % (vocab - 16) + 8 for i in range(context + 8)]
@@ -63,6 +64,7 @@ def probe(model_dir: str | None, context: int = 256, trials: int = 7, decode_tok
     return {
         "environment": describe_environment(),
         "model": str(model.model_dir),
+        "dtype": str(bundle.dtype),
         "step_ms": {str(t): s * 1000 for t, s in step.items()},
         "c1": step[2] / step[1],
         "c4": step[5] / step[1],
@@ -108,7 +110,7 @@ def table(result: dict) -> str:
         rows.append(f"| {name} | {r['step_ms']['1']:.2f} | {r['c1']:.2f} | {r['c4']:.2f} | {r['prefill_tps']:.0f} | "
                     f"{r['decode_tps']:.1f} |")
     rows.append(f"\nOpenBLAS / reference: decode {result['decode_speedup']:.2f}x, prefill {result['prefill_speedup']:.2f}x "
-                f"(model {ref['model']}, {ref['environment']['cpu']}, {ref['environment']['cores']} cores)")
+                f"(model {ref['model']}, {ref.get('dtype', '')}, {ref['environment']['cpu']}, {ref['environment']['cores']} cores)")
     return "\n".join(rows)
 
 
@@ -118,10 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", action="store_true", help="reference vs OpenBLAS in two child processes")
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--trials", type=int, default=7)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None)
     parser.add_argument("--json", action="store_true", help="print JSON (last line)")
     args = parser.parse_args(argv)
-    extra = ["--context", str(args.context), "--trials", str(args.trials)]
-    result = compare(args.model, extra) if args.compare else probe(args.model, args.context, args.trials)
+    extra = ["--context", str(args.context), "--trials", str(args.trials)] + (["--dtype", args.dtype] if args.dtype else [])
+    result = compare(args.model, extra) if args.compare else probe(args.model, args.context, args.trials, dtype=args.dtype)
     if args.json:
         print(json.dumps(result))
     elif args.compare:

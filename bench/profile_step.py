@@ -110,19 +110,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="target dir (default: the embedded model)")
     parser.add_argument("--context", type=int, default=256, help="committed tokens before the step")
     parser.add_argument("--trials", type=int, default=9)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None)
     args = parser.parse_args(argv)
 
     from .environment import describe_environment
     from .setup import load_bench_model
 
-    model = load_bench_model(args.model)
+    model = load_bench_model(args.model, dtype=args.dtype)
     bundle = model.runtime.bundle
     vocab = int(bundle.text_config.get("vocab_size", 1024))
     ids = [(i * 7919 + 13) % (vocab - 16) + 8 for i in range(args.context)]
     shapes = ("decode (T=1)", "verify chain T=2", "verify chain T=5", "verify tree of 5")
     results = {s: profile_shape(bundle, s, ids, args.trials) for s in shapes}
     env = describe_environment()
-    print(f"model {model.model_dir}; context {args.context}; {env['cpu']} ({env['cores']} cores), device "
+    print(f"model {model.model_dir} ({bundle.dtype}); context {args.context}; {env['cpu']} ({env['cores']} cores), device "
           f"{env['device']}, BLAS {env['blas']}; median of {args.trials} trials, ms")
     print("| piece | " + " | ".join(shapes) + " |")
     print("|---|" + "---|" * len(shapes))

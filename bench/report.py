@@ -63,7 +63,7 @@ def markdown(results: dict, images: dict[str, str]) -> str:
         f"- commit: {env['commit']}",
         f"- model: `{results['model']['dir']}` (drafter `{results['model']['draft']}`), engines "
         f"{', '.join(results['model']['engines'])}",
-        f"- workload: {cfg['workload']}, per class {cfg['per_class'] or 'all'}, {cfg['max_tokens']} new tokens, "
+        f"- dtype: {cfg.get('dtype', 'checkpoint')}; workload: {cfg['workload']}, per class {cfg['per_class'] or 'all'}, {cfg['max_tokens']} new tokens, "
         f"{cfg['repeats']} repeat(s), modes {', '.join(cfg['modes'])}, sampled = {cfg['sampled_params']}",
         f"- lanes (round-robin per prompt, rotating start): {', '.join(cfg['lanes'])}; router policy "
         f"{cfg['policy']}; classes for routing from: {cfg['classifier']}",

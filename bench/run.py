@@ -46,6 +46,7 @@ class BenchConfig:
     per_class: int | None = None       # first N prompts of each class (quick runs)
     model: str | None = None
     draft: str | None = None
+    dtype: str | None = None           # compute dtype; None = the checkpoint's
     out: Path = Path("bench/out/latest")
     seed: int = 0
     anchor: bool = True
@@ -129,7 +130,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
     started = time.time()
     environment = describe_environment()  # at the start: the load average before the run
     prompts = load_workload(config.workload, config.per_class, config.seed)
-    model = load_bench_model(config.model, config.draft)
+    model = load_bench_model(config.model, config.draft, dtype=config.dtype)
     loaded = tuple(model.timed.engine_names)
     say(f"model {model.model_dir} (engines: {', '.join(loaded)}); {len(prompts)} prompts; "
         f"modes {', '.join(config.modes)}; {config.max_tokens} new tokens; {config.repeats} repeat(s)")
@@ -163,7 +164,8 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
 
         say("[blas probe] reference BLAS vs OpenBLAS in two child processes")
         try:
-            blas = compare(str(model.model_dir), ["--context", "128", "--trials", "5"])
+            blas = compare(str(model.model_dir), ["--context", "128", "--trials", "5"]
+                           + (["--dtype", config.dtype] if config.dtype else []))
         except (SystemExit, Exception) as exc:  # noqa: BLE001 - no OpenBLAS here: say so in the report
             blas = {"error": str(exc)}
     results = {
@@ -194,7 +196,8 @@ def _progress_line(mode: str, repeat: int, index: int, total: int, prompt: Promp
 def _config_json(config: BenchConfig, classifier_name: str, lanes: list[str]) -> dict:
     return {
         "workload": config.workload, "engines": list(config.engines), "lanes": lanes,
-        "max_tokens": config.max_tokens, "repeats": config.repeats, "modes": list(config.modes),
+        "dtype": config.dtype or "checkpoint", "max_tokens": config.max_tokens, "repeats": config.repeats,
+        "modes": list(config.modes),
         "per_class": config.per_class, "seed": config.seed, "sampled_params": SAMPLED,
         "policy": config.policy or "<built-in defaults>", "classifier": classifier_name,
         "command": config.command, **config.extra,

@@ -33,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sampled-only", action="store_true", help="only the sampled mode")
     p.add_argument("--model", metavar="DIR", default=None, help="target model dir (default: the embedded model)")
     p.add_argument("--draft", metavar="DIR", default=None, help="DFlash drafter dir (default: beside the target)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                   help="compute dtype (default: the checkpoint's; on Linux CPU float32 + OpenBLAS is fastest)")
     p.add_argument("--policy", metavar="FILE", default=None, help="router policy YAML (default: built-in)")
     p.add_argument("--labels", action="store_true",
                    help="route with the workload's own class labels instead of the classifier")
@@ -61,7 +63,7 @@ def bench(args: argparse.Namespace) -> int:
     modes = ("sampled",) if args.sampled_only else (("greedy", "sampled") if args.sampled else ("greedy",))
     config = BenchConfig(
         workload=args.workload, engines=tuple(args.engines), max_tokens=args.max_tokens, repeats=args.repeats,
-        modes=modes, per_class=args.per_class, model=args.model, draft=args.draft, out=Path(args.out),
+        modes=modes, per_class=args.per_class, model=args.model, draft=args.draft, dtype=args.dtype, out=Path(args.out),
         seed=args.seed, anchor=not args.no_anchor, http_raw=not args.no_http_raw, policy=args.policy,
         use_labels=args.labels, warmup_study=args.warmup_study, warmup_passes=args.warmup_passes,
         plots=not args.no_plots, blas_probe=args.blas_probe, command="switchyard " + shlex.join(sys.argv[1:]),
