@@ -1,7 +1,8 @@
 """Feature vector of one request: hashed n-gram blocks plus a few structural statistics.
 
 Column layout (one sparse row):
-  [char n-grams of system+user | words+bigrams of system+user | words of the instruction edges |
+  [char n-grams of system+user | words+bigrams of system+user | words of the ask (system prompt +
+   running-text lines of the user message, see ask_text) |
    words of earlier history (weighted down) | structural features (standardised)]
 Training (featurizer.py) and inference (model.py) both call `featurize`, so the persisted model
 reproduces the fitted pipeline exactly.
@@ -9,6 +10,7 @@ reproduces the fitted pipeline exactly.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -21,7 +23,7 @@ HEAD_CHARS = 3000
 TAIL_CHARS = 3000
 # Char n-grams read at most this many characters from each end (the rest is more of the same).
 CHAR_CLIP = 1000
-# The "edge" block reads only the first/last characters of the user message, where the ask is.
+# The "edge" (ask) block reads the system prompt and the running-text lines of the user message.
 EDGE_CHARS = 300
 
 
@@ -36,7 +38,7 @@ class FeatureSpec:
     char_ngrams: tuple[int, ...] = (1, 2, 3, 4)
     char_weight: float = 1.0
     word_weight: float = 1.0
-    edge_weight: float = 0.7
+    edge_weight: float = 1.6
     history_weight: float = 0.3
     struct_weight: float = 0.5
     struct_mean: tuple[float, ...] = field(default_factory=tuple)
@@ -77,11 +79,34 @@ def primary_text(request: RequestText) -> str:
     return clip_long(f"{request.system}\n{request.user}" if request.system else request.user)
 
 
+# Fenced or triple-quoted blocks are pasted material, never the ask.
+_PASTED_BLOCK = re.compile(r"```.*?(?:```|$)|\"\"\".*?(?:\"\"\"|$)", re.S)
+ASK_SCAN_LINES = 8
+
+
+def _looks_like_ask(line: str) -> bool:
+    """A line of running text: not indented, not too long, mostly letters and spaces."""
+    stripped = line.strip()
+    if not stripped or len(stripped) > 400 or line[:1] in (" ", "\t"):
+        return False
+    letters = sum(ch.isalpha() or ch == " " for ch in stripped)
+    return letters >= 0.8 * len(stripped)
+
+
+def ask_text(user: str) -> str:
+    """The request's own words: running-text lines among the first and last few lines of the
+    user message, outside pasted blocks. Pasted code or data would otherwise drown a short ask."""
+    lines = _PASTED_BLOCK.sub("\n", user).split("\n")
+    if len(lines) > 2 * ASK_SCAN_LINES:
+        lines = lines[:ASK_SCAN_LINES] + lines[-ASK_SCAN_LINES:]
+    ask = "\n".join(line for line in lines if _looks_like_ask(line))
+    if len(ask) > 2 * EDGE_CHARS:
+        ask = ask[:EDGE_CHARS] + "\n" + ask[-EDGE_CHARS:]
+    return ask
+
+
 def edge_text(request: RequestText) -> str:
-    user = request.user
-    if len(user) > 2 * EDGE_CHARS:
-        user = user[:EDGE_CHARS] + "\n" + user[-EDGE_CHARS:]
-    return f"{request.system[:EDGE_CHARS]}\n{user}"
+    return f"{request.system[:EDGE_CHARS]}\n{ask_text(request.user)}"
 
 
 def _counted_block(hashes: np.ndarray, bits: int, offset: int, weight: float) -> tuple[np.ndarray, np.ndarray]:

@@ -55,6 +55,28 @@ WEB_TASKS = (
 )  # fmt: skip
 
 
+HOWTO_TASKS = (
+    "read a file line by line", "parse a JSON string into an object", "sort a dictionary by value",
+    "make an HTTP GET request with a timeout", "remove duplicates from a list while keeping order", "reverse a string",
+    "read environment variables with a default", "run a shell command and capture its output", "format a date as ISO 8601",
+    "check if a file exists", "spawn a background thread", "merge two maps", "write a list of rows to a CSV file",
+    "hash a password", "measure how long a block takes", "retry a failing network call", "parse command-line flags",
+    "iterate over a directory recursively", "convert a string to an integer safely", "zip two lists together",
+    "read a YAML config file", "connect to a Postgres database", "send an email", "generate a random UUID",
+    "split a string on multiple delimiters", "deep copy an object", "flatten a nested list", "pad a number with zeros",
+)  # fmt: skip
+
+
+def _howto(rng: random.Random, corpus: Corpus) -> dict:
+    task, lang = rng.choice(HOWTO_TASKS), rng.choice(CODE_LANGS)
+    ask = phrase(rng, (
+        f"How do I {task} in {lang}?", f"What's the idiomatic way to {task} in {lang}?", f"{lang}: how to {task}?",
+        f"how to {task} {lang.lower()}", f"Is there a built-in way to {task} in {lang}? Show me.",
+        f"Best way to {task} with {lang}?", f"In {lang}, how can I {task}?", f"snippet to {task} in {lang} pls",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
 def _write_function(rng: random.Random, corpus: Corpus) -> dict:
     snippet = rng.choice([c for c in corpus.code if 20 <= len(c.description) <= 240])
     lang = snippet.language if rng.random() < 0.5 else rng.choice(CODE_LANGS)
@@ -286,6 +308,7 @@ SYSTEM_GENERIC = (
 TEMPLATES: tuple[Template, ...] = (
     Template("code/write_function", "code", _write_function, 130),
     Template("code/algorithm", "code", _implement_algorithm, 90),
+    Template("code/howto", "code", _howto, 90),
     Template("code/fix_bug", "code", _fix_bug, 110),
     Template("code/refactor", "code", _refactor, 80),
     Template("code/translate_code", "code", _translate_code, 80),

@@ -172,6 +172,19 @@ def _advice(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask)}
 
 
+def _tips_and_ideas(rng: random.Random, corpus: Corpus) -> dict:
+    """Lists of tips or ideas are still running text (prose), not a data format."""
+    topic = rng.choice(EVERYDAY_TOPICS)
+    n = rng.choice((3, 5, 7, 10))
+    ask = phrase(rng, (
+        f"Give me {n} tips for getting into {topic}.", f"List {n} ideas for a blog about {topic}.",
+        f"What are some good ways to learn about {topic}?", f"Brainstorm {n} names for a podcast on {topic}.",
+        f"{n} reasons why {topic} matters?", f"Suggest a few discussion questions about {topic}.",
+        f"What are the most common misconceptions about {topic}?", f"Give me a reading list on {topic} with a line on each book.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
 def _compare(rng: random.Random, corpus: Corpus) -> dict:
     pair = rng.sample(corpus.topics, 2) if rng.random() < 0.5 else rng.sample(EVERYDAY_TOPICS, 2)
     ask = phrase(rng, (
@@ -235,6 +248,7 @@ TEMPLATES: tuple[Template, ...] = (
     Template("prose/quote_meaning", "prose", _quote_meaning, 50),
     Template("prose/advice", "prose", _advice, 50),
     Template("prose/compare", "prose", _compare, 50),
+    Template("prose/tips_ideas", "prose", _tips_and_ideas, 80),
     Template("prose/followup", "prose", _followup_prose, 70),
     Template("prose/system_persona", "prose", _system_persona, 50),
     Template("prose/multilingual", "prose", _multilingual_prose, 60),
