@@ -39,7 +39,7 @@ def profile_shape(bundle, shape: str, context_ids: list[int], trials: int) -> tu
     from engines.gdn import gdn_tree
     from engines.raw import prefill
     from engines.sampling import Rng, choose, resolve
-    from engines.target import _attention_tree, commit, forward_tree
+    from engines.target import _attention_tree, commit, forward_tree, tree_mask
     from engines.tree import TreeLayout
     from engines.types import SamplingParams
 
@@ -74,6 +74,8 @@ def profile_shape(bundle, shape: str, context_ids: list[int], trials: int) -> tu
             if layout is None:
                 fa_mask = create_attention_mask(h, cache[decoder.fa_idx])
                 ssm_mask = create_ssm_mask(h, cache[decoder.ssm_idx])
+            else:  # as forward_tree: one mask per forward, shared by the attention layers
+                tree_attention_mask = tree_mask(layout, cache[decoder.fa_idx].offset)
             snapshots = {}
             for i, (layer, layer_cache) in enumerate(zip(bundle.layers, cache)):
                 normed = layer.input_layernorm(h)
@@ -83,7 +85,7 @@ def profile_shape(bundle, shape: str, context_ids: list[int], trials: int) -> tu
                 elif layer.is_linear:
                     r, snapshots[i] = gdn_tree(layer.linear_attn, normed, layer_cache, layout)
                 else:
-                    r = _attention_tree(layer.self_attn, normed, layer_cache, layout)
+                    r = _attention_tree(layer.self_attn, normed, layer_cache, layout, tree_attention_mask)
                 t = _fence(timings, "GDN" if layer.is_linear else "attention", t, r, *(snapshots[i].state,) if i in snapshots else ())
                 h = h + r
                 h = h + layer.mlp(layer.post_attention_layernorm(h))
@@ -111,11 +113,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=256, help="committed tokens before the step")
     parser.add_argument("--trials", type=int, default=9)
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None)
+    parser.add_argument("--fast-paths", choices=("on", "off"), default="on",
+                        help="engines.kernels.fast_paths (compiled verify paths): compare before/after")
     args = parser.parse_args(argv)
 
     from .environment import describe_environment
     from .setup import load_bench_model
 
+    from engines.kernels import fast_paths
+
+    fast_paths.enabled = args.fast_paths == "on"
     model = load_bench_model(args.model, dtype=args.dtype)
     bundle = model.runtime.bundle
     vocab = int(bundle.text_config.get("vocab_size", 1024))
@@ -123,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = ("decode (T=1)", "verify chain T=2", "verify chain T=5", "verify tree of 5")
     results = {s: profile_shape(bundle, s, ids, args.trials) for s in shapes}
     env = describe_environment()
-    print(f"model {model.model_dir} ({bundle.dtype}); context {args.context}; {env['cpu']} ({env['cores']} cores), device "
+    print(f"model {model.model_dir} ({bundle.dtype}); fast paths {args.fast_paths}; context {args.context}; {env['cpu']} ({env['cores']} cores), device "
           f"{env['device']}, BLAS {env['blas']}; median of {args.trials} trials, ms")
     print("| piece | " + " | ".join(shapes) + " |")
     print("|---|" + "---|" * len(shapes))
