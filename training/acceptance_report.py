@@ -54,11 +54,12 @@ PROMPTS: dict[str, list[str]] = {
 }
 
 
-def run(engine, prompt_ids: list[int], max_tokens: int, eos: set[int]) -> tuple[list[int], int, int, int, int]:
-    """Greedy tokens (cut at EOS / max_tokens), verify steps, drafted, accepted and verify-emitted counts."""
+def run(engine, prompt_ids: list[int], params: SamplingParams, eos: set[int]) -> tuple[list[int], int, int, int, int]:
+    """Tokens (cut at EOS / max_tokens), verify steps, drafted, accepted and verify-emitted counts."""
+    max_tokens = params.max_tokens
     tokens: list[int] = []
     steps = drafted = accepted = emitted = 0
-    generator = engine.generate(prompt_ids, SamplingParams(temperature=0.0, max_tokens=max_tokens), CancelToken())
+    generator = engine.generate(prompt_ids, params, CancelToken())
     for step in generator:
         if step.drafted:
             steps += 1
@@ -73,11 +74,19 @@ def run(engine, prompt_ids: list[int], max_tokens: int, eos: set[int]) -> tuple[
     return tokens[:min(cut, max_tokens)], steps, drafted, accepted, emitted
 
 
+def lossless(row: dict, temperature: float) -> str:
+    if temperature > 0:
+        return "n/a (sampled)"
+    return "yes" if row["lossless_mismatches"] == 0 else f"NO ({row['lossless_mismatches']} differ)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="target dir (default: the embedded demo family)")
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--budget", type=int, default=4, help="DDTree budget")
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="0 = greedy (checks greedy == raw); > 0 samples with the model's top_p/top_k, seeded")
     parser.add_argument("--dtype", default=None, help="e.g. float32 (default: the checkpoint's bf16)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -88,14 +97,16 @@ def main() -> None:
     for label, prompts in PROMPTS.items():
         totals = {"mtp_drafted": 0, "mtp_accepted": 0, "ddtree_steps": 0, "ddtree_tokens": 0, "ddtree_accepted": 0,
                   "mismatches": 0, "tokens": 0}
-        for prompt in prompts:
+        for index, prompt in enumerate(prompts):
             text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                                  add_generation_prompt=True)
             ids = list(tokenizer.encode(text, add_special_tokens=False))
-            raw, *_ = run(runtime.engines["raw"], ids, args.max_tokens, eos)
-            mtp, _, drafted, accepted, _ = run(runtime.engines["mtp"], ids, args.max_tokens, eos)
-            tree, steps, _, tree_accepted, tree_emitted = run(runtime.engines["ddtree"], ids, args.max_tokens, eos)
-            totals["mismatches"] += int(mtp != raw) + int(tree != raw)
+            params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=index)
+            raw, *_ = run(runtime.engines["raw"], ids, params, eos)
+            mtp, _, drafted, accepted, _ = run(runtime.engines["mtp"], ids, params, eos)
+            tree, steps, _, tree_accepted, tree_emitted = run(runtime.engines["ddtree"], ids, params, eos)
+            if params.greedy:  # sampled runs draw different (equally distributed) texts
+                totals["mismatches"] += int(mtp != raw) + int(tree != raw)
             totals["tokens"] += len(raw)
             totals["mtp_drafted"] += drafted
             totals["mtp_accepted"] += accepted
@@ -105,18 +116,20 @@ def main() -> None:
         rows[label] = {
             "prompts": len(prompts),
             "tokens": totals["tokens"],
-            "mtp_greedy_acceptance": round(totals["mtp_accepted"] / max(1, totals["mtp_drafted"]), 3),
+            "mtp_acceptance": round(totals["mtp_accepted"] / max(1, totals["mtp_drafted"]), 3),
             "ddtree_tokens_per_step": round(totals["ddtree_tokens"] / max(1, totals["ddtree_steps"]), 3),
             "lossless_mismatches": totals["mismatches"],
         }
         print(f"{label:10s} {json.dumps(rows[label])}", flush=True)
-    print("\n| class | prompts | tokens | MTP greedy acceptance | DDTree-b%d tokens/step | greedy == raw |" % args.budget)
+    mode = "greedy" if args.temperature <= 0 else f"T={args.temperature}"
+    print(f"\n| class | prompts | tokens | MTP acceptance ({mode}) | DDTree-b{args.budget} tokens/step | greedy == raw |")
     print("|---|---|---|---|---|---|")
     for label, row in rows.items():
-        print(f"| {label} | {row['prompts']} | {row['tokens']} | {row['mtp_greedy_acceptance']:.3f} | "
-              f"{row['ddtree_tokens_per_step']:.2f} | {'yes' if row['lossless_mismatches'] == 0 else 'NO'} |")
+        print(f"| {label} | {row['prompts']} | {row['tokens']} | {row['mtp_acceptance']:.3f} | "
+              f"{row['ddtree_tokens_per_step']:.2f} | {lossless(row, args.temperature)} |")
     if args.json:
         args.json.write_text(json.dumps({"measured": time.strftime("%Y-%m-%d"), "budget": args.budget,
+                                         "temperature": args.temperature,
                                          "max_tokens": args.max_tokens, "classes": rows}, indent=1))
 
 
