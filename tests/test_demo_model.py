@@ -210,11 +210,11 @@ def test_mtp_head_predicts_the_target_two_ahead(target, config):
 def test_dflash_drafter_predicts_the_target_block(target):
     """The drafter through the engine's loader, fed target layer outputs for rows < P and the
     block [x[P], MASK...]: its first drafted position must often match the target's argmax."""
-    from engines.bundle import load_bundle
+    from engines.bundle import ModelBundle
     from engines.dflash import load_drafter
 
-    _, tokenizer = target
-    bundle = load_bundle(TARGET)
+    model, tokenizer = target
+    bundle = ModelBundle(TARGET, model, tokenizer, json.loads((TARGET / "config.json").read_text()))
     drafter = load_drafter(DRAFTER, bundle)
     cfg = drafter.cfg
     ids = tokenizer.encode(CODE_CHAT, add_special_tokens=False)
