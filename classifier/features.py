@@ -96,7 +96,7 @@ def _looks_like_ask(line: str) -> bool:
 def ask_text(user: str) -> str:
     """The request's own words: running-text lines among the first and last few lines of the
     user message, outside pasted blocks. Pasted code or data would otherwise drown a short ask."""
-    lines = _PASTED_BLOCK.sub("\n", user).split("\n")
+    lines = _PASTED_BLOCK.sub("\n", clip_long(user)).split("\n")
     if len(lines) > 2 * ASK_SCAN_LINES:
         lines = lines[:ASK_SCAN_LINES] + lines[-ASK_SCAN_LINES:]
     ask = "\n".join(line for line in lines if _looks_like_ask(line))

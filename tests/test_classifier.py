@@ -81,6 +81,12 @@ def test_empty_and_whitespace_text(shipped):
     assert shipped.predict("", "").label in LABELS
 
 
+def test_very_long_prompt_reads_the_ask_at_its_ends(shipped):
+    pasted = "```python\n" + "total = sum(value * 2 for value in values)\n" * 20000 + "```"
+    assert shipped.predict_text("Explain in plain words what this code does.\n" + pasted).label == "prose"
+    assert shipped.predict_text(pasted + "\nFix the bug in this code and send me the corrected version.").label == "code"
+
+
 def test_response_format_rule_forces_structured(shipped):
     prose_ask = "Write a long poem about autumn leaves."
     assert shipped.predict("", prose_ask).label == "prose"
