@@ -49,6 +49,74 @@ def test_dataset_size_balance_and_grouped_split(records):
     assert sum(r["source"].startswith("nvidia-bigcode-eval") for r in records) >= 200
 
 
+# Written after the model was trained and kept out of the prompt set: an independent check of
+# realistic requests (44 of 45 right when written; the floor leaves room for a retrain).
+FRESH_PROMPTS: dict[str, list[str]] = {
+    "code": [
+        "How do I read a file line by line in Node?",
+        "write a function to check if two strings are anagrams",
+        "Can you give me a C# LINQ query that groups orders by customer and sums the totals?",
+        "I need a script that pings 10 servers and prints which ones are down",
+        "Make a Python class for a bank account with deposit and withdraw methods",
+        "Here's my loop:\nfor (let i = 0; i <= arr.length; i++) { total += arr[i] }\nit gives NaN, fix it",
+        "Write a Go program that reads JSON from stdin and pretty prints it",
+        "Implement a stack using two queues in Java",
+        "Show me a minimal Express server with one GET route",
+        "Write a bash function that prints the git branch in my prompt",
+        "Give me a Rust iterator adapter that yields every second element",
+        "Write a matplotlib script that plots sin and cos on the same axes",
+        "Add pagination to this Django view:\ndef list_posts(request):\n    posts = Post.objects.all()\n    return render(request, 'posts.html', {'posts': posts})",
+        "Escribe un script de Python que descargue una página web y cuente las palabras.",
+        "Write a Kotlin coroutine that fetches two URLs concurrently",
+    ],
+    "prose": [
+        "Why is the ocean salty?",
+        "Write a thank-you note to my teacher",
+        "Explain how a bill becomes a law in the US",
+        "What's a good way to start learning the piano as an adult?",
+        "Summarise the main ideas of stoicism in a few sentences",
+        "Describe your ideal weekend in the style of a nature documentary",
+        "What caused the 2008 financial crisis?",
+        "Write a short motivational speech for a football team at half time",
+        "Can you explain what this function does?\ndef f(n):\n    return n if n < 2 else f(n-1) + f(n-2)",
+        "Why do programmers prefer dark mode? Give a humorous answer.",
+        "Tell me a story about a dragon who is afraid of fire",
+        "Is it better to rent or buy a house? Discuss.",
+        "What is the difference between weather and climate?",
+        "Explique-moi la photosynthèse simplement.",
+        "Review my essay intro: 'Technology has changed the world in many ways. Some good, some bad.' How can I make it stronger?",
+    ],
+    "structured": [
+        "Give me a JSON list of 5 famous painters with their nationality and a famous work",
+        "Write a SQL query that finds customers who haven't ordered in 90 days",
+        "Create a docker-compose.yml for a Node app with MongoDB",
+        "Output a CSV with the months of the year and the number of days in each",
+        "Make a markdown table comparing Python, Java and Go on typing, speed and concurrency",
+        "Convert this to YAML: {\"name\": \"app\", \"replicas\": 3, \"ports\": [80, 443]}",
+        "Extract the names and emails from this text as JSON: 'Contact Jane Doe at jane@x.com or Bob Ray at bob@y.org.'",
+        "Write a Kubernetes Ingress for app.example.com routing to service web on port 80",
+        "Respond only with JSON: {\"capital\": ...} for Canada",
+        "Create an XML config for a log4j appender writing to a rolling file",
+        "Generate 10 fake users as JSON with id, name, email and signup_date",
+        "Write the CREATE TABLE statements for a simple blog (users, posts, comments)",
+        "Put these into a table with columns city, country, population: Tokyo Japan 37M, Delhi India 32M, Shanghai China 29M",
+        "Gib mir die Planeten als JSON-Array mit Name und Durchmesser.",
+        "Give me a GitHub Actions YAML that runs npm test on pull requests",
+    ],
+}
+
+
+def test_fresh_prompts_written_outside_the_dataset(shipped):
+    wrong = [
+        (label, text)
+        for label, texts in FRESH_PROMPTS.items()
+        for text in texts
+        if shipped.predict_text(text).label != label
+    ]
+    total = sum(len(texts) for texts in FRESH_PROMPTS.values())
+    assert len(wrong) <= 4, f"{len(wrong)}/{total} wrong: {wrong}"
+
+
 def test_held_out_accuracy_and_macro_f1_above_floor(shipped):
     test = load_split("test")
     probs = np.array([[shipped.predict_request(r).probs[l] for l in LABELS] for r in test.requests])
