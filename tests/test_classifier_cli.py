@@ -96,3 +96,32 @@ def test_eval_reports_held_out_metrics():
     assert result["accuracy"] >= 0.9 and result["macro_f1"] >= 0.9
     matrix = result["confusion_matrix"]["rows_true_cols_predicted"]
     assert sum(map(sum, matrix)) == result["n"]
+
+
+def test_train_then_eval_round_trip_on_a_small_dataset(tmp_path):
+    """`train` writes a loadable model whose `eval` reproduces the metrics `train` reported."""
+    from classifier.dataset_io import DEFAULT_DATASET
+
+    per_split = {"train": 40, "test": 15}
+    taken: dict[tuple[str, str], int] = {}
+    lines = []
+    for line in DEFAULT_DATASET.open():
+        record = json.loads(line)
+        key = (record["split"], record["label"])
+        if taken.get(key, 0) < per_split[record["split"]]:
+            taken[key] = taken.get(key, 0) + 1
+            lines.append(line)
+    dataset = tmp_path / "small.jsonl"
+    dataset.write_text("".join(lines))
+    model_dir = tmp_path / "model"
+    done = _run(["-m", "gateway.cli", "classifier", "train", "--dataset", str(dataset), "--out", str(model_dir), "--json"])
+    assert done.returncode == 0, done.stderr
+    trained = json.loads(done.stdout)
+    assert trained["n_train"] == 120 and trained["n_test"] == 45
+    done = _run(["-m", "classifier.cli", "eval", "--model", str(model_dir), "--dataset", str(dataset), "--json"])
+    assert done.returncode == 0, done.stderr
+    evaluated = json.loads(done.stdout)
+    assert evaluated["n"] == 45
+    assert evaluated["confusion_matrix"] == trained["held_out"]["confusion_matrix"]
+    for key in ("accuracy", "macro_f1", "ece", "brier"):
+        assert evaluated[key] == pytest.approx(trained["held_out"][key], abs=1e-9)
