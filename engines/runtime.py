@@ -10,6 +10,10 @@ from typing import Iterator, Sequence
 import mlx.core as mx
 
 from .bundle import ModelBundle, load_bundle
+from .ddtree import DDTreeEngine
+from .dflash import load_drafter
+from .mtp import MTPEngine
+from .mtp_head import has_mtp_tensors, load_mtp_head, mtp_layer_count
 from .raw import RawEngine
 from .text import stream_text
 from .types import (
@@ -17,6 +21,7 @@ from .types import (
     Engine,
     EngineFailure,
     EngineUnavailableError,
+    FallbackRule,
     GenerationChunk,
     InvalidRequestError,
     SamplingParams,
@@ -56,6 +61,10 @@ class Runtime:
         self.bundle = bundle
         self.engines = engines
         self.model_id = model_id
+        mtp = engines.get("mtp")
+        ddtree = engines.get("ddtree")
+        self.mtp_head_bytes = mtp.head.nbytes() if isinstance(mtp, MTPEngine) else 0
+        self.drafter_bytes = ddtree.drafter.nbytes() if isinstance(ddtree, DDTreeEngine) else 0
 
     @property
     def engine_names(self) -> tuple[str, ...]:
@@ -77,7 +86,12 @@ class Runtime:
         return list(self.bundle.tokenizer.encode(prompt, add_special_tokens=False))
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, engine: str, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        engine: str,
+        cancel: CancelToken,
+        fallback: FallbackRule | None = None,
     ) -> Iterator[GenerationChunk]:
         if engine not in self.engines:
             raise EngineUnavailableError(
@@ -91,7 +105,11 @@ class Runtime:
                 f"model's context length ({self.context_length})",
                 param="messages", code="context_length_exceeded",
             )
-        steps = self.engines[engine].generate(prompt_ids, params, cancel)
+        chosen = self.engines[engine]
+        if fallback is not None and engine != "raw":
+            steps = chosen.generate(prompt_ids, params, cancel, fallback=fallback)
+        else:
+            steps = chosen.generate(prompt_ids, params, cancel)
         chunks = stream_text(
             steps, self.bundle.tokenizer, eos_token_ids=self.bundle.eos_token_ids,
             max_tokens=params.max_tokens, stops=params.stop, prompt_tokens=len(prompt_ids),
@@ -108,6 +126,8 @@ class Runtime:
     def memory_bytes(self) -> dict[str, int]:
         return {
             "parameters": self.bundle.parameter_bytes(),
+            "mtp_head": self.mtp_head_bytes,
+            "drafter": self.drafter_bytes,
             "active": int(mx.get_active_memory()),
             "peak": int(mx.get_peak_memory()),
         }
@@ -130,4 +150,13 @@ def load_runtime(
     path = Path(model_dir) if model_dir is not None else default_model_dir()
     bundle = load_bundle(path, dtype=dtype)
     engines: dict[str, Engine] = {"raw": RawEngine(bundle)}
+    if mtp is None:  # auto: on when the checkpoint (or the sidecar) carries an MTP head
+        source = Path(mtp_weights) if mtp_weights is not None else path
+        mtp = mtp_layer_count(bundle.config) > 0 and source.exists() and has_mtp_tensors(source)
+    if mtp:
+        engines["mtp"] = MTPEngine(bundle, load_mtp_head(bundle, mtp_weights))
+    draft = Path(draft_dir) if draft_dir is not None else default_draft_dir(path)
+    if draft is not None:
+        engines["ddtree"] = DDTreeEngine(bundle, load_drafter(draft, bundle), budget=tree_budget)
+    log.info("loaded %s with engines %s", path, ", ".join(engines))
     return Runtime(bundle, engines, model_id=path.name if path.name != "target" else path.parent.name)
