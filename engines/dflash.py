@@ -19,6 +19,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.base import scaled_dot_product_attention
 
 from .bundle import ModelBundle
+from .kernels.attention import ops_attention, use_ops_attention
 from .types import ModelLoadError
 
 
@@ -94,7 +95,10 @@ class DraftAttention(nn.Module):
             q_pos = mx.arange(offset, offset + L)[:, None]
             k_pos = mx.concatenate([ctx_positions, mx.arange(offset, offset + L)])[None]
             mask = (k_pos <= q_pos) & (q_pos - k_pos < self.sliding_window)
-        out = scaled_dot_product_attention(queries, keys, values, cache=None, scale=self.scale, mask=mask)
+        if use_ops_attention(queries):  # no per-shape cuDNN graph on MLX-CUDA (kernels/attention.py)
+            out = ops_attention(queries, keys, values, self.scale, mask)
+        else:
+            out = scaled_dot_product_attention(queries, keys, values, cache=None, scale=self.scale, mask=mask)
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
 
 

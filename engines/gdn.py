@@ -150,7 +150,7 @@ def _compiled_norm(shape: GdnShape):
 def _cuda_kernel_ok(shape: GdnShape) -> bool:
     """Use the CUDA kernel where it runs; checked once against the reference (fp32, 1e-5) so a
     kernel that fails to build or disagrees turns itself off and the compiled ops path takes over."""
-    if not (fast_paths.cuda_kernel and gdn_tree_cuda.available() and shape.Dk % 32 == 0):
+    if not (fast_paths.cuda_kernel and gdn_tree_cuda.available() and gdn_tree_cuda.supports_head_dim(shape.Dk)):
         return False
     return gdn_tree_cuda.self_check(shape.Hk, shape.Hv, shape.Dk, shape.Dv, recurrence_reference)
 

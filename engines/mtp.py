@@ -72,6 +72,7 @@ class MTPEngine:
             else:
                 draft_lp = log_probs(draft_logits, cfg)
                 draft = rng.categorical(draft_lp)
+            mx.async_eval(draft)  # the device runs the head while the host builds the verify graph
             verify_ids = mx.stack([mx.array(token, dtype=mx.uint32), draft.astype(mx.uint32)])
             out = forward_tree(bundle, verify_ids, _VERIFY, cache)
             verdict = verify_one(draft, draft_lp, bundle.lm_head(out.hidden), cfg, rng)

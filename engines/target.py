@@ -19,6 +19,7 @@ from mlx_lm.models.base import create_attention_mask, create_ssm_mask, scaled_do
 from .bundle import ModelBundle
 from .gdn import GdnSnapshot, gdn_tree, restore
 from .kernels import fast_paths
+from .kernels.attention import ops_attention, use_ops_attention
 from .tree import TreeLayout
 
 
@@ -98,7 +99,10 @@ def _attention_tree(attn: nn.Module, x: mx.array, cache, tree: TreeLayout, mask:
         keys = _rope_at(attn.rope, keys, positions)
     keys, values = cache.update_and_fetch(keys, values)
 
-    out = scaled_dot_product_attention(queries, keys, values, cache=cache, scale=attn.scale, mask=mask)
+    if use_ops_attention(queries):
+        out = ops_attention(queries, keys, values, attn.scale, mask)
+    else:
+        out = scaled_dot_product_attention(queries, keys, values, cache=cache, scale=attn.scale, mask=mask)
     out = out.transpose(0, 2, 1, 3).reshape(1, T, -1)
     return attn.o_proj(out * mx.sigmoid(gate))
 

@@ -84,8 +84,9 @@ def available() -> bool:
         return False
 
 
-def supports(k: mx.array, state: mx.array) -> bool:
-    return k.shape[-1] % 32 == 0 and state.dtype == mx.float32
+def supports_head_dim(Dk: int) -> bool:
+    """A warp splits a state row's Dk columns over its 32 lanes."""
+    return Dk % 32 == 0
 
 
 def gdn_tree_cuda(
