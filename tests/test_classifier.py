@@ -19,8 +19,8 @@ from classifier.request_text import RequestText, from_messages
 from engines.types import InvalidRequestError, ModelLoadError
 
 # Measured on the shipped model (see classifier/README.md); floors sit just below.
-ACCURACY_FLOOR = 0.90
-MACRO_F1_FLOOR = 0.90
+ACCURACY_FLOOR = 0.91
+MACRO_F1_FLOOR = 0.91
 ECE_CEILING = 0.06
 
 
@@ -50,7 +50,7 @@ def test_dataset_size_balance_and_grouped_split(records):
 
 
 # Written after the model was trained and kept out of the prompt set: an independent check of
-# realistic requests (44 of 45 right when written; the floor leaves room for a retrain).
+# realistic requests (44 of 45 right with the shipped model; the floor leaves room for a retrain).
 FRESH_PROMPTS: dict[str, list[str]] = {
     "code": [
         "How do I read a file line by line in Node?",

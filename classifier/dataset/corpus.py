@@ -48,6 +48,7 @@ class Corpus:
     xml_docs: list[str] = field(default_factory=list)
     configs: list[tuple[str, str]] = field(default_factory=list)  # (kind, text)
     verilog_tasks: list[dict] = field(default_factory=list)
+    few_shot: dict[str, list[str]] = field(default_factory=dict)  # task -> real prompts
 
 
 def _sample_files(root: Path, pattern: str, limit: int, rng: random.Random, skip: str = "") -> list[Path]:
@@ -349,6 +350,19 @@ def verilog_tasks(root: Path) -> list[dict]:
     return out
 
 
+def few_shot_prompts(root: Path) -> dict[str, list[str]]:
+    """Questions/instructions of bigcode-eval's few-shot example files (gsm8k, conala, concode)."""
+    out: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("few_shot_examples/*_few_shot_prompts.json")):
+        name = path.name.split("_")[0]
+        data = json.loads(_read(path))
+        if "questions" in data:
+            out[name] = [q for q in data["questions"] if isinstance(q, str)]
+        else:
+            out[name] = [v for k, v in sorted(data.items()) if k.startswith("instruction") and isinstance(v, str)]
+    return out
+
+
 def harvest(fetched: dict[str, FetchedSource], seed: int = 0) -> Corpus:
     rng = random.Random(seed)
     root = {name: Path(f.root) for name, f in fetched.items()}
@@ -375,5 +389,6 @@ def harvest(fetched: dict[str, FetchedSource], seed: int = 0) -> Corpus:
     corpus.xml_docs = xml_documents(root["osinfo-db"], 200, rng)
     corpus.configs = config_files({"nginx": root["nginx-common"], "redis": root["redis-server"]}, rng)
     corpus.verilog_tasks = verilog_tasks(root["nvidia-bigcode-eval"])
+    corpus.few_shot = few_shot_prompts(root["nvidia-bigcode-eval"])
     corpus.topics = sorted(set(corpus.topics))
     return corpus

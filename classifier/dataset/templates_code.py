@@ -328,6 +328,17 @@ TEMPLATES: tuple[Template, ...] = (
 )
 
 
+def few_shot_prompts(corpus: Corpus) -> list[tuple[str, str, dict]]:
+    """Real prompts from bigcode-eval's few-shot files (Apache-2.0): (label, group, prompt)."""
+    out = []
+    for index, question in enumerate(corpus.few_shot.get("gsm8k", [])):
+        out.append(("prose", f"gsm8k:{index}", {"text": question}))
+    for name in ("conala", "concode"):
+        for index, instruction in enumerate(corpus.few_shot.get(name, [])):
+            out.append(("code", f"{name}:{index}", {"text": instruction.strip()}))
+    return out
+
+
 def verilog_prompts(rng: random.Random, corpus: Corpus) -> list[tuple[str, dict]]:
     """Real third-party task descriptions (VerilogEval, Apache-2.0): group key = task id."""
     out = []

@@ -185,6 +185,21 @@ def _tips_and_ideas(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask)}
 
 
+def _math_question(rng: random.Random, corpus: Corpus) -> dict:
+    """Arithmetic and word problems: the reply is worked reasoning in sentences."""
+    a, b, c = rng.randint(2, 90), rng.randint(2, 40), rng.randint(2, 12)
+    item = rng.choice(("apples", "tickets", "books", "litres of paint", "marbles", "hours of work", "bus fares"))
+    ask = phrase(rng, (
+        f"What is {a}% of {b * 10}?", f"Solve for x: {c}x + {a} = {a + c * b}", f"If I buy {c} {item} at ${b} each and pay with ${c * b + a}, how much change do I get?",
+        f"A train travels {a * 3} km in {c} hours. What is its average speed? Show your reasoning.",
+        f"Sam had {a + b} {item}. He gave away {b} and then bought {c} more. How many does he have now?",
+        f"Is {a * c + 1} a prime number? Explain.", f"What's the probability of rolling a sum of {c % 11 + 2} with two dice?",
+        f"Explain step by step how to compute {a} times {b} in my head.", f"How many minutes are there in {c} days?",
+        f"Convert {a} degrees Celsius to Fahrenheit and explain the formula.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
 def _compare(rng: random.Random, corpus: Corpus) -> dict:
     pair = rng.sample(corpus.topics, 2) if rng.random() < 0.5 else rng.sample(EVERYDAY_TOPICS, 2)
     ask = phrase(rng, (
@@ -249,6 +264,7 @@ TEMPLATES: tuple[Template, ...] = (
     Template("prose/advice", "prose", _advice, 50),
     Template("prose/compare", "prose", _compare, 50),
     Template("prose/tips_ideas", "prose", _tips_and_ideas, 80),
+    Template("prose/math", "prose", _math_question, 70),
     Template("prose/followup", "prose", _followup_prose, 70),
     Template("prose/system_persona", "prose", _system_persona, 50),
     Template("prose/multilingual", "prose", _multilingual_prose, 60),
