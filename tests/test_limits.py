@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -115,14 +116,20 @@ def test_request_timeout_stops_the_generation_with_a_504():
 def test_request_timeout_counts_queue_wait():
     gate = threading.Event()
     backend = FakeBackend(gate=gate)
-    with live_server(create_app(backend, config=GatewayConfig(request_timeout_seconds=0.3))) as srv:
+    app = create_app(backend, config=GatewayConfig(request_timeout_seconds=0.3))
+    scheduler = app.state.gateway.scheduler
+    with live_server(app) as srv:
         results: dict[str, httpx.Response] = {}
         first = threading.Thread(target=lambda: results.setdefault("a", httpx.post(srv.base_url + CHAT, json=chat(), timeout=30)))
         first.start()
         backend.started.wait(10)
         second = threading.Thread(target=lambda: results.setdefault("b", httpx.post(srv.base_url + CHAT, json=chat(), timeout=30)))
         second.start()
-        threading.Event().wait(0.6)   # the queued one is past its deadline before the worker frees up
+        deadline = time.monotonic() + 10
+        while scheduler.waiting < 1:      # the second request is admitted and queued
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.5)                   # ... and past its deadline before the worker frees up
         gate.set()
         first.join(30)
         second.join(30)
