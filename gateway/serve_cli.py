@@ -118,6 +118,9 @@ def serve(args: argparse.Namespace) -> int:
         except ModelLoadError as exc:
             return _fail(str(exc))
     console.print(f"Loaded [bold]{runtime.model_id}[/]; engines: {', '.join(runtime.engine_names)}", highlight=False)
+    if config.api_keys:  # never the keys themselves
+        console.print(f"API keys: {len(config.api_keys)}; /metrics {'needs a key' if config.protect_metrics else 'open'}; "
+                      f"admin {'needs a key' if config.protect_admin else 'loopback or key'}", highlight=False)
     logging.getLogger("switchyard.blas").info("BLAS in use: %s", blas_in_use())
 
     router = _build_router(args, runtime.engine_names)

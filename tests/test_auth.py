@@ -151,3 +151,24 @@ def test_serve_refuses_a_public_bind_without_keys_before_loading_anything(tmp_pa
     assert proc.returncode == 2
     assert "api-key-file" in proc.stderr and "Traceback" not in proc.stderr
     assert "Loading model" not in proc.stderr
+
+
+def test_auth_cli_flags_build_the_config(tmp_path, monkeypatch):
+    import argparse
+
+    from gateway import serve_cli
+
+    monkeypatch.delenv(auth.ENV_VAR, raising=False)
+    key_file = tmp_path / "keys"
+    key_file.write_text(KEY + "\n")
+    parser = argparse.ArgumentParser()
+    serve_cli.register(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--host", "0.0.0.0", "--api-key-file", str(key_file), "--open-metrics",
+                              "--open-admin"])
+    config = serve_cli._config_from_args(args)
+    assert config.api_keys == (KEY,) and not config.protect_metrics and not config.protect_admin
+    assert KEY not in repr(config)                     # keys never end up in logs through the config
+    with pytest.raises(auth.AuthConfigError):
+        serve_cli._config_from_args(parser.parse_args(["serve", "--host", "0.0.0.0"]))
+    monkeypatch.setenv(auth.ENV_VAR, OTHER_KEY)
+    assert serve_cli._config_from_args(parser.parse_args(["serve", "--host", "0.0.0.0"])).api_keys == (OTHER_KEY,)
