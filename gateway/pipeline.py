@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 from engines.types import Backend, CancelToken, GenerationChunk, InvalidRequestError
@@ -26,6 +26,10 @@ def run_request(
     backend: Backend, router: Router, spec: RequestSpec, cancel: CancelToken, queue_depth: int
 ) -> Iterator[Routed | GenerationChunk]:
     prompt_ids = backend.encode_chat(spec.messages) if spec.messages is not None else backend.encode_prompt(spec.prompt or "")
+    params = spec.params
+    room = backend.context_length - len(prompt_ids)
+    if spec.max_tokens_defaulted and 0 < room < params.max_tokens:
+        params = replace(params, max_tokens=room)   # unasked: stop at the context's end instead of refusing
     decision = router.choose(
         RouteRequest(
             system_text=spec.system_text,
@@ -43,7 +47,7 @@ def run_request(
         # The mid-request hand-off rule goes only to speculative picks that carry one, so backends
         # without the `fallback` keyword keep working for everything else.
         extra = {"fallback": decision.fallback} if decision.fallback is not None else {}
-        for chunk in backend.generate(prompt_ids, spec.params, decision.engine, cancel, **extra):
+        for chunk in backend.generate(prompt_ids, params, decision.engine, cancel, **extra):
             if chunk.step is not None:
                 _safely(router.observe, decision, chunk.step)
             yield chunk

@@ -25,6 +25,7 @@ class RequestSpec:
     system_text: str
     user_text: str
     history_text: str
+    max_tokens_defaulted: bool = False   # the request did not say: the worker may shorten it to fit the context
 
 
 def _reject_common(req: _SamplingFields) -> None:
@@ -133,6 +134,7 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
         system_text="\n".join(system),
         user_text=messages[user_idx]["content"] if user_idx is not None else "",
         history_text="\n".join(history),
+        max_tokens_defaulted=req.max_completion_tokens is None and req.max_tokens is None,
     )
 
 
@@ -154,4 +156,5 @@ def completion_spec(req: CompletionRequest, forced_engine: str | None, config: G
         system_text="",
         user_text=prompt,
         history_text="",
+        max_tokens_defaulted=req.max_tokens is None,
     )

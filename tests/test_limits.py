@@ -149,3 +149,14 @@ def test_limits_are_cli_flags(tmp_path):
     config = serve_cli._config_from_args(args)
     assert (config.max_body_bytes, config.max_tokens_limit, config.default_max_tokens, config.max_stop_sequences,
             config.max_messages, config.request_timeout_seconds) == (2048, 64, 32, 3, 7, None)
+
+
+def test_unasked_max_tokens_shrinks_to_the_room_left_in_the_context():
+    backend = FakeBackend(context_length=100)
+    with live_server(create_app(backend)) as srv:
+        assert httpx.post(srv.base_url + "/v1/completions", json={"prompt": "p" * 90}).status_code == 200
+        assert backend.calls[-1]["params"].max_tokens == 10          # 100 - 90 prompt tokens, not 512
+        assert httpx.post(srv.base_url + "/v1/completions", json={"prompt": "p" * 90, "max_tokens": 50}).status_code == 200
+        assert backend.calls[-1]["params"].max_tokens == 50          # asked for: passed on (the runtime refuses it)
+        assert httpx.post(srv.base_url + "/v1/completions", json={"prompt": "p" * 5}).status_code == 200
+        assert backend.calls[-1]["params"].max_tokens == 95
