@@ -106,6 +106,19 @@ def client_is_loopback(scope: Scope) -> bool:
     return bool(client) and is_loopback_host(str(client[0]))
 
 
+_ENDPOINT_LABELS = (("/v1/chat/completions", "chat_completions"), ("/v1/completions", "completions"),
+                    ("/v1/models", "models"), ("/metrics", "metrics"))
+
+
+def _count_refusal(scope: Scope, status: int) -> None:
+    """switchyard_requests_total{status="401"} by endpoint, so a burst of bad keys shows on the dashboard."""
+    path = scope.get("path", "")
+    endpoint = next((label for prefix, label in _ENDPOINT_LABELS if path.startswith(prefix)), "other")
+    state = getattr(getattr(scope.get("app"), "state", None), "gateway", None)
+    if state is not None:
+        state.metrics.count_request(endpoint, None, None, status)
+
+
 def unauthorized(message: str) -> APIError:
     return APIError(401, message, code="invalid_api_key",
                     headers={"WWW-Authenticate": 'Bearer realm="switchyard"'})
@@ -141,6 +154,7 @@ class ApiKeyMiddleware:
                 err = unauthorized("You didn't provide an API key. Send it as 'Authorization: Bearer <key>'.")
             else:
                 err = unauthorized("Incorrect API key provided.")
+            _count_refusal(scope, err.status)
             await err.response()(scope, receive, send)
             return
         await self.app(scope, receive, send)

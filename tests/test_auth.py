@@ -51,6 +51,8 @@ def test_api_requires_a_valid_key(server):
     for key in (KEY, OTHER_KEY):
         assert httpx.post(base + CHAT, json=BODY, headers=bearer(key)).status_code == 200
     assert httpx.get(base + "/v1/models", headers=bearer(KEY)).status_code == 200
+    metrics = httpx.get(base + "/metrics", headers=bearer(KEY)).text
+    assert 'switchyard_requests_total{class="none",endpoint="chat_completions",engine="none",status="401"} 3.0' in metrics
 
 
 def test_openai_client_with_and_without_key(server):
