@@ -11,15 +11,31 @@ command exits with status 1 after processing every line.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import sys
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 from engines.types import InvalidRequestError, ModelLoadError
 
 EXIT_BAD_INPUT = 1
 EXIT_MODEL_ERROR = 2
+
+
+def _quiet_broken_pipe(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A reader that goes away (`... | head`) ends the command quietly, not with a traceback."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+            return EXIT_BAD_INPUT
+
+    return run
 
 
 def _open_input(name: str) -> IO[str]:
@@ -140,20 +156,20 @@ def _add_commands(sub) -> None:
     predict = sub.add_parser("predict", help="classify JSON lines (text or OpenAI messages)")
     predict.add_argument("--jsonl", required=True, help="input file, one JSON object per line; - for stdin")
     predict.add_argument("--model", type=Path, default=None, help="model directory (default: the shipped model)")
-    predict.set_defaults(func=cmd_predict)
+    predict.set_defaults(func=_quiet_broken_pipe(cmd_predict))
 
     evaluate = sub.add_parser("eval", help="accuracy, macro-F1 and confusion matrix on the held-out split")
     evaluate.add_argument("--model", type=Path, default=None)
     evaluate.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     evaluate.add_argument("--split", choices=("test", "train", "all"), default="test")
     evaluate.add_argument("--json", action="store_true", help="print the report as JSON")
-    evaluate.set_defaults(func=cmd_eval)
+    evaluate.set_defaults(func=_quiet_broken_pipe(cmd_eval))
 
     train = sub.add_parser("train", help="refit the model from the shipped prompt set (deterministic)")
     train.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     train.add_argument("--out", type=Path, default=MODEL_DIR, help="where to write model.json + weights.npz")
     train.add_argument("--json", action="store_true")
-    train.set_defaults(func=cmd_train)
+    train.set_defaults(func=_quiet_broken_pipe(cmd_train))
 
 
 def register(subparsers) -> None:

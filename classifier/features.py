@@ -18,6 +18,7 @@ import numpy as np
 from classifier import hashing
 from classifier.request_text import RequestText
 
+# The constants below are part of the feature map too: changing any of them needs a retrain.
 # Long prompts keep their head and tail: the instruction sits at one end, pasted material between.
 HEAD_CHARS = 3000
 TAIL_CHARS = 3000
@@ -46,9 +47,10 @@ class FeatureSpec:
 
     @property
     def offsets(self) -> tuple[int, int, int, int, int]:
-        sizes = (1 << self.char_bits, 1 << self.word_bits, 1 << self.edge_bits, 1 << self.history_bits)
-        starts = np.concatenate(([0], np.cumsum(sizes))).tolist()
-        return tuple(int(s) for s in starts)  # type: ignore[return-value]
+        char = 1 << self.char_bits
+        word = char + (1 << self.word_bits)
+        edge = word + (1 << self.edge_bits)
+        return 0, char, word, edge, edge + (1 << self.history_bits)
 
     @property
     def n_features(self) -> int:
