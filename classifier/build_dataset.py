@@ -16,6 +16,7 @@ import argparse
 import collections
 import hashlib
 import json
+import platform
 import random
 from pathlib import Path
 
@@ -94,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     stats = summary(records)
-    write_manifest(fetched, args.out.parent / "manifest.json", {"dataset": stats, "seed": SEED})
+    stdlib = {"name": "python-stdlib", "version": platform.python_version(), "licence": "PSF-2.0",
+              "note": "functions harvested from the running interpreter's stdlib (its version shapes the set)"}  # fmt: skip
+    write_manifest(fetched, args.out.parent / "manifest.json", {"interpreter": stdlib, "dataset": stats, "seed": SEED})
     print(json.dumps(stats, indent=2))
     return 0
 
