@@ -13,6 +13,7 @@ from starlette.routing import Route
 
 from engines.types import Backend, StepResult
 
+from .admission import BodyBudget, body_slots
 from .auth import ApiKeyMiddleware
 from .config import GatewayConfig
 from .endpoints import chat_completions, completions
@@ -177,6 +178,7 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         exception_handlers={APIError: _api_error, HTTPException: _http_error, Exception: _unhandled},
     )
     app.state.gateway = state
+    app.state.body_budget = BodyBudget(body_slots(config.max_queue), config.retry_after_seconds)
     app.state.openapi = build_openapi(config, tuple(backend.engine_names), tuple(state.model_names))
     if config.api_keys:  # outermost: a request without a valid key never reaches a handler
         app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, protect_metrics=config.protect_metrics,

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from engines.types import GenerationChunk
 
 from .disconnect import DisconnectWatcher
-from .errors import APIError, WorkerUnavailableError, bad_request, from_exception, from_validation_error
+from .errors import APIError, QueueFullError, WorkerUnavailableError, bad_request, from_exception, from_validation_error
 from .metrics import RequestMeter
 from .pipeline import Routed, run_request
 from .request_spec import chat_spec, completion_spec, resolve_engine
@@ -125,7 +125,10 @@ async def completions(request: Request) -> Response:
 
 async def _admit(request: Request, state: GatewayState, chat: bool) -> tuple[Any, Ticket]:
     """Read, validate and queue the request (raises APIError: 400/404/413/415/429/503)."""
-    data = await read_json_object(request, state.config.max_body_bytes)
+    if state.scheduler.full:  # no point reading a body that cannot be queued
+        raise QueueFullError(state.config.retry_after_seconds)
+    with request.app.state.body_budget.slot():
+        data = await read_json_object(request, state.config.max_body_bytes)
     req = parse(ChatCompletionRequest if chat else CompletionRequest, data)
     if req.model is not None and req.model not in state.model_names:
         raise APIError(

@@ -109,6 +109,12 @@ class Scheduler:
         return self.alive and not self._admission_closed and not self._stopping
 
     @property
+    def full(self) -> bool:
+        """A submit now would get 429 (the same rule as submit())."""
+        busy = self._running is not None or bool(self._waiting)
+        return busy and len(self._waiting) >= self.max_queue
+
+    @property
     def idle(self) -> bool:
         return self._running is None and not self._waiting
 

@@ -160,3 +160,58 @@ def test_unasked_max_tokens_shrinks_to_the_room_left_in_the_context():
         assert backend.calls[-1]["params"].max_tokens == 50          # asked for: passed on (the runtime refuses it)
         assert httpx.post(srv.base_url + "/v1/completions", json={"prompt": "p" * 5}).status_code == 200
         assert backend.calls[-1]["params"].max_tokens == 95
+
+
+def test_bodies_read_at_once_are_bounded():
+    """Slow uploads hold body slots; when all are taken the next request gets 429 at once, so at most
+    slots x max_body_bytes is ever buffered, however many clients upload together."""
+    from gateway.admission import body_slots
+
+    backend = FakeBackend()
+    app = create_app(backend, config=GatewayConfig(max_queue=0))
+    budget = app.state.body_budget
+    assert budget.slots == body_slots(0) == 4
+    release = threading.Event()
+
+    def slow_body():
+        yield b'{"messages": [{"role": "user", "content": "hi"}], '
+        release.wait(10)
+        yield b'"max_tokens": 1}'
+
+    with live_server(app) as srv:
+        statuses: list[int] = []
+
+        def upload():
+            statuses.append(httpx.post(srv.base_url + CHAT, content=slow_body(), timeout=30,
+                                       headers={"content-type": "application/json"}).status_code)
+
+        uploads = [threading.Thread(target=upload) for _ in range(4)]
+        for thread in uploads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while budget.in_use < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        refused = httpx.post(srv.base_url + CHAT, json=chat(max_tokens=1), timeout=30)
+        assert_error(refused, 429, code="queue_full")
+        assert refused.headers["retry-after"] == "1"
+        release.set()
+        for thread in uploads:
+            thread.join(30)
+        assert 200 in statuses and set(statuses) <= {200, 429}
+        assert budget.in_use == 0
+        assert httpx.post(srv.base_url + CHAT, json=chat(max_tokens=1), timeout=30).status_code == 200
+
+
+def test_a_full_queue_refuses_before_reading_the_body():
+    gate = threading.Event()
+    backend = FakeBackend(gate=gate)
+    with live_server(create_app(backend, config=GatewayConfig(max_queue=0))) as srv:
+        running = threading.Thread(target=lambda: httpx.post(srv.base_url + CHAT, json=chat(max_tokens=1), timeout=30))
+        running.start()
+        backend.started.wait(10)
+        refused = httpx.post(srv.base_url + CHAT, content=b"not even json", timeout=30,
+                             headers={"content-type": "application/json"})
+        assert_error(refused, 429, code="queue_full")   # refused without parsing: 429, not 400
+        gate.set()
+        running.join(30)
