@@ -284,6 +284,10 @@ def _server_violations(server: dict, tally: Tally) -> list[str]:
             out.append(f"server counted {count:.0f} responses with status {status}")
     if server["finish_reasons"].get("error", 0):
         out.append(f"server counted {server['finish_reasons']['error']:.0f} generations ending in error")
+    # every cancellation must come from a client hanging up (ours, plus the disconnect probe's one)
+    cancelled = server["finish_reasons"].get("cancelled", 0)
+    if cancelled > tally.disconnected + 1:
+        out.append(f"server cancelled {cancelled:.0f} generations but clients hung up only {tally.disconnected + 1} times")
     return out
 
 
