@@ -241,3 +241,13 @@ def test_load_rejects_missing_or_mismatched_model(tmp_path):
     (tmp_path / "model.json").write_text(json.dumps(meta))
     with pytest.raises(ModelLoadError):
         Classifier.load(tmp_path)
+
+
+def test_load_refuses_pickled_arrays_and_bad_json(tmp_path):
+    LinearModel.load(MODEL_DIR).save(tmp_path)
+    np.savez(tmp_path / "weights.npz", coef=np.array([{"a": 1}], dtype=object), intercept=np.zeros(3))
+    with pytest.raises(ModelLoadError):
+        Classifier.load(tmp_path)
+    (tmp_path / "model.json").write_text("{not json")
+    with pytest.raises(ModelLoadError):
+        Classifier.load(tmp_path)
