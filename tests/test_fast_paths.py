@@ -173,3 +173,25 @@ def test_greedy_engines_equal_raw_with_forced_fast_paths(bundle, tiny_drafter):
             for engine in engines:
                 assert run_engine(engine, prompt, 24, greedy)[0] == raw, engine.name
     assert fast_paths.enabled and fast_paths.ops_attention is None   # `using` restored the defaults
+
+
+def test_profile_verify_steps_leave_the_cache_as_restored(bundle):
+    """bench/profile_verify.py times every step on the same context: after a step and a restore,
+    the next forward must see exactly the cache it saw before (else trials drift)."""
+    from bench.profile_verify import SHAPES, _restore, _snapshot, measure_costs, run_step
+
+    prompt = bundle.tokenizer.encode(PROMPTS[0], add_special_tokens=False)
+    cache = bundle.make_cache()
+    prefill_capture(bundle, cache, prompt)
+    saved = _snapshot(cache)
+    probe = mx.array([11], dtype=mx.uint32)
+    tokens = mx.array([5, 6, 7, 8, 9], dtype=mx.uint32)
+    before = bundle.model(probe[None], cache=cache)
+    _restore(cache, saved)
+    for shape in SHAPES:
+        run_step(bundle, cache, shape, tokens)
+        _restore(cache, saved)
+        assert _max_diff(bundle.model(probe[None], cache=cache), before) == 0.0, shape
+        _restore(cache, saved)
+    costs = measure_costs(bundle, ["reference", "fast"], context=24, trials=1)
+    assert set(costs) == {"reference", "fast"} and all(row["c1"] > 0 for row in costs.values())
