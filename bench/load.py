@@ -153,10 +153,24 @@ def _engine_steps(url: str, headers: dict[str, str]) -> float:
     return sum(series(scrape(url, headers), "switchyard_engine_steps_total").values())
 
 
-def disconnect_probe(url: str, headers: dict[str, str], frames_before_cut: int = 4) -> dict[str, float]:
+PROBE_PROMPTS = ("Once upon a time", "def main():\n", "The history of the river begins", "{\"items\": [")
+
+
+def disconnect_probe(url: str, headers: dict[str, str], attempts: int = 8) -> dict[str, float]:
+    """disconnect_probe_once until a stream is long enough to be cut (a model may stop early)."""
+    result: dict[str, float] = {}
+    for attempt in range(attempts):
+        result = disconnect_probe_once(url, headers, PROBE_PROMPTS[attempt % len(PROBE_PROMPTS)], seed=attempt)
+        if result["cut_mid_stream"]:
+            break
+    return result
+
+
+def disconnect_probe_once(url: str, headers: dict[str, str], prompt: str, seed: int,
+                          frames_before_cut: int = 4) -> dict[str, float]:
     """On an idle server: stream a long generation, hang up after a few frames, and time how long
     the worker keeps running (should be within about one step: the engines poll the cancel flag)."""
-    body = {"prompt": "Once upon a time", "max_tokens": 256, "stream": True, "temperature": 0.8}
+    body = {"prompt": prompt, "max_tokens": 256, "stream": True, "temperature": 1.0, "seed": seed}
     arrivals: list[float] = []
     steps_before = _engine_steps(url, headers)
     with httpx.Client(base_url=url, timeout=60, headers=headers) as poller:
