@@ -107,6 +107,49 @@ def profile_shape(bundle, shape: str, context_ids: list[int], trials: int) -> tu
     return {name: statistics.median(v) for name, v in per_piece.items()}, statistics.median(totals)
 
 
+def profile_drafts(runtime, context_ids: list[int], trials: int) -> dict[str, float]:
+    """Median seconds of the drafting half of a speculative cycle (what profile_shape leaves out):
+    the MTP head's draft (head forward over the 1-2 new rows + lm_head + argmax), a DDTree draft
+    (DFlash block forward + lm_head + top-k + best-first tree build, host sync included) at the
+    engine's budget and at budget 1, and feeding accepted rows' features to the drafter."""
+    from mlx_lm.models.cache import KVCache
+
+    from engines.ddtree import DDTreeEngine
+    from engines.speculative import prefill_capture
+
+    bundle = runtime.bundle
+    out: dict[str, list[float]] = defaultdict(list)
+    mtp, ddtree = runtime.engines.get("mtp"), runtime.engines.get("ddtree")
+    for trial in range(trials + 1):
+        layer_ids = ddtree.layer_ids if ddtree is not None else ()
+        cache = bundle.make_cache()
+        prefilled = prefill_capture(bundle, cache, context_ids, capture=layer_ids)
+        mx.eval(prefilled.hidden)
+        if mtp is not None:
+            head_cache = KVCache()
+            prompt = mx.array(context_ids[1:] + [context_ids[-1]], dtype=mx.uint32)
+            mx.eval(mtp._draft_logits(prompt, prefilled.hidden, head_cache))
+            started = time.perf_counter()
+            draft = mx.argmax(mtp._draft_logits(mx.array(context_ids[-2:], dtype=mx.uint32), prefilled.hidden[-2:], head_cache))
+            draft.item()
+            if trial:
+                out["draft: MTP head (2 rows in, 1 token out)"].append(time.perf_counter() - started)
+        if ddtree is not None:
+            for engine in (ddtree, DDTreeEngine(bundle, ddtree.drafter, budget=1)):
+                context = engine.drafter.new_context(engine.context_sink, engine.context_window)
+                engine.drafter.add_context(engine._features(prefilled.layer_outputs, slice(None)), context)
+                started = time.perf_counter()
+                engine._draft(int(context_ids[-1]), context)
+                if trial:
+                    out[f"draft: DFlash block + tree (budget {engine.budget})"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            ddtree.drafter.add_context(ddtree._features(prefilled.layer_outputs, slice(-3, None)), context)
+            mx.eval(context.keys, context.values, context.positions)
+            if trial:
+                out["drafter: add 3 accepted rows to its context"].append(time.perf_counter() - started)
+    return {name: statistics.median(v) for name, v in out.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="target dir (default: the embedded model)")
@@ -147,6 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     unfenced = {s: results[s][1] for s in shapes}
     print("| unfenced step | " + " | ".join(
         f"{unfenced[s] * 1000:.2f} (c={unfenced[s] / unfenced[shapes[0]]:.2f})" for s in shapes) + " |")
+    drafts = profile_drafts(model.runtime, ids, args.trials)
+    if drafts:
+        print("\n| drafting (not in the verify above) | ms | vs T=1 step |")
+        print("|---|---|---|")
+        for name, seconds in drafts.items():
+            print(f"| {name} | {seconds * 1000:.2f} | {seconds / unfenced[shapes[0]]:.2f} |")
     return 0
 
 
