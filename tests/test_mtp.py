@@ -134,9 +134,11 @@ def _mtp_first_two_draws(bundle, head, prompt, cfg, n, *, biased=False):
     return counts
 
 
-@pytest.mark.parametrize("biased", [False, True])
-def test_sampling_lossless_first_two_tokens(agree_bundle, biased):
-    bundle = agree_bundle
+@pytest.mark.parametrize("which,biased", [("agree", False), ("random", False), ("random", True)])
+def test_sampling_lossless_first_two_tokens(which, biased, agree_bundle, random_bundle):
+    """agree: mostly the accept path; random: mostly the residual path; the negative control (a
+    verify that always accepts) uses the random head, whose q is far from p, so it must fail."""
+    bundle = agree_bundle if which == "agree" else random_bundle
     head = load_mtp_head(bundle)
     cfg = SamplerConfig(temperature=1.0, top_p=0.9, top_k=6, min_p=0.0)
     prompt = _encode(bundle, PROMPTS[2])
@@ -146,7 +148,7 @@ def test_sampling_lossless_first_two_tokens(agree_bundle, biased):
     tv = tv_distance(counts, exact, n)
     bound = tv_bound(len(exact), n)
     if biased:
-        assert tv > bound, (tv, bound)   # the test can fail
+        assert tv > 2 * bound, (tv, bound)   # the test can fail, by a wide margin
     else:
         assert tv < bound, (tv, bound)
 
