@@ -75,7 +75,8 @@ def markdown(results: dict, images: dict[str, str]) -> str:
         "(same prompt, mode, repeat), then the median. `agg` = total tokens / total seconds. "
         "`anchor` = mlx-lm `stream_generate`; `raw`, `mtp`, `ddtree`, `ddtree1` (= DFlash) run through "
         "Runtime.generate (the gateway's backend path, in process); `raw@http` and `auto` go through the "
-        "real HTTP gateway (loopback uvicorn, SSE).",
+        "real HTTP gateway (loopback uvicorn, SSE); forced raw@http requests also feed the router's monitor, as "
+        "forced traffic does in production (the warm-up study sends auto traffic only).",
         "",
     ]
     for mode, block in summary["modes"].items():

@@ -107,7 +107,7 @@ def class_oracle_regret(records: list[RequestRecord]) -> dict:
     Less biased than the per-request oracle, whose max over noisy measurements is optimistic."""
     auto_time = oracle_time = 0.0
     best: dict[str, str] = {}
-    for klass in {r.klass for r in records}:
+    for klass in sorted({r.klass for r in records}):
         rates = {e: _rate([r for r in records if r.klass == klass and r.engine == e]) for e in ROUTABLE}
         rates = {e: v for e, v in rates.items() if v}
         autos = [r for r in records if r.klass == klass and r.engine == "auto" and math.isfinite(r.decode_s)]
