@@ -5,7 +5,6 @@ with (DESIGN.md "DDTree"). budget=1 is plain DFlash: the argmax chain over the w
 from __future__ import annotations
 
 import heapq
-import time
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -14,10 +13,8 @@ import numpy as np
 
 from .bundle import ModelBundle
 from .dflash import DFlashDrafter
-from .fallback import FallbackWatch
-from .raw import decode
-from .sampling import Rng, choose, log_probs, resolve
-from .speculative import prefill_capture
+from .sampling import Rng, SamplerConfig, choose
+from .speculative import Cycle, speculative_generate
 from .target import commit, forward_tree
 from .tree import TreeLayout
 from .types import CancelToken, FallbackRule, SamplingParams, StepResult
@@ -108,41 +105,33 @@ class DDTreeEngine:
         cancel: CancelToken,
         fallback: FallbackRule | None = None,
     ) -> Iterator[StepResult]:
-        bundle = self.bundle
-        cfg = resolve(params, bundle.generation)
-        rng = Rng(params.seed)
-        cache = bundle.make_cache()
-        context = self.drafter.new_context(self.context_sink, self.context_window)
-        started = time.perf_counter()
+        def start(cache, prefilled, first, cfg, rng):
+            context = self.drafter.new_context(self.context_sink, self.context_window)
+            self.drafter.add_context(self._features(prefilled.layer_outputs, slice(None)), context)
+            return _TreeDrafting(self, cache, context, cfg, rng)
 
-        prefilled = prefill_capture(bundle, cache, prompt_ids, capture=self.layer_ids)
-        pending = int(choose(bundle.lm_head(prefilled.hidden[-1:]), cfg, rng).item())
-        self.drafter.add_context(self._features(prefilled.layer_outputs, slice(None)), context)
-        now = time.perf_counter()
-        yield StepResult(tokens=[pending], seconds=now - started, engine=self.name)
-        started = now
+        return speculative_generate(self.name, self.bundle, prompt_ids, params, cancel, fallback, start,
+                                    capture=self.layer_ids)
 
-        watch = FallbackWatch(fallback)
-        while not cancel.cancelled:
-            if watch.tripped:
-                yield from decode(bundle, cache, pending, cfg, rng, cancel, engine="raw")
-                return
-            tree = self._draft(pending, context)
-            ids = mx.array((pending,) + tree.tokens, dtype=mx.uint32)
-            out = forward_tree(bundle, ids, tree.layout, cache, capture=self.layer_ids)
-            # one target choice per node: argmax, or one sample from the processed distribution
-            choices = choose(bundle.lm_head(out.hidden), cfg, rng).tolist()
-            path, bonus = walk(tree.layout, tree.tokens, choices)
-            commit(bundle, cache, out, path)
-            self.drafter.add_context(self._features(out.layer_outputs, mx.array(path)), context)
-            emitted = [tree.tokens[s - 1] for s in path[1:]] + [bonus]
-            accepted_depth = len(path) - 1
-            now = time.perf_counter()
-            yield StepResult(
-                tokens=emitted, drafted=len(tree.tokens), accepted=accepted_depth, seconds=now - started,
-                engine=self.name,
-                accepted_positions=[d < accepted_depth for d in range(max(tree.layout.depths))],
-            )
-            started = now
-            pending = bonus
-            watch.record(accepted_depth)
+
+class _TreeDrafting:
+    """One request: the drafter's context cache."""
+
+    def __init__(self, engine: DDTreeEngine, cache: list, context, cfg: SamplerConfig, rng: Rng):
+        self.engine, self.cache, self.context, self.cfg, self.rng = engine, cache, context, cfg, rng
+
+    def cycle(self, pending: int) -> Cycle:
+        engine, bundle = self.engine, self.engine.bundle
+        tree = engine._draft(pending, self.context)
+        ids = mx.array((pending,) + tree.tokens, dtype=mx.uint32)
+        out = forward_tree(bundle, ids, tree.layout, self.cache, capture=engine.layer_ids)
+        # one target choice per node: argmax, or one sample from the processed distribution
+        choices = choose(bundle.lm_head(out.hidden), self.cfg, self.rng).tolist()
+        path, bonus = walk(tree.layout, tree.tokens, choices)
+        commit(bundle, self.cache, out, path)
+        engine.drafter.add_context(engine._features(out.layer_outputs, mx.array(path)), self.context)
+        depth = len(path) - 1
+        return Cycle(
+            emitted=[tree.tokens[s - 1] for s in path[1:]] + [bonus], drafted=len(tree.tokens), accepted=depth,
+            accepted_positions=[d < depth for d in range(max(tree.layout.depths))],
+        )

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from typing import Iterator, Sequence
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
 from .bundle import ModelBundle
-from .fallback import FallbackWatch
 from .mtp_head import MTPHead
-from .raw import PREFILL_CHUNK, decode
-from .sampling import Rng, choose, log_probs, resolve
-from .speculative import prefill_capture, verify_one
+from .raw import PREFILL_CHUNK
+from .sampling import Rng, SamplerConfig, log_probs
+from .speculative import Cycle, speculative_generate, verify_one
 from .target import commit, forward_tree
 from .tree import TreeLayout
 from .types import CancelToken, FallbackRule, SamplingParams, StepResult
@@ -46,47 +44,39 @@ class MTPEngine:
         cancel: CancelToken,
         fallback: FallbackRule | None = None,
     ) -> Iterator[StepResult]:
-        bundle = self.bundle
-        cfg = resolve(params, bundle.generation)
-        rng = Rng(params.seed)
-        cache = bundle.make_cache()
-        head_cache = KVCache()
-        started = time.perf_counter()
+        def start(cache, prefilled, first, cfg, rng):
+            return _MTPDrafting(self, cache, prompt_ids, prefilled.hidden, first, cfg, rng)
 
-        prefilled = prefill_capture(bundle, cache, prompt_ids)
-        pending = choose(bundle.lm_head(prefilled.hidden[-1:]), cfg, rng)
+        return speculative_generate(self.name, self.bundle, prompt_ids, params, cancel, fallback, start)
+
+
+class _MTPDrafting:
+    """One request: the head's own KV cache and the logits of its next draft."""
+
+    def __init__(self, engine: MTPEngine, cache: list, prompt_ids: Sequence[int], hidden: mx.array,
+                 first: mx.array, cfg: SamplerConfig, rng: Rng):
+        self.engine, self.cache, self.cfg, self.rng = engine, cache, cfg, rng
+        self.head_cache = KVCache()
         prompt = mx.array([int(t) for t in prompt_ids], dtype=mx.uint32)
-        draft_logits = self._draft_logits(mx.concatenate([prompt[1:], pending.astype(mx.uint32)]), prefilled.hidden, head_cache)
-        token = int(pending.item())
-        now = time.perf_counter()
-        yield StepResult(tokens=[token], seconds=now - started, engine=self.name)
-        started = now
+        # head rows 0..n-1 pair H[t] with x[t+1]; the first generated token closes the last row
+        self.draft_logits = engine._draft_logits(mx.concatenate([prompt[1:], first.astype(mx.uint32)]), hidden, self.head_cache)
 
-        watch = FallbackWatch(fallback)
-        while not cancel.cancelled:
-            if watch.tripped:
-                yield from decode(bundle, cache, token, cfg, rng, cancel, engine="raw")
-                return
-            if cfg.greedy:
-                draft_lp, draft = None, mx.argmax(draft_logits)
-            else:
-                draft_lp = log_probs(draft_logits, cfg)
-                draft = rng.categorical(draft_lp)
-            mx.async_eval(draft)  # the device runs the head while the host builds the verify graph
-            verify_ids = mx.stack([mx.array(token, dtype=mx.uint32), draft.astype(mx.uint32)])
-            out = forward_tree(bundle, verify_ids, _VERIFY, cache)
-            verdict = verify_one(draft, draft_lp, bundle.lm_head(out.hidden), cfg, rng)
-            accepted, drafted, bonus = (int(v) for v in mx.stack([verdict.accepted.astype(mx.int64), draft.astype(mx.int64), verdict.bonus.astype(mx.int64)]).tolist())
-
-            path = [0, 1] if accepted else [0]
-            commit(bundle, cache, out, path)
-            emitted = [drafted, bonus] if accepted else [bonus]
-            draft_logits = self._draft_logits(mx.array(emitted, dtype=mx.uint32), out.hidden[: len(path)], head_cache)
-            now = time.perf_counter()
-            yield StepResult(
-                tokens=emitted, drafted=1, accepted=accepted, seconds=now - started,
-                engine=self.name, accepted_positions=[bool(accepted)],
-            )
-            started = now
-            token = bonus
-            watch.record(accepted)
+    def cycle(self, pending: int) -> Cycle:
+        bundle, cfg, rng = self.engine.bundle, self.cfg, self.rng
+        if cfg.greedy:
+            draft_lp, draft = None, mx.argmax(self.draft_logits)
+        else:
+            draft_lp = log_probs(self.draft_logits, cfg)
+            draft = rng.categorical(draft_lp)
+        mx.async_eval(draft)  # the device runs the head while the host builds the verify graph
+        verify_ids = mx.stack([mx.array(pending, dtype=mx.uint32), draft.astype(mx.uint32)])
+        out = forward_tree(bundle, verify_ids, _VERIFY, self.cache)
+        verdict = verify_one(draft, draft_lp, bundle.lm_head(out.hidden), cfg, rng)
+        # the cycle's one host sync
+        accepted, drafted, bonus = (int(v) for v in mx.stack(
+            [verdict.accepted.astype(mx.int64), draft.astype(mx.int64), verdict.bonus.astype(mx.int64)]).tolist())
+        path = [0, 1] if accepted else [0]
+        commit(bundle, self.cache, out, path)
+        emitted = [drafted, bonus] if accepted else [bonus]
+        self.draft_logits = self.engine._draft_logits(mx.array(emitted, dtype=mx.uint32), out.hidden[: len(path)], self.head_cache)
+        return Cycle(emitted, drafted=1, accepted=accepted, accepted_positions=[bool(accepted)])

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol, Sequence
 
 import mlx.core as mx
 
 from .bundle import ModelBundle
-from .raw import PREFILL_CHUNK
-from .sampling import Rng, SamplerConfig, log_probs
+from .fallback import FallbackWatch
+from .raw import PREFILL_CHUNK, decode
+from .sampling import Rng, SamplerConfig, choose, log_probs, resolve
 from .target import ForwardOutput, forward_causal
+from .types import CancelToken, FallbackRule, SamplingParams, StepResult
 
 
 def prefill_capture(
@@ -70,3 +73,65 @@ def verify_one(
     rejected_bonus = rng.categorical(mx.log(residual))
     accepted_bonus = rng.categorical(mx.log(p[..., 1, :]))
     return ChainVerdict(accepted, mx.where(accepted, accepted_bonus, rejected_bonus))
+
+
+@dataclass
+class Cycle:
+    """What one draft + verify + commit cycle produced."""
+
+    emitted: list[int]                 # accepted draft tokens, then the bonus token
+    drafted: int
+    accepted: int
+    accepted_positions: list[bool] = field(default_factory=list)
+
+
+class Drafting(Protocol):
+    """A request's speculative state after prefill; `cycle` feeds the pending token (not yet in
+    the target caches) and returns what the cycle emitted — its last token is the next pending."""
+
+    def cycle(self, pending: int) -> Cycle: ...
+
+
+# (target caches, prefill output, lazy first token, sampler, rng) -> the request's drafting state
+StartDrafting = Callable[[list, ForwardOutput, mx.array, SamplerConfig, Rng], Drafting]
+
+
+def speculative_generate(
+    name: str,
+    bundle: ModelBundle,
+    prompt_ids: Sequence[int],
+    params: SamplingParams,
+    cancel: CancelToken,
+    fallback: FallbackRule | None,
+    start: StartDrafting,
+    capture: tuple[int, ...] = (),
+) -> Iterator[StepResult]:
+    """The one speculative decode loop: prefill, first token, then cycles until cancelled; hands
+    the rest to raw's decode on the same caches when the fallback rule trips."""
+    cfg = resolve(params, bundle.generation)
+    rng = Rng(params.seed)
+    cache = bundle.make_cache()
+    started = time.perf_counter()
+
+    prefilled = prefill_capture(bundle, cache, prompt_ids, capture)
+    first = choose(bundle.lm_head(prefilled.hidden[-1:]), cfg, rng)
+    drafting = start(cache, prefilled, first, cfg, rng)
+    pending = int(first.item())
+    now = time.perf_counter()
+    yield StepResult(tokens=[pending], seconds=now - started, engine=name)
+    started = now
+
+    watch = FallbackWatch(fallback)
+    while not cancel.cancelled:
+        if watch.tripped:
+            yield from decode(bundle, cache, pending, cfg, rng, cancel, engine="raw")
+            return
+        cycle = drafting.cycle(pending)
+        now = time.perf_counter()
+        yield StepResult(
+            tokens=cycle.emitted, drafted=cycle.drafted, accepted=cycle.accepted, seconds=now - started,
+            engine=name, accepted_positions=cycle.accepted_positions,
+        )
+        started = now
+        pending = cycle.emitted[-1]
+        watch.record(cycle.accepted)
