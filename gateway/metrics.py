@@ -1,7 +1,7 @@
 """Prometheus metrics of the gateway: prefix switchyard_, base units, _total counters, bounded labels.
 
 Each app owns its registry (tests run several apps in one process). Label values are clamped to
-known enums so no request can create a new series. Every metric is listed in docs/metrics.md.
+known enums so no request can create a new series. Every metric is listed in the README's Metrics section.
 
 Who calls what:
   - the HTTP layer: count_request() per response, start_generation() once the worker picked a
