@@ -110,8 +110,32 @@ class ModelBundle:
         return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
 
 
+def _physical_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def auto_dtype(model: nn.Module) -> str | None:
+    """On the CPU, half-precision weights miss the BLAS path (MLX runs its own slower matmul):
+    cast an unquantized bf16/f16 model to float32 when the float32 copy takes at most a quarter
+    of RAM. Elsewhere (Metal, CUDA) keep the checkpoint's dtype."""
+    if mx.default_device() != mx.cpu:
+        return None
+    weights = [v for _, v in tree_flatten(model.parameters())]
+    if any(v.dtype == mx.uint32 for v in weights):  # quantized
+        return None
+    half = sum(v.size for v in weights if v.dtype in (mx.bfloat16, mx.float16))
+    if not half or half * 4 > _physical_memory_bytes() // 4:
+        return None
+    return "float32"
+
+
 def load_bundle(path: str | os.PathLike[str], *, dtype: str | None = None) -> ModelBundle:
-    """Load a local Qwen3.5-family checkpoint with mlx-lm (never downloads)."""
+    """Load a local Qwen3.5-family checkpoint with mlx-lm (never downloads).
+
+    dtype: None keeps the stored dtype; "auto" applies `auto_dtype`; else a float dtype name."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     model_dir = Path(path).expanduser().resolve()
@@ -129,6 +153,8 @@ def load_bundle(path: str | os.PathLike[str], *, dtype: str | None = None) -> Mo
         model, tokenizer = load(str(model_dir))
     except (FileNotFoundError, ValueError, KeyError, OSError, json.JSONDecodeError) as exc:
         raise ModelLoadError(f"cannot load {model_dir}: {exc}") from exc
+    if dtype == "auto":
+        dtype = auto_dtype(model)
     if dtype is not None:
         target = getattr(mx, dtype)
         model.set_dtype(target, lambda current: mx.issubdtype(current, mx.floating))

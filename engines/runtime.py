@@ -140,12 +140,13 @@ def load_runtime(
     mtp_weights: str | os.PathLike[str] | None = None,
     draft_dir: str | os.PathLike[str] | None = None,
     tree_budget: int = 4,
-    dtype: str | None = None,
+    dtype: str | None = "auto",
 ) -> Runtime:
     """Load the target once and build every engine on top of it.
 
     mtp=None enables MTP when the checkpoint (or `mtp_weights`) has MTP tensors; draft_dir=None
-    uses a drafter shipped beside the target, if any.
+    uses a drafter shipped beside the target, if any; dtype "auto" casts half-precision weights to
+    float32 on the CPU (see bundle.auto_dtype), None keeps the stored dtype.
     """
     path = Path(model_dir) if model_dir is not None else default_model_dir()
     bundle = load_bundle(path, dtype=dtype)

@@ -28,8 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mtp-weights", metavar="PATH", default=None,
                    help="checkpoint dir or .safetensors holding the mtp.* tensors (for conversions that strip them)")
     p.add_argument("--draft", metavar="DIR", default=None, help="DFlash drafter directory for the ddtree engine")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
-                   help="cast the model's floating weights (default: as stored)")
+    p.add_argument("--dtype", choices=["auto", "stored", "float32", "bfloat16", "float16"], default="auto",
+                   help="weights dtype: auto = float32 on the CPU for half-precision checkpoints (BLAS path), "
+                        "else as stored (default: %(default)s)")
     p.add_argument("--tree-budget", type=int, default=4, metavar="N", help="DDTree budget (default: %(default)s)")
     p.add_argument("--policy", metavar="FILE", default=None, help="router policy YAML (reloads on change)")
     p.add_argument("--max-queue", type=int, default=GatewayConfig().max_queue, metavar="N",
@@ -114,7 +115,8 @@ def serve(args: argparse.Namespace) -> int:
 
         try:
             runtime = load_runtime(args.model, mtp=args.mtp, mtp_weights=args.mtp_weights, draft_dir=args.draft,
-                                   tree_budget=args.tree_budget, dtype=args.dtype)
+                                   tree_budget=args.tree_budget,
+                                   dtype=None if args.dtype == "stored" else args.dtype)
         except ModelLoadError as exc:
             return _fail(str(exc))
     console.print(f"Loaded [bold]{runtime.model_id}[/]; engines: {', '.join(runtime.engine_names)}", highlight=False)
