@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU (MLX-CUDA): install MLX from the staged parts, check the CUDA tree-GDN kernel
 # against the ops reference, profile the verify cost (demo + random 0.8B) and benchmark the engines.
-# Staging (BENCHMARKS-verify.md): calls 1-4 each carry one `.mlxsN` folder and copy it to
+# Staging (bench/RESULTS-verify.md): calls 1-4 each carry one `.mlxsN` folder and copy it to
 # /root/stash; this call carries `.mlxs5` (last part + the mlx and mlx-lm wheels). Logs go to $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}

@@ -3,7 +3,7 @@
 MLX-CUDA runs `mx.fast.scaled_dot_product_attention` with one query through its vector kernel and
 with more queries through a cuDNN graph built and cached per shape. A verify (2..9 queries) or a
 DFlash draft (a block of queries) sees a new key length every cycle, so it pays a graph build per
-cycle; raw decode (one query) never does. Measured on an H200 (BENCHMARKS-verify.md): engine steps
+cycle; raw decode (one query) never does. Measured on an H200 (bench/RESULTS-verify.md): engine steps
 that met a key length for the first time cost several times those that met it again.
 This path is plain matmul + softmax (cuBLAS, no per-shape graph) with grouped-query heads folded
 into the query axis instead of repeating K/V. Elsewhere the fused op stays (CPU: the same ops;
