@@ -92,7 +92,8 @@ class DDTreeEngine:
         hidden = self.drafter(self.bundle.embed_tokens(block), context)
         logits = self.bundle.lm_head(hidden[1:]).astype(mx.float32)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        width = min(self.budget, logprobs.shape[-1])
+        budget = self.budget  # read once: the live policy may change it between cycles
+        width = min(budget, logprobs.shape[-1])
         # top-`width` per depth without sorting the whole vocabulary, then sorted by log-prob
         candidates = mx.argpartition(-logprobs, kth=width - 1, axis=-1)[:, :width]
         candidate_lp = mx.take_along_axis(logprobs, candidates, axis=-1)
@@ -100,7 +101,7 @@ class DDTreeEngine:
         order = mx.take_along_axis(candidates, rank, axis=-1)
         top_lp = mx.take_along_axis(candidate_lp, rank, axis=-1)
         top_lp, order = np.array(top_lp), np.array(order)
-        return chain_tree(order) if self.budget == 1 else build_tree(top_lp, order, self.budget)
+        return chain_tree(order) if budget == 1 else build_tree(top_lp, order, budget)
 
     def generate(
         self,

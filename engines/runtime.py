@@ -66,6 +66,15 @@ class Runtime:
         self.mtp_head_bytes = mtp.head.nbytes() if isinstance(mtp, MTPEngine) else 0
         self.drafter_bytes = ddtree.drafter.nbytes() if isinstance(ddtree, DDTreeEngine) else 0
 
+    def set_tree_budget(self, budget: int) -> None:
+        """Change the DDTree budget (from the live policy); no-op without a drafter."""
+        ddtree = self.engines.get("ddtree")
+        if isinstance(ddtree, DDTreeEngine) and budget != ddtree.budget:
+            if budget < 1:
+                raise ValueError("tree budget must be >= 1")
+            log.info("ddtree budget %d -> %d", ddtree.budget, budget)
+            ddtree.budget = budget
+
     @property
     def engine_names(self) -> tuple[str, ...]:
         return tuple(self.engines)

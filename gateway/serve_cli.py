@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=["auto", "stored", "float32", "bfloat16", "float16"], default="auto",
                    help="weights dtype: auto = float32 on the CPU for half-precision checkpoints (BLAS path), "
                         "else as stored (default: %(default)s)")
-    p.add_argument("--tree-budget", type=int, default=4, metavar="N", help="DDTree budget (default: %(default)s)")
+    p.add_argument("--tree-budget", type=int, default=4, metavar="N", help="DDTree budget (default: %(default)s; a --policy file's engines.ddtree.budget overrides it, live)")
     p.add_argument("--policy", metavar="FILE", default=None, help="router policy YAML (reloads on change)")
     p.add_argument("--max-queue", type=int, default=GatewayConfig().max_queue, metavar="N",
                    help="requests allowed to wait behind the running one; more get 429 (default: %(default)s)")
@@ -128,6 +128,8 @@ def serve(args: argparse.Namespace) -> int:
     router = _build_router(args, runtime.engine_names)
     if router is None:
         return EXIT_MODEL_ERROR
+    if args.policy:  # the policy's engine options win over --tree-budget, and follow live reloads
+        bind_engine_options(router.store, runtime)
     # `model` may also name the directory as given on the command line (path, resolved path, dir name)
     given = Path(args.model) if args.model else None
     aliases = tuple(sorted({args.model, str(given.resolve()), given.name})) if given else ()
@@ -144,6 +146,18 @@ def serve(args: argparse.Namespace) -> int:
         return run_server(app, config, log_level=args.log_level)
     finally:
         router.close()
+
+
+def bind_engine_options(store, runtime) -> None:
+    """Apply the policy's engine options (DDTree budget) to the loaded runtime now and after every
+    successful reload. The runtime reads the budget once per draft cycle, so a change takes effect
+    at the next cycle of any request."""
+
+    def apply(snapshot) -> None:
+        runtime.set_tree_budget(snapshot.policy.engines.ddtree.budget)
+
+    apply(store.current())
+    store.subscribe(apply)
 
 
 def _build_router(args: argparse.Namespace, engine_names: tuple[str, ...]):
