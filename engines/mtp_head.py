@@ -94,6 +94,32 @@ def _is_norm(name: str, value: mx.array) -> bool:
     return value.ndim == 1 and parts[-1] == "weight" and len(parts) > 1 and "norm" in parts[-2]
 
 
+def stack_experts(tensors: dict[str, mx.array]) -> dict[str, mx.array]:
+    """HF MoE expert weights -> mlx-lm's SwitchGLU layout (`mlp.switch_mlp.{gate,up,down}_proj`).
+
+    Accepts the fused Qwen3.5-MoE layout (`experts.gate_up_proj` [E, 2I, H], `experts.down_proj`)
+    and the per-expert one (`experts.{e}.gate_proj.weight`, ...), as mlx-lm's sanitize does for
+    the target's own layers."""
+    out: dict[str, mx.array] = {}
+    per_expert: dict[tuple[str, str], dict[int, mx.array]] = {}
+    for name, value in tensors.items():
+        prefix, sep, rest = name.partition(".mlp.experts.")
+        if not sep:
+            out[name] = value
+        elif rest == "gate_up_proj":
+            half = value.shape[-2] // 2
+            out[f"{prefix}.mlp.switch_mlp.gate_proj.weight"] = value[..., :half, :]
+            out[f"{prefix}.mlp.switch_mlp.up_proj.weight"] = value[..., half:, :]
+        elif rest == "down_proj":
+            out[f"{prefix}.mlp.switch_mlp.down_proj.weight"] = value
+        else:  # "{e}.gate_proj.weight"
+            expert, projection = rest.split(".", 1)
+            per_expert.setdefault((prefix, projection), {})[int(expert)] = value
+    for (prefix, projection), experts in per_expert.items():
+        out[f"{prefix}.mlp.switch_mlp.{projection}"] = mx.stack([experts[e] for e in sorted(experts)])
+    return out
+
+
 def _zero_centred(tensors: dict[str, mx.array]) -> bool:
     """HF checkpoints store RMSNorm weights around 0 (x * (1 + w)); MLX's RMSNorm computes x * w."""
     norms = [v for k, v in tensors.items() if _is_norm(k, v)]
@@ -117,13 +143,14 @@ def load_mtp_head(bundle: ModelBundle, weights: str | Path | None = None) -> MTP
         )
     args = bundle.language_model.args
     if args.num_experts > 0:
-        raise ModelLoadError("MTP heads of MoE targets (qwen3_5_moe) are not supported yet")
+        tensors = stack_experts(tensors)
     head = MTPHead(args, num_layers)
 
     quantization = bundle.config.get("quantization") or bundle.config.get("quantization_config")
     prequantized = any(k.endswith(".scales") for k in tensors)
+    host_predicate = bundle.language_model.quant_predicate
     if quantization and prequantized:
-        _quantize_layers(head, quantization)
+        _quantize_layers(head, quantization, host_predicate)
 
     if _zero_centred(tensors):
         tensors = {k: (v + 1.0 if _is_norm(k, v) else v) for k, v in tensors.items()}
@@ -134,17 +161,24 @@ def load_mtp_head(bundle: ModelBundle, weights: str | Path | None = None) -> MTP
         raise ModelLoadError(f"MTP tensors in {source} do not match the target's config: {exc}") from exc
 
     if quantization and not prequantized:
-        _quantize_layers(head, quantization)
+        _quantize_layers(head, quantization, host_predicate)
     head.eval()
     mx.eval(head.parameters())
     return head
 
 
-def _quantize_layers(head: MTPHead, quantization: dict) -> None:
-    """Quantize the decoder layer like the host model; fc and norms stay unquantized."""
+def _quantize_layers(head: MTPHead, quantization: dict, host_predicate=None) -> None:
+    """Quantize the decoder layer like the host model (its MoE gates at the host's own settings);
+    fc and norms stay unquantized."""
+
+    def predicate(path: str, module: nn.Module):
+        if path in _UNQUANTIZED or not hasattr(module, "to_quantized"):
+            return False
+        return host_predicate(path, module) if host_predicate is not None else True
+
     nn.quantize(
         head,
         group_size=int(quantization.get("group_size", 64)),
         bits=int(quantization.get("bits", 4)),
-        class_predicate=lambda path, module: isinstance(module, nn.Linear) and path not in _UNQUANTIZED,
+        class_predicate=predicate,
     )
