@@ -140,3 +140,21 @@ def test_concurrent_requests_each_get_their_own_greedy_answer(served):
     for t in threads:
         t.join(120)
     assert [together.get(i) for i in range(len(prompts))] == alone
+
+
+def test_every_engine_streams_the_greedy_text(served, reference):
+    """`engine: mtp` / `ddtree` (and the header form) stream through the openai client, SSE, with
+    the same greedy text as raw and mlx-lm."""
+    server, client, runtime = served
+    _, (prompt_ids, text, tokens, finish), _ = reference
+    assert {"mtp", "ddtree"} <= set(runtime.engine_names)
+    for engine in runtime.engine_names:
+        with client.chat.completions.with_streaming_response.create(
+            model="default", messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=0, stream=True,
+            extra_headers={"X-Switchyard-Engine": engine},
+        ) as response:
+            assert response.headers["x-switchyard-engine"] == engine
+            assert response.headers["x-switchyard-route-reason"] == "forced"
+            chunks = list(response.parse())
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text, engine
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == finish
