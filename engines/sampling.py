@@ -54,7 +54,8 @@ def resolve(params: SamplingParams, defaults: GenerationDefaults) -> SamplerConf
 def log_probs(logits: mx.array, cfg: SamplerConfig) -> mx.array:
     """Normalised log-probabilities after temperature and truncation (-inf outside the support).
 
-    Works on any leading shape (..., V). Order: temperature, top-k, top-p, min-p.
+    Works on any leading shape (..., V). Order: temperature, top-k, top-p (over the renormalised
+    top-k distribution), min-p.
     Not for greedy configs: greedy decoding uses argmax of the raw logits.
     """
     x = logits.astype(mx.float32) / cfg.temperature
@@ -64,6 +65,7 @@ def log_probs(logits: mx.array, cfg: SamplerConfig) -> mx.array:
     if 0 < cfg.top_k < vocab:
         kth = mx.min(mx.topk(x, cfg.top_k, axis=-1), axis=-1, keepdims=True)
         x = mx.where(x >= kth, x, neg_inf)
+        x = x - mx.logsumexp(x, axis=-1, keepdims=True)  # top-p then measures the top-k mass (as HF/vLLM)
     if cfg.top_p < 1.0:
         ordered = -mx.sort(-x, axis=-1)
         probs = mx.exp(ordered)

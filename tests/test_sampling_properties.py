@@ -203,3 +203,16 @@ def test_identical_draft_and_target_always_accept():
     for d in np.flatnonzero(np.exp(np.array(q_lp)) > 0):
         accepted, _ = _verify(int(d), q_lp, mx.stack([logits, logits]), cfg, u=1.0 - 1e-7)
         assert accepted and math.isfinite(float(q_lp[int(d)]))
+
+
+def test_top_p_is_measured_after_top_k():
+    """HF/vLLM order: top-k first, then the nucleus of the renormalised top-k distribution."""
+    import mlx.core as mx
+
+    from engines.sampling import SamplerConfig, log_probs
+
+    logits = mx.log(mx.array([0.4, 0.25, 0.15, 0.1, 0.1]))
+    p = mx.exp(log_probs(logits, SamplerConfig(temperature=1.0, top_p=0.6, top_k=2, min_p=0.0))).tolist()
+    # top-2 renormalised = [0.615, 0.385]: its 0.6-nucleus is the first token alone (measured on the
+    # full distribution, 0.4 < 0.6 would have kept both)
+    assert p[0] == 1.0 and sum(p[1:]) == 0.0
