@@ -83,6 +83,10 @@ class Runtime:
     def context_length(self) -> int:
         return self.bundle.context_length
 
+    @property
+    def default_temperature(self) -> float:
+        return self.bundle.generation.temperature
+
     def encode_chat(self, messages: list[dict]) -> list[int]:
         tokenizer = self.bundle.tokenizer
         try:

@@ -115,13 +115,19 @@ class Backend(Protocol):
     model_id: str
     engine_names: tuple[str, ...]   # engines loaded, always including "raw"
     context_length: int
+    default_temperature: float      # what a request that leaves `temperature` unset decodes with
 
     def encode_chat(self, messages: list[dict]) -> list[int]: ...
 
     def encode_prompt(self, prompt: str) -> list[int]: ...
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, engine: str, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        engine: str,
+        cancel: CancelToken,
+        fallback: FallbackRule | None = None,
     ) -> Iterator[GenerationChunk]: ...
 
     def memory_bytes(self) -> dict[str, int]: ...

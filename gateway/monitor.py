@@ -100,8 +100,10 @@ def _blend(prior: float, measured: float, n: int, warmup: int) -> float:
     return weight * measured + (1.0 - weight) * prior
 
 
-def _arm_key(klass: str, engine: str) -> str:
-    return f"{klass}/{engine}"
+def _arm_key(klass: str, engine: str, sampled: bool = False) -> str:
+    """Greedy and sampled decoding accept different amounts (a sampled target often leaves the
+    draft's argmax path), so they are separate arms: `code/mtp` and `code/mtp/sampled`."""
+    return f"{klass}/{engine}/sampled" if sampled else f"{klass}/{engine}"
 
 
 class Monitor:
@@ -129,7 +131,7 @@ class Monitor:
             self._weight = weight
 
     # --- updates (worker thread) ----------------------------------------------------------
-    def observe(self, klass: str, step: StepResult, timed: bool = True) -> None:
+    def observe(self, klass: str, step: StepResult, timed: bool = True, sampled: bool = False) -> None:
         """Fold one engine step into the stats of (klass, step.engine).
 
         `timed=False` for a request's first step, whose wall time includes the prefill.
@@ -137,7 +139,7 @@ class Monitor:
         if step.engine not in ENGINE_NAMES or klass not in CLASSES:
             return
         with self._lock:
-            arm = self._state.arms.setdefault(_arm_key(klass, step.engine), ArmStats())
+            arm = self._state.arms.setdefault(_arm_key(klass, step.engine, sampled), ArmStats())
             arm.steps += 1
             if step.drafted > 0:
                 arm.accepted.update(float(step.accepted), self._weight)
@@ -160,10 +162,12 @@ class Monitor:
         warmup: int,
         prior_raw_tokens_per_second: float,
         prior_accepted_sd: float = 0.5,
+        sampled: bool = False,
     ) -> ArmPrediction:
         with self._lock:
             return self._predict_locked(
-                klass, engine, prior_accepted, prior_cost, warmup, prior_raw_tokens_per_second, prior_accepted_sd
+                klass, engine, prior_accepted, prior_cost, warmup, prior_raw_tokens_per_second, prior_accepted_sd,
+                sampled,
             )
 
     def _predict_locked(
@@ -175,6 +179,7 @@ class Monitor:
         warmup: int,
         prior_raw_tps: float,
         prior_accepted_sd: float,
+        sampled: bool = False,
     ) -> ArmPrediction:
         raw_seconds = self._state.engine_seconds.get("raw")
         raw_rate = _blend(
@@ -185,7 +190,7 @@ class Monitor:
         )
         if engine == "raw":
             return ArmPrediction(0.0, 1.0, 1.0, raw_rate, 0.0, 0.0, 0, raw_seconds.n if raw_seconds else 0)
-        arm = self._state.arms.get(_arm_key(klass, engine))
+        arm = self._state.arms.get(_arm_key(klass, engine, sampled))
         n_acc = arm.accepted.n if arm else 0
         accepted = _blend(prior_accepted, arm.accepted.mean if arm else 0.0, n_acc, warmup)
         measured_cost, cost_var, n_cost = self._cost_locked(engine)

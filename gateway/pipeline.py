@@ -39,6 +39,7 @@ def run_request(
             prompt_tokens=len(prompt_ids),
             response_format=spec.response_format,
             queue_depth=queue_depth,
+            sampled=(params.temperature if params.temperature is not None else backend.default_temperature) > 0,
         )
     )
     yield Routed(decision, len(prompt_ids))

@@ -84,7 +84,7 @@ class AdaptiveRouter:
         self._clock = clock
         self._lock = threading.Lock()
         self._quarantine_until: dict[str, float] = {}
-        self._incumbent: dict[str, str] = {}        # class -> engine last chosen by the monitor
+        self._incumbent: dict[tuple[str, bool], str] = {}  # (class, sampled) -> engine last chosen by the monitor
         self._open_steps: OrderedDict[int, int] = OrderedDict()  # id(decision) -> steps seen
         self._snapshots: OrderedDict[int, PolicySnapshot] = OrderedDict()
         self._decisions: Counter[tuple[str, str, str]] = Counter()  # (class, engine, reason)
@@ -170,7 +170,7 @@ class AdaptiveRouter:
         return label if label in CLASSES else policy.default_class
 
     # --- predictions --------------------------------------------------------------------------
-    def predict(self, klass: str, engine: str, policy: Policy) -> ArmPrediction:
+    def predict(self, klass: str, engine: str, policy: Policy, sampled: bool = False) -> ArmPrediction:
         prior_accepted, prior_cost = policy.prior(klass, engine)
         return self.monitor.predict(
             klass,
@@ -180,14 +180,16 @@ class AdaptiveRouter:
             policy.monitor.warmup,
             policy.engines.raw.prior_tokens_per_second,
             policy.exploration.thompson_prior_sd,
+            sampled,
         )
 
     def _is_healthy(self, engine: str, now: float) -> bool:
         return engine in self._loaded and self._quarantine_until.get(engine, 0.0) <= now
 
-    def _argmax(self, klass: str, predicted: Mapping[str, float], candidates: Sequence[str], margin: float) -> str:
+    def _argmax(self, arm: tuple[str, bool], predicted: Mapping[str, float], candidates: Sequence[str], margin: float) -> str:
+        """arm = (class, sampled): each keeps its own incumbent for the hysteresis."""
         best = max(candidates, key=lambda e: predicted[e])
-        incumbent = self._incumbent.get(klass)
+        incumbent = self._incumbent.get(arm)
         if incumbent in candidates and incumbent != best and predicted[best] <= predicted[incumbent] * (1.0 + margin):
             return incumbent  # hysteresis: a near-tie does not switch engines
         return best
@@ -211,12 +213,13 @@ class AdaptiveRouter:
         self._remember(snapshot)
         klass = self.classify(request, policy)
         enabled = policy.engines.enabled()
-        predictions = {engine: self.predict(klass, engine, policy) for engine in enabled}
+        mode = request.sampled
+        predictions = {engine: self.predict(klass, engine, policy, mode) for engine in enabled}
         predicted = {engine: p.tokens_per_second for engine, p in predictions.items()}
 
         def decide(engine: str, reason: str, with_fallback: bool = True) -> RouteDecision:
             rule = self._fallback_rule(engine, predictions, policy) if with_fallback else None
-            decision = RouteDecision(engine, klass, reason, rule, predicted, snapshot.version)
+            decision = RouteDecision(engine, klass, reason, rule, predicted, snapshot.version, mode)
             with self._lock:  # bounded labels: a forced engine name is whatever the client sent
                 self._decisions[(klass, engine if engine in ENGINE_NAMES else "other", reason)] += 1
             return decision
@@ -234,13 +237,13 @@ class AdaptiveRouter:
             if rule.when.matches(klass, request.prompt_tokens, request.response_format):
                 if rule.engine in healthy:
                     return decide(rule.engine, "rule")
-                return decide("raw" if queue_deep else self._argmax(klass, predicted, healthy, 0.0), "health")
+                return decide("raw" if queue_deep else self._argmax((klass, mode), predicted, healthy, 0.0), "health")
 
         with self._lock:
-            preferred = self._argmax(klass, predicted, enabled, policy.monitor.switch_margin)
-            self._incumbent[klass] = preferred
+            preferred = self._argmax((klass, mode), predicted, enabled, policy.monitor.switch_margin)
+            self._incumbent[(klass, mode)] = preferred
         if preferred not in healthy:
-            return decide("raw" if queue_deep else self._argmax(klass, predicted, healthy, 0.0), "health")
+            return decide("raw" if queue_deep else self._argmax((klass, mode), predicted, healthy, 0.0), "health")
         if queue_deep:
             return decide("raw", "fallback")
 
@@ -268,7 +271,7 @@ class AdaptiveRouter:
             if len(self._open_steps) > _MAX_OPEN_REQUESTS:
                 self._open_steps.popitem(last=False)
         # the first step's wall time includes the prefill: count its tokens, not its time
-        self.monitor.observe(decision.klass, step, timed=seen > 0)
+        self.monitor.observe(decision.klass, step, timed=seen > 0, sampled=decision.sampled)
 
     def finished(self, decision: RouteDecision, error: BaseException | None) -> None:
         with self._lock:
@@ -306,24 +309,28 @@ class AdaptiveRouter:
         with self._lock:
             return {e: until - now for e, until in self._quarantine_until.items() if until > now}
 
+    def _arm_stats(self, klass: str, policy: Policy, sampled: bool) -> dict:
+        arms = {}
+        for engine in policy.engines.enabled():
+            p = self.predict(klass, engine, policy, sampled)
+            arms[engine] = {
+                "predicted_tokens_per_second": p.tokens_per_second,
+                "predicted_speedup": p.speedup,
+                "accepted_per_step": p.accepted,
+                "cost_ratio": p.cost,
+                "accepted_observations": p.n_accepted,
+                "cost_observations": p.n_cost,
+                "warm": p.n_accepted >= policy.monitor.warmup if engine != "raw" else True,
+            }
+        return {"engines": arms, "incumbent": self._incumbent.get((klass, sampled))}
+
     def stats(self) -> dict:
         """JSON for GET /v1/router/stats."""
         policy = self.store.policy
         classes: dict[str, dict] = {}
         for klass in CLASSES:
-            arms = {}
-            for engine in policy.engines.enabled():
-                p = self.predict(klass, engine, policy)
-                arms[engine] = {
-                    "predicted_tokens_per_second": p.tokens_per_second,
-                    "predicted_speedup": p.speedup,
-                    "accepted_per_step": p.accepted,
-                    "cost_ratio": p.cost,
-                    "accepted_observations": p.n_accepted,
-                    "cost_observations": p.n_cost,
-                    "warm": p.n_accepted >= policy.monitor.warmup if engine != "raw" else True,
-                }
-            classes[klass] = {"engines": arms, "incumbent": self._incumbent.get(klass)}
+            greedy = self._arm_stats(klass, policy, sampled=False)
+            classes[klass] = {**greedy, "sampled": self._arm_stats(klass, policy, sampled=True)}
         decisions = [{"class": k, "engine": e, "reason": r, "count": n} for k, e, r, n in self.decision_counts()]
         return {
             "classes": classes,

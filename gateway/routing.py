@@ -22,6 +22,7 @@ class RouteRequest:
     prompt_tokens: int
     response_format: str | None  # "text", "json_object", "json_schema", or None
     queue_depth: int            # requests waiting in the scheduler when this one was admitted
+    sampled: bool = False       # temperature > 0 (after the model's defaults): acceptance differs from greedy
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class RouteDecision:
     fallback: FallbackRule | None = None  # mid-request hand-off rule for speculative engines
     predicted: dict[str, float] = field(default_factory=dict)  # engine -> predicted tok/s (for stats)
     policy_version: int = 0     # the policy snapshot this request was admitted with
+    sampled: bool = False       # decoding mode: the monitor keeps greedy and sampled statistics apart
 
 
 class Router(Protocol):

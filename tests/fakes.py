@@ -43,6 +43,7 @@ class FakeBackend:
     model_id: str = "/models/fake-model"
     engine_names: tuple[str, ...] = ("raw", "mtp")
     context_length: int = 4096
+    default_temperature: float = 1.0
     reply: str = DEFAULT_REPLY           # one word per token, one token per step
     step_seconds: float = 0.0
     fail_after_steps: int | None = None  # raise EngineFailure after this many steps

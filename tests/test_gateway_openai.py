@@ -226,3 +226,14 @@ def test_routed_decision_object_is_passed_back_to_router():
         httpx.post(server.base_url + "/v1/completions", json={"prompt": "x", "max_tokens": 2})
     assert all(d is decision for d, _ in router.observed)
     assert router.finished_calls == [(decision, None)]
+
+
+def test_router_is_told_the_decoding_mode(env):
+    """temperature 0 is greedy; an unset temperature decodes with the model's default (sampled)."""
+    server, client, backend, router = env
+    client.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}], temperature=0)
+    assert router.requests[-1].sampled is False
+    client.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}])
+    assert backend.default_temperature > 0 and router.requests[-1].sampled is True
+    client.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}], temperature=0.7)
+    assert router.requests[-1].sampled is True

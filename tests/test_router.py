@@ -396,3 +396,25 @@ def test_switch_margin_keeps_the_incumbent_on_near_ties(tmp_path):
     set_ddtree_speedup(1.348 / 1.08)
     assert router.reload().ok
     assert router.choose(_request()).engine == "mtp"
+
+
+def test_greedy_and_sampled_statistics_are_kept_apart():
+    """Sampled decoding accepts less than greedy (the target leaves the draft's argmax path), so a
+    class can prefer ddtree greedy and mtp sampled; the monitor keeps both arms and the router
+    routes each request by its own mode."""
+    router = _router(NO_EXPLORE)
+    greedy_req = _request("code")
+    sampled_req = RouteRequest("", "code", "", None, 100, None, 0, sampled=True)
+    for _ in range(200):
+        for req, ddtree_accepted, mtp_accepted in ((greedy_req, 4, 1), (sampled_req, 0, 1)):
+            for engine, accepted, drafted in (("raw", 0, 0), ("mtp", mtp_accepted, 1), ("ddtree", ddtree_accepted, 4)):
+                decision = router.choose(RouteRequest("", "code", "", engine, 100, None, 0, sampled=req.sampled))
+                assert decision.sampled == req.sampled
+                seconds = {"raw": 0.010, "mtp": 0.014, "ddtree": 0.020}[engine]
+                router.observe(decision, StepResult([1] * (accepted + 1), drafted, accepted, 0.0, engine))
+                router.observe(decision, StepResult([1] * (accepted + 1), drafted, accepted, seconds, engine))
+    assert router.choose(greedy_req).engine == "ddtree"
+    assert router.choose(sampled_req).engine == "mtp"
+    stats = router.stats()["classes"]["code"]
+    assert stats["engines"]["ddtree"]["accepted_per_step"] > 3.5
+    assert stats["sampled"]["engines"]["ddtree"]["accepted_per_step"] < 0.5

@@ -53,7 +53,9 @@ def test_decisions_show_in_headers_stats_and_metrics(served):
     stats = httpx.get(server.base_url + "/v1/router/stats", timeout=10)
     assert stats.status_code == 200
     body = stats.json()
-    assert body["measured"]["arms"]["code/mtp"]["steps"] == 3
+    # no temperature: the model's default (1.0 here) decodes, so the steps land in the sampled arm
+    assert body["measured"]["arms"]["code/mtp/sampled"]["steps"] == 3
+    assert "code/mtp" not in body["measured"]["arms"]
     assert {"class": "code", "engine": "mtp", "reason": "monitor", "count": 1} in body["decisions"]
     assert body["loaded_engines"] == ["mtp", "raw"]
 
