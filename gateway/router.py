@@ -359,7 +359,10 @@ class AdaptiveRouter:
                 rows.append((klass, engine, "predicted_speedup", p.speedup))
                 rows.append((klass, engine, "accepted_per_step", p.accepted))
                 rows.append((klass, engine, "step_cost_ratio", p.cost))
-                tps = measured.get(f"{klass}/{engine}", {}).get("tokens_per_second")
+                # the mode (greedy or sampled) that carried most of this arm's traffic
+                arms = [measured.get(f"{klass}/{engine}"), measured.get(f"{klass}/{engine}/sampled")]
+                busiest = max((a for a in arms if a), key=lambda a: a["steps"], default={})
+                tps = busiest.get("tokens_per_second")
                 if tps is not None and math.isfinite(tps):
                     rows.append((klass, engine, "measured_tokens_per_second", tps))
         return rows
