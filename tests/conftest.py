@@ -37,3 +37,18 @@ def tiny_agree_drafter(tiny_agree_target, tmp_path_factory) -> Path:
 def tiny_sharded_target(tmp_path_factory) -> Path:
     """`tiny_target`'s weights split over 2 shards + index; every `mtp.*` tensor in the last shard."""
     return write_target_checkpoint(tmp_path_factory.mktemp("tiny_sharded_target"), seed=0, variant="random", shards=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tiny_target):
+    """`tiny_target` loaded once (engines never mutate a bundle: caches live per request)."""
+    from engines.bundle import load_bundle  # MLX only for the tests that ask for a bundle
+
+    return load_bundle(tiny_target)
+
+
+@pytest.fixture(scope="session")
+def tiny_agree_bundle(tiny_agree_target):
+    from engines.bundle import load_bundle
+
+    return load_bundle(tiny_agree_target)

@@ -19,6 +19,10 @@ PROMPTS = [
 ]
 
 
+def encode(bundle, text: str) -> list[int]:
+    return bundle.tokenizer.encode(text, add_special_tokens=False)
+
+
 def run_engine(engine, prompt_ids: Sequence[int], n: int, params: SamplingParams, **kwargs):
     """First n emitted tokens plus the per-step results."""
     cancel = CancelToken()

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from safetensors.numpy import load_file
 
 from engines.testing import MASK, build_tokenizer, write_drafter_checkpoint, write_target_checkpoint
+from engines.testing.measure import read_tensors
 from engines.testing.spec import TargetSpec
 
 SPEC = TargetSpec()
@@ -37,17 +38,6 @@ def _load(path: Path):
     import mlx_lm
 
     return mlx_lm.load(str(path))
-
-
-def _tensors(model_dir: Path) -> dict[str, np.ndarray]:
-    index = model_dir / "model.safetensors.index.json"
-    files = ["model.safetensors"]
-    if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    out: dict[str, np.ndarray] = {}
-    for name in files:
-        out.update(load_file(str(model_dir / name)))
-    return out
 
 
 # --- tokenizer ---------------------------------------------------------------------------------
@@ -161,7 +151,7 @@ def test_config_sets_every_size_field(tiny_target):
 
 def test_sanitize_converts_hf_layout(tiny_target):
     """HF layout in (conv1d (C,1,k), zero-centred norms), MLX layout out: mlx-lm's sanitize ran."""
-    stored = _tensors(tiny_target)
+    stored = read_tensors(tiny_target)
     model, _ = _load(tiny_target)
     text = model.language_model
     conv_key = "model.layers.0.linear_attn.conv1d.weight"
@@ -188,7 +178,7 @@ def test_sanitize_converts_hf_layout(tiny_target):
 
 
 def test_mtp_tensors_in_hf_naming(tiny_target):
-    stored = _tensors(tiny_target)
+    stored = read_tensors(tiny_target)
     h, hd, inter = SPEC.hidden_size, SPEC.head_dim, SPEC.intermediate_size
     nh, nkv = SPEC.num_attention_heads, SPEC.num_key_value_heads
     expected = {
@@ -218,8 +208,8 @@ def test_mtp_tensors_in_hf_naming(tiny_target):
 
 
 def test_shifted_norms_variant_stores_mtp_norms_plus_one(tiny_target, tmp_path):
-    shifted = _tensors(write_target_checkpoint(tmp_path / "shifted", norms="shifted"))
-    hf = _tensors(tiny_target)
+    shifted = read_tensors(write_target_checkpoint(tmp_path / "shifted", norms="shifted"))
+    hf = read_tensors(tiny_target)
     for name in hf:
         if name.startswith("mtp.") and "norm" in name:  # every head norm, layer norms included
             np.testing.assert_allclose(shifted[name], hf[name] + 1.0, atol=1e-6, err_msg=name)
@@ -227,8 +217,8 @@ def test_shifted_norms_variant_stores_mtp_norms_plus_one(tiny_target, tmp_path):
             np.testing.assert_array_equal(shifted[name], hf[name], err_msg=name)
 
 
-def test_without_mtp_has_no_head_tensors(tmp_path):
-    stored = _tensors(write_target_checkpoint(tmp_path / "stripped", mtp=False))
+def test_without_mtp_has_no_headread_tensors(tmp_path):
+    stored = read_tensors(write_target_checkpoint(tmp_path / "stripped", mtp=False))
     assert stored and not any(k.startswith("mtp.") for k in stored)
 
 
@@ -243,10 +233,10 @@ def test_index_maps_mtp_to_last_shard(tiny_sharded_target, tiny_target):
     for name in files:  # the index tells the truth about every file
         held = load_file(str(tiny_sharded_target / name))
         assert set(held) == {k for k, f in weight_map.items() if f == name}
-    unsharded = _tensors(tiny_target)
+    unsharded = read_tensors(tiny_target)
     assert set(weight_map) == set(unsharded)
     assert index["metadata"]["total_size"] == sum(v.nbytes for v in unsharded.values())
-    for key, value in _tensors(tiny_sharded_target).items():
+    for key, value in read_tensors(tiny_sharded_target).items():
         np.testing.assert_array_equal(value, unsharded[key])
 
 

@@ -10,41 +10,26 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engines.bundle import load_bundle
 from engines.ddtree import DDTreeEngine, build_tree, chain_tree, walk
 from engines.dflash import load_drafter
 from engines.raw import RawEngine
-from engines.sampling import Rng, SamplerConfig, choose, log_probs
+from engines.sampling import Rng, SamplerConfig, log_probs
 from engines.speculative import prefill_capture
 from engines.target import commit, forward_causal, forward_tree
 from engines.tree import TreeLayout
 from engines.types import ModelLoadError, SamplingParams
-from tests.engine_helpers import PROMPTS, run_engine, tv_bound, tv_distance
+from tests.engine_helpers import PROMPTS, encode, run_engine, tv_bound, tv_distance
 
 GREEDY = SamplingParams(temperature=0.0)
 # slot order is not depth order: slot 3 (depth 1) comes after slot 2 (depth 2)
 TREES = [[-1, 0, 1, 0, 2, 3, 3], [-1, 0, 0, 0, 1, 4, 2], [-1, 0, 1, 2, 3]]
 
 
-@pytest.fixture(scope="module")
-def bundle(tiny_agree_target):
-    return load_bundle(tiny_agree_target)
-
-
-@pytest.fixture(scope="module")
-def random_bundle(tiny_target):
-    return load_bundle(tiny_target)
-
-
-def _encode(bundle, text):
-    return bundle.tokenizer.encode(text, add_special_tokens=False)
-
-
 @pytest.mark.parametrize("parents", TREES)
-def test_tree_verify_equals_sequential_paths(random_bundle, parents):
-    bundle = random_bundle
+def test_tree_verify_equals_sequential_paths(tiny_bundle, parents):
+    bundle = tiny_bundle
     layout = TreeLayout.from_parents(parents)
-    prompt = _encode(bundle, PROMPTS[1])
+    prompt = encode(bundle, PROMPTS[1])
     tokens = mx.array(np.random.RandomState(len(parents)).randint(5, 500, size=layout.size), dtype=mx.uint32)
     cache = bundle.make_cache()
     prefill_capture(bundle, cache, prompt)
@@ -67,10 +52,10 @@ def test_tree_verify_equals_sequential_paths(random_bundle, parents):
 
 
 @pytest.mark.parametrize("parents", TREES)
-def test_commit_matches_fresh_forward(random_bundle, parents):
-    bundle = random_bundle
+def test_commit_matches_fresh_forward(tiny_bundle, parents):
+    bundle = tiny_bundle
     layout = TreeLayout.from_parents(parents)
-    prompt = _encode(bundle, PROMPTS[4])
+    prompt = encode(bundle, PROMPTS[4])
     tokens = mx.array(np.random.RandomState(3).randint(5, 500, size=layout.size), dtype=mx.uint32)
     deepest = max(range(layout.size), key=lambda s: (layout.depths[s], s))
     path = layout.path_to(deepest)
@@ -124,29 +109,29 @@ def test_walk_follows_target_choices():
 
 
 @pytest.fixture(scope="module")
-def raw_outputs(bundle):
-    raw = RawEngine(bundle)
-    return {text: run_engine(raw, _encode(bundle, text), 64, GREEDY)[0] for text in PROMPTS[:20]}
+def raw_outputs(tiny_agree_bundle):
+    raw = RawEngine(tiny_agree_bundle)
+    return {text: run_engine(raw, encode(tiny_agree_bundle, text), 64, GREEDY)[0] for text in PROMPTS[:20]}
 
 
 @pytest.mark.parametrize("budget", [4, 1])
-def test_greedy_equals_raw(bundle, tiny_agree_drafter, raw_outputs, budget):
-    drafter = load_drafter(tiny_agree_drafter, bundle)
-    engine = DDTreeEngine(bundle, drafter, budget=budget)
+def test_greedy_equals_raw(tiny_agree_bundle, tiny_agree_drafter, raw_outputs, budget):
+    drafter = load_drafter(tiny_agree_drafter, tiny_agree_bundle)
+    engine = DDTreeEngine(tiny_agree_bundle, drafter, budget=budget)
     depths = Counter()
     for text, want in raw_outputs.items():
-        got, steps = run_engine(engine, _encode(bundle, text), 64, GREEDY)
+        got, steps = run_engine(engine, encode(tiny_agree_bundle, text), 64, GREEDY)
         assert got == want, text
         depths.update(s.accepted for s in steps if s.drafted)
     assert depths[0] > 0                       # immediate rejects
     assert sum(v for k, v in depths.items() if k >= 2) > 0   # deep accepts
 
 
-def test_greedy_equals_raw_random_drafter(random_bundle, tiny_drafter):
-    engine = DDTreeEngine(random_bundle, load_drafter(tiny_drafter, random_bundle), budget=8)
-    raw = RawEngine(random_bundle)
+def test_greedy_equals_raw_random_drafter(tiny_bundle, tiny_drafter):
+    engine = DDTreeEngine(tiny_bundle, load_drafter(tiny_drafter, tiny_bundle), budget=8)
+    raw = RawEngine(tiny_bundle)
     for text in PROMPTS[:5]:
-        ids = _encode(random_bundle, text)
+        ids = encode(tiny_bundle, text)
         assert run_engine(engine, ids, 40, GREEDY)[0] == run_engine(raw, ids, 40, GREEDY)[0]
 
 
@@ -166,32 +151,32 @@ def _exact_next_two(bundle, context, cfg):
 
 
 @pytest.mark.parametrize("biased", [False, True])
-def test_sampling_lossless(bundle, tiny_agree_drafter, biased):
+def test_sampling_lossless(tiny_agree_bundle, tiny_agree_drafter, biased):
     """Given the prompt and a pending token, the first two tokens after it follow the target's
     distribution: draws use the engine's own draft tree, one tree verify and the sampled walk."""
     cfg = SamplerConfig(temperature=1.0, top_p=0.9, top_k=5, min_p=0.0)
-    drafter = load_drafter(tiny_agree_drafter, bundle)
-    engine = DDTreeEngine(bundle, drafter, budget=4)
+    drafter = load_drafter(tiny_agree_drafter, tiny_agree_bundle)
+    engine = DDTreeEngine(tiny_agree_bundle, drafter, budget=4)
 
     def pending_after(ids):
-        return int(mx.argmax(bundle.lm_head(prefill_capture(bundle, bundle.make_cache(), ids).hidden[-1])).item())
+        return int(mx.argmax(tiny_agree_bundle.lm_head(prefill_capture(tiny_agree_bundle, tiny_agree_bundle.make_cache(), ids).hidden[-1])).item())
 
     def root_peak(ids):
-        pre = prefill_capture(bundle, bundle.make_cache(), ids + [pending_after(ids)])
-        return float(mx.exp(log_probs(bundle.lm_head(pre.hidden[-1]), cfg)).max().item())
+        pre = prefill_capture(tiny_agree_bundle, tiny_agree_bundle.make_cache(), ids + [pending_after(ids)])
+        return float(mx.exp(log_probs(tiny_agree_bundle.lm_head(pre.hidden[-1]), cfg)).max().item())
 
     # a context where the target is uncertain, so a wrong walk shows in the distribution
-    prompt = min((_encode(bundle, t) for t in PROMPTS[:10]), key=root_peak)
+    prompt = min((encode(tiny_agree_bundle, t) for t in PROMPTS[:10]), key=root_peak)
     pending = pending_after(prompt)
-    joint, dist = _exact_next_two(bundle, prompt + [pending], cfg)
+    joint, dist = _exact_next_two(tiny_agree_bundle, prompt + [pending], cfg)
 
-    cache = bundle.make_cache()
-    pre = prefill_capture(bundle, cache, prompt, capture=engine.layer_ids)
+    cache = tiny_agree_bundle.make_cache()
+    pre = prefill_capture(tiny_agree_bundle, cache, prompt, capture=engine.layer_ids)
     context = drafter.new_context()
     drafter.add_context(engine._features(pre.layer_outputs, slice(None)), context)
     tree = engine._draft(pending, context)
-    out = forward_tree(bundle, mx.array((pending,) + tree.tokens, dtype=mx.uint32), tree.layout, cache)
-    node_lp = log_probs(bundle.lm_head(out.hidden), cfg)
+    out = forward_tree(tiny_agree_bundle, mx.array((pending,) + tree.tokens, dtype=mx.uint32), tree.layout, cache)
+    node_lp = log_probs(tiny_agree_bundle.lm_head(out.hidden), cfg)
     root_argmax = int(mx.argmax(node_lp[0]).item())
     third = {}  # x2 -> distribution of the token after it, when the walk stops at the root
     rng, n, counts = Rng(99), 20000, Counter()
@@ -213,27 +198,27 @@ def test_sampling_lossless(bundle, tiny_agree_drafter, biased):
     assert (tv > 2 * bound) if biased else (tv < bound), (tv, bound)
 
 
-def test_sampled_engine_seeded(bundle, tiny_agree_drafter):
-    engine = DDTreeEngine(bundle, load_drafter(tiny_agree_drafter, bundle), budget=4)
+def test_sampled_engine_seeded(tiny_agree_bundle, tiny_agree_drafter):
+    engine = DDTreeEngine(tiny_agree_bundle, load_drafter(tiny_agree_drafter, tiny_agree_bundle), budget=4)
     params = SamplingParams(temperature=1.0, top_p=0.95, top_k=20, seed=11)
-    ids = _encode(bundle, PROMPTS[5])
+    ids = encode(tiny_agree_bundle, PROMPTS[5])
     a, _ = run_engine(engine, ids, 32, params)
     b, _ = run_engine(engine, ids, 32, params)
     assert a == b
 
 
-def test_memory_grows_by_drafter_only(random_bundle, tiny_drafter):
+def test_memory_grows_by_drafter_only(tiny_bundle, tiny_drafter):
     mx.clear_cache()
     before = mx.get_active_memory()
-    drafter = load_drafter(tiny_drafter, random_bundle)
+    drafter = load_drafter(tiny_drafter, tiny_bundle)
     mx.clear_cache()
     grown = mx.get_active_memory() - before
     assert grown <= drafter.nbytes() * 1.05 + 65536, (grown, drafter.nbytes())
 
 
-def test_drafter_config_errors(random_bundle, tiny_drafter, tmp_path):
+def test_drafter_config_errors(tiny_bundle, tiny_drafter, tmp_path):
     with pytest.raises(ModelLoadError):
-        load_drafter(tmp_path / "missing", random_bundle)
+        load_drafter(tmp_path / "missing", tiny_bundle)
     bad = tmp_path / "bad"
     bad.mkdir()
     raw = json.loads((tiny_drafter / "config.json").read_text())
@@ -241,4 +226,4 @@ def test_drafter_config_errors(random_bundle, tiny_drafter, tmp_path):
     (bad / "config.json").write_text(json.dumps(raw))
     (bad / "model.safetensors").write_bytes((tiny_drafter / "model.safetensors").read_bytes())
     with pytest.raises(ModelLoadError, match="target_layer_ids"):
-        load_drafter(bad, random_bundle)
+        load_drafter(bad, tiny_bundle)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from engines.bundle import load_bundle
 from engines.ddtree import DDTreeEngine
 from engines.dflash import load_drafter
 from engines.raw import RawEngine
@@ -35,10 +34,10 @@ def test_policy_budget_applies_and_follows_reloads(tiny_target, tiny_drafter, tm
     assert all(c.step is None or c.step.drafted in (0, 6) for c in chunks)
 
 
-def test_sink_window_context_is_bounded_and_lossless(tiny_agree_target, tiny_agree_drafter):
+def test_sink_window_context_is_bounded_and_lossless(tiny_agree_bundle, tiny_agree_drafter):
     """A drafter context capped at sink + window rows keeps DDTree lossless (only acceptance can
     change) and never holds more rows than the cap, however long the prompt."""
-    bundle = load_bundle(tiny_agree_target)
+    bundle = tiny_agree_bundle
     drafter = load_drafter(tiny_agree_drafter, bundle)
     engine = DDTreeEngine(bundle, drafter, budget=4, context_sink=4, context_window=16)
     raw = RawEngine(bundle)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from engines.bundle import load_bundle
 from engines.ddtree import DDTreeEngine
 from engines.dflash import load_drafter
 from engines.mtp import MTPEngine
@@ -13,21 +12,11 @@ from engines.mtp_head import load_mtp_head
 from engines.raw import RawEngine
 from engines.runtime import load_runtime
 from engines.types import CancelToken, FallbackRule, SamplingParams
-from tests.engine_helpers import PROMPTS, run_engine
+from tests.engine_helpers import PROMPTS, encode, run_engine
 
 GREEDY = SamplingParams(temperature=0.0)
 RULE = FallbackRule(window=4, min_accepted=0.5)
 HEALTHY_RULE = FallbackRule(window=8, min_accepted=0.15)
-
-
-@pytest.fixture(scope="module")
-def random_bundle(tiny_target):
-    return load_bundle(tiny_target)
-
-
-@pytest.fixture(scope="module")
-def agree_bundle(tiny_agree_target):
-    return load_bundle(tiny_agree_target)
 
 
 def _engines(kind, bundle, drafter_dir):
@@ -37,12 +26,12 @@ def _engines(kind, bundle, drafter_dir):
 
 
 @pytest.mark.parametrize("kind", ["mtp", "ddtree"])
-def test_collapse_hands_off_to_raw_losslessly(kind, random_bundle, tiny_drafter):
+def test_collapse_hands_off_to_raw_losslessly(kind, tiny_bundle, tiny_drafter):
     """Random head/drafter: acceptance collapses, the engine switches to raw after one window."""
-    engine = _engines(kind, random_bundle, tiny_drafter)
-    raw = RawEngine(random_bundle)
+    engine = _engines(kind, tiny_bundle, tiny_drafter)
+    raw = RawEngine(tiny_bundle)
     for text in PROMPTS[:4]:
-        ids = random_bundle.tokenizer.encode(text, add_special_tokens=False)
+        ids = encode(tiny_bundle, text)
         want, _ = run_engine(raw, ids, 48, GREEDY)
         got, steps = run_engine(engine, ids, 48, GREEDY, fallback=RULE)
         assert got == want
@@ -56,13 +45,13 @@ def test_collapse_hands_off_to_raw_losslessly(kind, random_bundle, tiny_drafter)
 
 
 @pytest.mark.parametrize("kind", ["mtp", "ddtree"])
-def test_triggers_only_when_a_window_falls_below(kind, agree_bundle, tiny_agree_drafter):
+def test_triggers_only_when_a_window_falls_below(kind, tiny_agree_bundle, tiny_agree_drafter):
     """Agreeing head/drafter: run each prompt without a rule, then with one. The hand-off happens
     iff some full window of the rule-less run falls below the threshold; healthy runs never switch."""
-    engine = _engines(kind, agree_bundle, tiny_agree_drafter)
+    engine = _engines(kind, tiny_agree_bundle, tiny_agree_drafter)
     healthy = collapsed = 0
     for text in PROMPTS[:10]:
-        ids = agree_bundle.tokenizer.encode(text, add_special_tokens=False)
+        ids = encode(tiny_agree_bundle, text)
         _, free = run_engine(engine, ids, 48, GREEDY)
         accepted = [s.accepted for s in free if s.drafted]
         w = HEALTHY_RULE.window

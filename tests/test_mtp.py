@@ -20,32 +20,18 @@ from engines.speculative import prefill_capture, verify_one
 from engines.target import commit, forward_causal, forward_tree
 from engines.tree import TreeLayout
 from engines.types import ModelLoadError, SamplingParams
-from tests.engine_helpers import PROMPTS, run_engine, tv_bound, tv_distance
+from tests.engine_helpers import PROMPTS, encode, run_engine, tv_bound, tv_distance
 
 GREEDY = SamplingParams(temperature=0.0)
 
 
-@pytest.fixture(scope="module")
-def agree_bundle(tiny_agree_target):
-    return load_bundle(tiny_agree_target)
-
-
-@pytest.fixture(scope="module")
-def random_bundle(tiny_target):
-    return load_bundle(tiny_target)
-
-
-def _encode(bundle, text):
-    return bundle.tokenizer.encode(text, add_special_tokens=False)
-
-
 @pytest.mark.parametrize("which", ["agree", "random"])
-def test_greedy_equals_raw(which, agree_bundle, random_bundle):
-    bundle = agree_bundle if which == "agree" else random_bundle
+def test_greedy_equals_raw(which, tiny_agree_bundle, tiny_bundle):
+    bundle = tiny_agree_bundle if which == "agree" else tiny_bundle
     raw, mtp = RawEngine(bundle), MTPEngine(bundle, load_mtp_head(bundle))
     accepted = rejected = 0
     for text in PROMPTS[:20]:
-        ids = _encode(bundle, text)
+        ids = encode(bundle, text)
         want, _ = run_engine(raw, ids, 64, GREEDY)
         got, steps = run_engine(mtp, ids, 64, GREEDY)
         assert got == want, text
@@ -56,12 +42,12 @@ def test_greedy_equals_raw(which, agree_bundle, random_bundle):
         assert accepted > 0.2 * (accepted + rejected), (accepted, rejected)
 
 
-def test_caches_match_sequential_decode(random_bundle):
+def test_caches_match_sequential_decode(tiny_bundle):
     """Any accept/reject sequence of 2-token verifies leaves the target caches exactly as a plain
     sequential forward of the committed tokens would (GDN conv + recurrent state, KV rows)."""
-    bundle = random_bundle
+    bundle = tiny_bundle
     rs = np.random.RandomState(0)
-    prompt = _encode(bundle, PROMPTS[0])
+    prompt = encode(bundle, PROMPTS[0])
     cache = bundle.make_cache()
     prefill_capture(bundle, cache, prompt)
     committed = list(prompt)
@@ -135,13 +121,13 @@ def _mtp_first_two_draws(bundle, head, prompt, cfg, n, *, biased=False):
 
 
 @pytest.mark.parametrize("which,biased", [("agree", False), ("random", False), ("random", True)])
-def test_sampling_lossless_first_two_tokens(which, biased, agree_bundle, random_bundle):
+def test_sampling_lossless_first_two_tokens(which, biased, tiny_agree_bundle, tiny_bundle):
     """agree: mostly the accept path; random: mostly the residual path; the negative control (a
     verify that always accepts) uses the random head, whose q is far from p, so it must fail."""
-    bundle = agree_bundle if which == "agree" else random_bundle
+    bundle = tiny_agree_bundle if which == "agree" else tiny_bundle
     head = load_mtp_head(bundle)
     cfg = SamplerConfig(temperature=1.0, top_p=0.9, top_k=6, min_p=0.0)
-    prompt = _encode(bundle, PROMPTS[2])
+    prompt = encode(bundle, PROMPTS[2])
     _, exact = _first_two_exact(bundle, prompt, cfg)
     n = 20000
     counts = _mtp_first_two_draws(bundle, head, prompt, cfg, n, biased=biased)
@@ -153,20 +139,20 @@ def test_sampling_lossless_first_two_tokens(which, biased, agree_bundle, random_
         assert tv < bound, (tv, bound)
 
 
-def test_sampled_engine_runs_and_is_seeded(agree_bundle):
-    mtp = MTPEngine(agree_bundle, load_mtp_head(agree_bundle))
+def test_sampled_engine_runs_and_is_seeded(tiny_agree_bundle):
+    mtp = MTPEngine(tiny_agree_bundle, load_mtp_head(tiny_agree_bundle))
     params = SamplingParams(temperature=1.0, top_p=0.95, top_k=20, seed=5)
-    ids = _encode(agree_bundle, PROMPTS[0])
+    ids = encode(tiny_agree_bundle, PROMPTS[0])
     a, steps = run_engine(mtp, ids, 32, params)
     b, _ = run_engine(mtp, ids, 32, params)
     assert a == b and len(a) == 32
     assert any(s.drafted for s in steps)
 
 
-def test_memory_grows_by_head_only(random_bundle):
+def test_memory_grows_by_head_only(tiny_bundle):
     mx.clear_cache()
     before = mx.get_active_memory()
-    head = load_mtp_head(random_bundle)
+    head = load_mtp_head(tiny_bundle)
     mx.clear_cache()
     grown = mx.get_active_memory() - before
     assert grown <= head.nbytes() * 1.05 + 65536, (grown, head.nbytes())
@@ -201,7 +187,7 @@ def test_sharded_checkpoint_reads_only_mtp_shard(tiny_sharded_target):
     assert len(shards) == 1
     bundle = load_bundle(tiny_sharded_target)
     head = load_mtp_head(bundle)
-    ids = _encode(bundle, PROMPTS[3])
+    ids = encode(bundle, PROMPTS[3])
     want, _ = run_engine(RawEngine(bundle), ids, 24, GREEDY)
     got, _ = run_engine(MTPEngine(bundle, head), ids, 24, GREEDY)
     assert got == want
@@ -232,7 +218,7 @@ def test_quantized_target_with_mtp_weights(tiny_agree_target, tmp_path):
     raw, mtp = RawEngine(bundle), MTPEngine(bundle, head)
     accepted = 0
     for text in PROMPTS[:6]:
-        ids = _encode(bundle, text)
+        ids = encode(bundle, text)
         want, _ = run_engine(raw, ids, 32, GREEDY)
         got, steps = run_engine(mtp, ids, 32, GREEDY)
         assert got == want

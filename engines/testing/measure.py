@@ -101,7 +101,7 @@ class ReferenceMtpHead:
         config = json.loads((model_dir / "config.json").read_text())
         args = TextModelArgs.from_dict(config.get("text_config", config))
         self.layer = DecoderLayer(args, layer_idx=args.full_attention_interval - 1)
-        tensors = _read_prefixed(model_dir, "mtp.")
+        tensors = read_tensors(model_dir, "mtp.")
         shift = float(np.mean(tensors["mtp.norm.weight"])) < 0.5  # HF zero-centred → +1
         weights = {}
         for name, value in tensors.items():
@@ -170,7 +170,8 @@ class ReferenceDrafter:
         return self.text.lm_head(out)[0, 1:]
 
 
-def _read_prefixed(model_dir: Path, prefix: str) -> dict[str, np.ndarray]:
+def read_tensors(model_dir: Path, prefix: str = "") -> dict[str, np.ndarray]:
+    """Every stored tensor of a checkpoint dir (all shards) whose name starts with `prefix`."""
     index = model_dir / "model.safetensors.index.json"
     files = ["model.safetensors"]
     if index.exists():
@@ -251,7 +252,7 @@ def measure_family(target_dir: str | Path, drafter_dir: str | Path | None = None
 
 
 def _has_mtp(model_dir: Path) -> bool:
-    return bool(_read_prefixed(model_dir, "mtp.norm.weight"))
+    return bool(read_tensors(model_dir, "mtp.norm.weight"))
 
 
 if __name__ == "__main__":
