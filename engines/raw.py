@@ -10,7 +10,7 @@ import mlx.core as mx
 
 from .bundle import ModelBundle
 from .sampling import Rng, SamplerConfig, choose, resolve
-from .types import CancelToken, SamplingParams, StepResult
+from .types import CancelToken, FallbackRule, SamplingParams, StepResult
 
 PREFILL_CHUNK = 2048
 
@@ -58,7 +58,13 @@ class RawEngine:
     def __init__(self, bundle: ModelBundle):
         self.bundle = bundle
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken) -> Iterator[StepResult]:
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        fallback: FallbackRule | None = None,  # raw is what every hand-off lands on: nothing to do
+    ) -> Iterator[StepResult]:
         cfg = resolve(params, self.bundle.generation)
         rng = Rng(params.seed)
         cache = self.bundle.make_cache()

@@ -118,11 +118,7 @@ class Runtime:
                 f"model's context length ({self.context_length})",
                 param="messages", code="context_length_exceeded",
             )
-        chosen = self.engines[engine]
-        if fallback is not None and engine != "raw":
-            steps = chosen.generate(prompt_ids, params, cancel, fallback=fallback)
-        else:
-            steps = chosen.generate(prompt_ids, params, cancel)
+        steps = self.engines[engine].generate(prompt_ids, params, cancel, fallback=fallback)
         chunks = stream_text(
             steps, self.bundle.tokenizer, eos_token_ids=self.bundle.eos_token_ids,
             max_tokens=params.max_tokens, stops=params.stop, prompt_tokens=len(prompt_ids),

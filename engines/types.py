@@ -88,9 +88,14 @@ class Engine(Protocol):
     name: str
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        fallback: FallbackRule | None = None,
     ) -> Iterator[StepResult]:
-        """Prefill, then yield one StepResult per step until cancelled or the caller stops."""
+        """Prefill, then yield one StepResult per step until cancelled or the caller stops.
+        Speculative engines hand the rest of the request to raw decoding when `fallback` trips."""
         ...
 
 
