@@ -45,10 +45,7 @@ def run_request(
     yield Routed(decision, len(prompt_ids))
     error: BaseException | None = None
     try:
-        # The mid-request hand-off rule goes only to speculative picks that carry one, so backends
-        # without the `fallback` keyword keep working for everything else.
-        extra = {"fallback": decision.fallback} if decision.fallback is not None else {}
-        for chunk in backend.generate(prompt_ids, params, decision.engine, cancel, **extra):
+        for chunk in backend.generate(prompt_ids, params, decision.engine, cancel, fallback=decision.fallback):
             if chunk.step is not None:
                 _safely(router.observe, decision, chunk.step)
             yield chunk
