@@ -102,11 +102,17 @@ def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig) -> S
 
 
 def resolve_engine(body_engine: str | None, header_engine: str | None, loaded: tuple[str, ...]) -> str | None:
-    """The forced engine (body field wins over the header), None for auto. Unknown/unloaded -> 400."""
-    name = body_engine if body_engine is not None else header_engine
-    if name is None:
+    """The forced engine (body field wins over the header), None for auto. Each one given must name
+    auto or a loaded engine (unknown/unloaded -> 400), even when the other one wins."""
+    header = _engine_name(header_engine, loaded)
+    body = _engine_name(body_engine, loaded)
+    return body if body_engine is not None else header
+
+
+def _engine_name(given: str | None, loaded: tuple[str, ...]) -> str | None:
+    if given is None:
         return None
-    name = name.strip(" \t").lower()  # as /openapi.json documents it
+    name = given.strip(" \t").lower()  # as /openapi.json documents it
     if name in ("", AUTO):
         return None
     if name not in loaded:

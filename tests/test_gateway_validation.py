@@ -165,6 +165,10 @@ def test_unknown_engine_names_the_loaded_ones(server):
     response = httpx.post(server.base_url + "/v1/chat/completions", json=OK, headers={"X-Switchyard-Engine": "ddtree"})
     error = assert_error(response, 400, param="engine")
     assert "ddtree" in error["message"] and "raw" in error["message"]
+    # an invalid header is an error even when the body field (which wins) is valid
+    response = httpx.post(server.base_url + "/v1/chat/completions", json={**OK, "engine": "raw"},
+                          headers={"X-Switchyard-Engine": "e]L0"})
+    assert_error(response, 400, param="engine", code="engine_not_loaded")
 
 
 def test_prompt_too_long_from_backend_is_400_even_when_streaming(server):
