@@ -14,10 +14,11 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.models import qwen3_5
-from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
 from .bundle import ModelBundle, read_config, text_config
+from .target import attention_tree
+from .tree import TreeLayout
 from .types import ModelLoadError
 
 MTP_PREFIX = "mtp."
@@ -39,9 +40,12 @@ class MTPHead(nn.Module):
         """Row t: embeds = embed(x[t+1]), hidden = target's final-norm hidden at t; position t.
         Returns final-norm states for the target's lm_head (they predict x[t+2])."""
         u = self.fc(mx.concatenate([self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden)], axis=-1))
-        mask = create_attention_mask(u, cache)
+        rows = TreeLayout.chain(u.shape[1])
         for layer in self.layers:
-            u = layer(u, mask=mask, cache=cache)
+            # the target's attention (not the layer's own call): an accepted pair is 2 queries at a new
+            # key length each cycle, which MLX-CUDA's fused op would build a cuDNN graph for
+            h = u + attention_tree(layer.self_attn, layer.input_layernorm(u), cache, rows)
+            u = h + layer.mlp(layer.post_attention_layernorm(h))
         return self.norm(u)
 
     def nbytes(self) -> int:

@@ -79,7 +79,8 @@ def tree_mask(tree: TreeLayout, prefix: int) -> mx.array | str | None:
     return mx.concatenate([mx.ones((tree.size, prefix), dtype=mx.bool_), _visibility(tree)], axis=1)
 
 
-def _attention_tree(attn: nn.Module, x: mx.array, cache, tree: TreeLayout, mask: mx.array | str | None = None) -> mx.array:
+def attention_tree(attn: nn.Module, x: mx.array, cache, tree: TreeLayout, mask: mx.array | str | None = None) -> mx.array:
+    """A Qwen3-Next gated attention layer over `tree`'s slots after the cache's rows (batch 1)."""
     _, T, _ = x.shape
     queries, gate = mx.split(attn.q_proj(x).reshape(1, T, attn.num_attention_heads, -1), 2, axis=-1)
     gate = gate.reshape(1, T, -1)
@@ -123,7 +124,7 @@ def forward_tree(
         if layer.is_linear:
             r, snapshots[i] = gdn_tree(layer.linear_attn, normed, layer_cache, tree)
         else:
-            r = _attention_tree(layer.self_attn, normed, layer_cache, tree, mask)
+            r = attention_tree(layer.self_attn, normed, layer_cache, tree, mask)
         h = h + r
         h = h + layer.mlp(layer.post_attention_layernorm(h))
         if i in capture:

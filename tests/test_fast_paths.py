@@ -120,6 +120,22 @@ def test_drafter_ops_attention_equals_fused(bundle, tiny_drafter):
     assert _max_diff(fused, ops) <= TOL
 
 
+def test_mtp_head_ops_attention_equals_fused(bundle):
+    """The head appends an accepted pair (2 queries) after its prompt rows: matmul attention (the
+    MLX-CUDA path) must equal the fused op; the 9-row prompt append is also compared."""
+    head = load_mtp_head(bundle)
+    rng = np.random.RandomState(1)
+    appends = [(bundle.embed_tokens(mx.array(rng.randint(5, 500, size=n), dtype=mx.uint32))[None],
+                mx.array(rng.standard_normal((1, n, bundle.hidden_size)).astype(np.float32))) for n in (9, 2, 1, 2)]
+    outputs = {}
+    for forced in (False, True):
+        cache = KVCache()
+        with using(ops_attention=forced):
+            outputs[forced] = [head(embeds, hidden, cache) for embeds, hidden in appends]
+    for fused, ops in zip(outputs[False], outputs[True]):
+        assert _max_diff(fused, ops) <= TOL
+
+
 class _FakeKernelBackend:
     """Stands in for MLX-CUDA: `kernel` is what gdn_tree_cuda would launch."""
 

@@ -17,11 +17,17 @@ import mlx.core as mx
 from . import fast_paths
 
 
+# A verify tree, a draft block or a head's accepted rows: few queries. Beyond this (a prefill chunk)
+# the scores matrix would be large and one graph build per chunk shape is amortised anyway.
+MAX_OPS_QUERIES = 64
+
+
 def use_ops_attention(queries: mx.array) -> bool:
-    """Multi-query attention on MLX-CUDA (or when a test forces it)."""
+    """Multi-query attention of at most MAX_OPS_QUERIES queries on MLX-CUDA (or when a test forces it)."""
+    few = 1 < queries.shape[2] <= MAX_OPS_QUERIES
     if fast_paths.ops_attention is not None:
-        return fast_paths.ops_attention and queries.shape[2] > 1
-    if not fast_paths.enabled or queries.shape[2] <= 1:
+        return fast_paths.ops_attention and few
+    if not fast_paths.enabled or not few:
         return False
     try:
         return bool(mx.cuda.is_available()) and mx.default_device() == mx.gpu
