@@ -57,7 +57,7 @@ class HttpResult:
     body: str = ""
 
 
-def _request_body(messages: list[dict], params: SamplingParams, engine: str) -> dict:
+def request_body(messages: list[dict], params: SamplingParams, engine: str) -> dict:
     body: dict = {
         "messages": list(messages),
         "max_tokens": params.max_tokens,
@@ -78,7 +78,7 @@ def time_http(port: int, messages: list[dict], params: SamplingParams, engine: s
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         arrivals = Arrivals()
-        conn.request("POST", "/v1/chat/completions", body=json.dumps(_request_body(messages, params, engine)),
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(request_body(messages, params, engine)),
                      headers={"Content-Type": "application/json"})
         response = conn.getresponse()
         headers = {k.lower(): v for k, v in response.getheaders()}

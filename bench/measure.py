@@ -1,8 +1,11 @@
 """Time one request through one path and turn the arrival times into a RequestRecord.
 
-Three paths produce the same record shape:
+Four paths produce the same record shape:
   * `time_runtime`: engines.runtime.Runtime.generate (the backend code path the gateway runs:
     engine steps + detokenizer + stop/max_tokens), in this thread;
+  * `time_pipeline`: what the gateway's worker runs for one request (gateway.pipeline.run_request:
+    the OpenAI request validated into a RequestSpec, classify, route, generate, feed the monitor),
+    in this thread: `auto` measured on the same footing as the fixed engines;
   * `time_anchor`: mlx-lm's own `stream_generate` on the same model object and prompt ids;
   * `time_http` (bench/http_client.py): the real HTTP gateway over loopback.
 Decode rate excludes the prefill: tokens after the first chunk / time after the first chunk.
@@ -133,6 +136,28 @@ def time_runtime(runtime, prompt_ids: Sequence[int], params: SamplingParams, eng
         arrivals.add(chunk.token_ids, chunk.step)
         finish = chunk.finish_reason or finish
     record.prompt_tokens = len(prompt_ids)
+    record.finish_reason = finish
+    return arrivals.fill(record)
+
+
+def time_pipeline(backend, router, body: dict, record: RequestRecord) -> RequestRecord:
+    """gateway.pipeline.run_request for an OpenAI chat body (validated as the HTTP endpoint does)."""
+    from gateway.config import GatewayConfig
+    from gateway.pipeline import Routed, run_request
+    from gateway.request_spec import chat_spec, resolve_engine
+    from gateway.schemas import ChatCompletionRequest
+
+    request = ChatCompletionRequest.model_validate(body)
+    spec = chat_spec(request, resolve_engine(request.engine, None, tuple(backend.engine_names)), GatewayConfig())
+    arrivals = Arrivals()
+    finish = None
+    for item in run_request(backend, router, spec, CancelToken(), queue_depth=0):
+        if isinstance(item, Routed):
+            record.route_engine, record.route_class = item.decision.engine, item.decision.klass
+            record.route_reason, record.prompt_tokens = item.decision.reason, item.prompt_tokens
+            continue
+        arrivals.add(item.token_ids, item.step)
+        finish = item.finish_reason or finish
     record.finish_reason = finish
     return arrivals.fill(record)
 

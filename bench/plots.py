@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 ENGINE_COLORS = {"anchor": "#999999", "raw": "#4c72b0", "raw@http": "#8fa8d0", "mtp": "#55a868",
-                 "ddtree": "#c44e52", "ddtree1": "#e6a0a2", "auto": "#8172b2"}
+                 "ddtree": "#c44e52", "ddtree1": "#e6a0a2", "auto": "#8172b2",
+                 "auto@http": "#b4a9d6"}
 CHOICE_Y = {"raw": 0, "mtp": 1, "ddtree": 2}
 CLASS_MARKERS = {"code": "o", "prose": "s", "structured": "^"}
 

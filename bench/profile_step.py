@@ -139,7 +139,7 @@ def profile_drafts(runtime, context_ids: list[int], trials: int) -> dict[str, fl
                 context = engine.drafter.new_context(engine.context_sink, engine.context_window)
                 engine.drafter.add_context(engine._features(prefilled.layer_outputs, slice(None)), context)
                 started = time.perf_counter()
-                engine._draft(int(context_ids[-1]), context)
+                engine._draft(engine._propose(int(context_ids[-1]), context))
                 if trial:
                     out[f"draft: DFlash block + tree (budget {engine.budget})"].append(time.perf_counter() - started)
             started = time.perf_counter()

@@ -74,9 +74,12 @@ def markdown(results: dict, images: dict[str, str]) -> str:
         "cells are median [IQR] over requests. Speedup and cost ratio are per-prompt pairwise vs raw "
         "(same prompt, mode, repeat), then the median. `agg` = total tokens / total seconds. "
         "`anchor` = mlx-lm `stream_generate`; `raw`, `mtp`, `ddtree`, `ddtree1` (= DFlash) run through "
-        "Runtime.generate (the gateway's backend path, in process); `raw@http` and `auto` go through the "
-        "real HTTP gateway (loopback uvicorn, SSE); forced raw@http requests also feed the router's monitor, as "
-        "forced traffic does in production (the warm-up study sends auto traffic only).",
+        "Runtime.generate (the gateway's backend path, in process); `auto` runs the gateway worker's own "
+        "request path in process (OpenAI body validated, classified, routed, generated, monitor fed: "
+        "gateway.pipeline.run_request), so it is compared with the fixed engines on the same footing; "
+        "`raw@http` and `auto@http` go through the real HTTP gateway (loopback uvicorn, SSE) whose router "
+        "is a second fresh one; forced raw@http requests also feed that router's monitor, as forced "
+        "traffic does in production (the warm-up study sends auto traffic only).",
         "",
     ]
     for mode, block in summary["modes"].items():
@@ -120,6 +123,9 @@ def _mode_section(mode: str, block: dict) -> list[str]:
               f"- auto / raw per class: {per_class or '–'} (goal ≥ {t['auto_vs_raw_every_class']} each)",
               f"- auto / raw overall: {_f(g['auto_vs_raw_overall'], 3)} (goal ≥ {t['auto_vs_raw_overall_greedy']}, greedy); "
               f"auto / raw@http: {_f(g['auto_vs_raw_http_overall'], 3)}",
+              f"- through HTTP: auto@http / raw@http overall {_f(g.get('auto_http_vs_raw_http_overall'), 3)}, per class "
+              + (", ".join(f"{k} {_f(v, 2)}" for k, v in (g.get('auto_http_vs_raw_http_per_class') or {}).items()) or "–")
+              + f"; regret {_f(_pct(((block.get('http') or {}).get('regret') or {}).get('regret')), 1, '%')}",
               f"- regret vs per-request oracle: {_f(_pct(block['regret'].get('all', {}).get('regret')), 1, '%')} "
               f"(goal ≤ {t['regret_max'] * 100:.0f}%); vs the best engine per class in aggregate: "
               f"{_f(_pct(block['class_oracle_regret']['regret']), 1, '%')} "

@@ -23,8 +23,8 @@ import mlx.core as mx
 from engines.types import SamplingParams
 
 from .environment import describe_environment
-from .http_client import LoopbackGateway, time_http
-from .measure import RequestRecord, time_anchor, time_runtime
+from .http_client import LoopbackGateway, request_body, time_http
+from .measure import RequestRecord, time_anchor, time_pipeline, time_runtime
 from .setup import DFLASH, BenchModel, fresh_router, load_bench_model, load_classifier
 from .workloads import Prompt, load_workload
 
@@ -32,7 +32,7 @@ log = logging.getLogger("switchyard.bench")
 
 FIXED_ENGINES: tuple[str, ...] = ("raw", "mtp", "ddtree", DFLASH)
 ALL_ENGINES: tuple[str, ...] = FIXED_ENGINES + ("auto",)
-ANCHOR, RAW_HTTP, AUTO = "anchor", "raw@http", "auto"
+ANCHOR, RAW_HTTP, AUTO, AUTO_HTTP = "anchor", "raw@http", "auto", "auto@http"
 SAMPLED = dict(temperature=1.0, top_p=0.95, top_k=20)
 
 
@@ -51,6 +51,7 @@ class BenchConfig:
     seed: int = 0
     anchor: bool = True
     http_raw: bool = True
+    http_auto: bool = True
     policy: str | None = None
     use_labels: bool = False           # route with the workload labels instead of the classifier
     warmup_study: bool = False
@@ -75,15 +76,19 @@ def lanes_for(config: BenchConfig, loaded: tuple[str, ...]) -> list[str]:
         lanes.append(RAW_HTTP)
     if AUTO in config.engines:
         lanes.append(AUTO)
+        if config.http_auto:
+            lanes.append(AUTO_HTTP)
     return lanes
 
 
 class LaneRunner:
-    """Runs one (prompt, lane) and returns its RequestRecord."""
+    """Runs one (prompt, lane) and returns its RequestRecord. `auto` routes in process with its own
+    router; `auto@http` and `raw@http` go through the HTTP gateway (whose router is another one)."""
 
-    def __init__(self, model: BenchModel, port: int | None):
+    def __init__(self, model: BenchModel, port: int | None, router=None):
         self.model = model
         self.port = port
+        self.router = router
         self.sequence = 0
 
     def run(self, lane: str, prompt: Prompt, ids: list[int], params: SamplingParams, mode: str,
@@ -95,7 +100,9 @@ class LaneRunner:
             if lane == ANCHOR:
                 bundle = self.model.runtime.bundle
                 time_anchor(bundle.model, bundle.tokenizer, ids, params, record)
-            elif lane in (RAW_HTTP, AUTO):
+            elif lane == AUTO:
+                time_pipeline(self.model.runtime, self.router, request_body(list(prompt.messages), params, "auto"), record)
+            elif lane in (RAW_HTTP, AUTO_HTTP):
                 if self.port is None:
                     record.error = "gateway unavailable"
                 else:
@@ -111,10 +118,10 @@ class LaneRunner:
 
 def warm_up(runner: LaneRunner, lanes: list[str], prompt: Prompt, ids: list[int]) -> None:
     """One short untimed request per lane: first-call allocation and lazy init stay out of the data.
-    `auto` is skipped so the router starts with an empty monitor."""
+    The auto lanes are skipped so their routers start with an empty monitor."""
     params = SamplingParams(temperature=0.0, max_tokens=8)
     for lane in lanes:
-        if lane != AUTO:
+        if lane not in (AUTO, AUTO_HTTP):
             runner.run(lane, prompt, ids, params, "warmup", 0)
     runner.sequence = 0
 
@@ -137,12 +144,13 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
     labels = {p.messages[-1]["content"].strip(): p.klass for p in prompts}
     classifier, classifier_name = load_classifier(labels, config.use_labels)
     router = fresh_router(model.runtime.engine_names, classifier, config.policy, config.seed)
-    app = create_app(model.runtime, router=router)
+    http_router = fresh_router(model.runtime.engine_names, classifier, config.policy, config.seed)
+    app = create_app(model.runtime, router=http_router)
     ids = {p.id: model.runtime.encode_chat(list(p.messages)) for p in prompts}
     lanes = lanes_for(config, loaded)
     records: list[RequestRecord] = []
     with LoopbackGateway(app) as gateway:
-        runner = LaneRunner(model, gateway.port)
+        runner = LaneRunner(model, gateway.port, router)
         warm_up(runner, lanes, prompts[0], ids[prompts[0].id])
         for mode in config.modes:
             for repeat in range(config.repeats):
@@ -153,6 +161,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
                         records.append(runner.run(lane, prompt, ids[prompt.id], params, mode, repeat))
                     say(_progress_line(mode, repeat, index, len(prompts), prompt, records[-len(lanes):]))
         router_stats = router.stats()
+        http_router_stats = http_router.stats()
     warmup = None
     if config.warmup_study:
         from .warmup import run_warmup_study
@@ -175,6 +184,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
                   "engines": list(loaded), "memory": model.runtime.memory_bytes()},
         "records": [r.as_json() for r in records],
         "router_stats": router_stats,
+        "http_router_stats": http_router_stats,
         "warmup_study": warmup,
         "blas_probe": blas,
         "wall_seconds": time.time() - started,
@@ -188,7 +198,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
 def _progress_line(mode: str, repeat: int, index: int, total: int, prompt: Prompt, recent: list[RequestRecord]) -> str:
     parts = []
     for r in recent:
-        label = r.engine if r.engine != AUTO else f"auto->{r.route_engine}"
+        label = f"{r.engine}->{r.route_engine}" if r.engine in (AUTO, AUTO_HTTP) else r.engine
         parts.append(f"{label} ERR" if r.error else f"{label} {r.decode_tps:.0f}")
     return f"[{mode} r{repeat} {index + 1}/{total}] {prompt.id}: " + ", ".join(parts)
 

@@ -75,8 +75,8 @@ def engine_stats(group: list[RequestRecord], raw_by_key: dict) -> dict:
     }
 
 
-def oracle_regret(records: list[RequestRecord]) -> dict:
-    """Per request: the best routable fixed engine in hindsight vs what auto achieved.
+def oracle_regret(records: list[RequestRecord], lane: str = "auto") -> dict:
+    """Per request: the best routable fixed engine in hindsight vs what the auto lane achieved.
     regret = 1 - (auto's total decode rate) / (oracle's), both over auto's decoded tokens."""
     best: dict[tuple, tuple[str, float]] = {}
     for r in records:
@@ -86,7 +86,7 @@ def oracle_regret(records: list[RequestRecord]) -> dict:
     auto_time = oracle_time = 0.0
     per_request, picks = [], Counter()
     for r in records:
-        if r.engine != "auto" or _key(r) not in best or not math.isfinite(r.decode_tps):
+        if r.engine != lane or _key(r) not in best or not math.isfinite(r.decode_tps):
             continue
         engine, rate = best[_key(r)]
         picks[(r.route_engine == engine)] += 1
@@ -119,8 +119,8 @@ def class_oracle_regret(records: list[RequestRecord]) -> dict:
     return {"regret": 1.0 - oracle_time / auto_time if auto_time > 0 else None, "best_engine_per_class": best}
 
 
-def route_summary(records: list[RequestRecord]) -> dict:
-    autos = [r for r in records if r.engine == "auto"]
+def route_summary(records: list[RequestRecord], lane: str = "auto") -> dict:
+    autos = [r for r in records if r.engine == lane]
     by_class: dict[str, Counter] = defaultdict(Counter)
     reasons: dict[str, Counter] = defaultdict(Counter)
     for r in autos:
@@ -164,6 +164,7 @@ def summarize_mode(records: list[RequestRecord]) -> dict:
                    for scope in classes + ["all"]},
         "class_oracle_regret": class_oracle_regret(records),
         "routes": route_summary(records),
+        "http": {"regret": oracle_regret(records, "auto@http"), "routes": route_summary(records, "auto@http")},
         "stability": stability([r for r in records if r.engine == "auto"]),
         "lossless": lossless_check(records),
         "goals": goals(table),
@@ -186,6 +187,9 @@ def goals(table: dict) -> dict:
         "auto_vs_raw_per_class": per_class,
         "auto_vs_raw_overall": _ratio(agg("all", "auto"), agg("all", "raw")),
         "auto_vs_raw_http_overall": _ratio(agg("all", "auto"), agg("all", "raw@http")),
+        # both through the HTTP gateway (each lane with its own router): the same comparison end to end
+        "auto_http_vs_raw_http_overall": _ratio(agg("all", "auto@http"), agg("all", "raw@http")),
+        "auto_http_vs_raw_http_per_class": {k: _ratio(agg(k, "auto@http"), agg(k, "raw@http")) for k in table if k != "all"},
         "runtime_raw_vs_stream_generate": _ratio(agg("all", "raw"), agg("all", "anchor")),
         "http_raw_vs_stream_generate": _ratio(agg("all", "raw@http"), agg("all", "anchor")),
         "median_pairwise_http_raw_vs_anchor": _pairwise_vs(overall, "raw@http", "anchor"),
@@ -200,7 +204,7 @@ def _pairwise_vs(overall: dict, engine: str, base: str) -> float | None:
     return a["speedup_vs_raw"]["median"] / b["speedup_vs_raw"]["median"]
 
 
-_ORDER = ("anchor", "raw", "raw@http", "mtp", "ddtree", "ddtree1", "auto")
+_ORDER = ("anchor", "raw", "raw@http", "mtp", "ddtree", "ddtree1", "auto", "auto@http")
 
 
 def _engine_order(engine: str) -> int:

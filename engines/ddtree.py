@@ -86,7 +86,8 @@ class DDTreeEngine:
     def _features(self, layer_outputs: dict[int, mx.array], rows: mx.array | slice) -> list[mx.array]:
         return [layer_outputs[i][rows] for i in self.layer_ids]
 
-    def _draft(self, pending: int, context) -> DraftTree:
+    def _propose(self, pending: int, context) -> "_Proposal":
+        """The drafter's block after `pending` and its per-depth top candidates, as a lazy graph."""
         cfg = self.drafter.cfg
         block = mx.array([pending] + [cfg.mask_token_id] * (cfg.block_size - 1), dtype=mx.uint32)
         hidden = self.drafter(self.bundle.embed_tokens(block), context)
@@ -100,8 +101,11 @@ class DDTreeEngine:
         rank = mx.argsort(-candidate_lp, axis=-1)
         order = mx.take_along_axis(candidates, rank, axis=-1)
         top_lp = mx.take_along_axis(candidate_lp, rank, axis=-1)
-        top_lp, order = np.array(top_lp), np.array(order)
-        return chain_tree(order) if budget == 1 else build_tree(top_lp, order, budget)
+        return _Proposal(pending, budget, top_lp, order)
+
+    def _draft(self, proposal: "_Proposal") -> DraftTree:
+        top_lp, order = np.array(proposal.top_logprobs), np.array(proposal.top_tokens)  # host sync
+        return chain_tree(order) if proposal.budget == 1 else build_tree(top_lp, order, proposal.budget)
 
     def generate(
         self,
@@ -119,15 +123,27 @@ class DDTreeEngine:
                                     capture=self.layer_ids)
 
 
+@dataclass(frozen=True)
+class _Proposal:
+    pending: int               # the block's first token
+    budget: int
+    top_logprobs: mx.array     # (depths, width), sorted descending per depth
+    top_tokens: mx.array
+
+
 class _TreeDrafting:
-    """One request: the drafter's context cache."""
+    """One request: the drafter's context cache and the proposal started for the next cycle."""
 
     def __init__(self, engine: DDTreeEngine, cache: list, context, cfg: SamplerConfig, rng: Rng):
         self.engine, self.cache, self.context, self.cfg, self.rng = engine, cache, context, cfg, rng
+        self.proposal: _Proposal | None = None
 
     def cycle(self, pending: int) -> Cycle:
         engine, bundle = self.engine, self.engine.bundle
-        tree = engine._draft(pending, self.context)
+        proposal = self.proposal
+        if proposal is None or proposal.pending != pending or proposal.budget != engine.budget:
+            proposal = engine._propose(pending, self.context)
+        tree = engine._draft(proposal)
         ids = mx.array((pending,) + tree.tokens, dtype=mx.uint32)
         out = forward_tree(bundle, ids, tree.layout, self.cache, capture=engine.layer_ids)
         # one target choice per node: argmax, or one sample from the processed distribution
@@ -135,6 +151,9 @@ class _TreeDrafting:
         path, bonus = walk(tree.layout, tree.tokens, choices)
         commit(bundle, self.cache, out, path)
         engine.drafter.add_context(engine._features(out.layer_outputs, mx.array(path)), self.context)
+        # the next block starts with the bonus: draft it while the caller handles these tokens
+        self.proposal = engine._propose(bonus, self.context)
+        mx.async_eval(self.proposal.top_logprobs, self.proposal.top_tokens)
         depth = len(path) - 1
         return Cycle(
             emitted=[tree.tokens[s - 1] for s in path[1:]] + [bonus], drafted=len(tree.tokens), accepted=depth,

@@ -79,4 +79,5 @@ class _MTPDrafting:
         commit(bundle, self.cache, out, path)
         emitted = [drafted, bonus] if accepted else [bonus]
         self.draft_logits = self.engine._draft_logits(mx.array(emitted, dtype=mx.uint32), out.hidden[: len(path)], self.head_cache)
+        mx.async_eval(self.draft_logits)  # the next draft runs while the caller handles these tokens
         return Cycle(emitted, drafted=1, accepted=accepted, accepted_positions=[bool(accepted)])

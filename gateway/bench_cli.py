@@ -40,6 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="route with the workload's own class labels instead of the classifier")
     p.add_argument("--no-anchor", action="store_true", help="skip mlx-lm stream_generate")
     p.add_argument("--no-http-raw", action="store_true", help="skip raw through the HTTP gateway")
+    p.add_argument("--no-http-auto", action="store_true",
+                   help="skip auto through the HTTP gateway (auto in process, on the fixed engines' footing, stays)")
     p.add_argument("--warmup-study", action="store_true",
                    help="also send the workload through auto from an empty monitor and report time to a steady choice")
     p.add_argument("--warmup-passes", type=int, default=3, metavar="P")
@@ -64,7 +66,7 @@ def bench(args: argparse.Namespace) -> int:
     config = BenchConfig(
         workload=args.workload, engines=tuple(args.engines), max_tokens=args.max_tokens, repeats=args.repeats,
         modes=modes, per_class=args.per_class, model=args.model, draft=args.draft, dtype=args.dtype, out=Path(args.out),
-        seed=args.seed, anchor=not args.no_anchor, http_raw=not args.no_http_raw, policy=args.policy,
+        seed=args.seed, anchor=not args.no_anchor, http_raw=not args.no_http_raw, http_auto=not args.no_http_auto, policy=args.policy,
         use_labels=args.labels, warmup_study=args.warmup_study, warmup_passes=args.warmup_passes,
         plots=not args.no_plots, blas_probe=args.blas_probe, command="switchyard " + shlex.join(sys.argv[1:]),
     )

@@ -54,14 +54,18 @@ def test_bench_run_writes_json_markdown_and_plots(family, tmp_path):
 
     results = json.loads((out / "results.json").read_text(), parse_constant=_reject_nan)
     lanes = results["config"]["lanes"]
-    assert lanes == ["anchor", "raw", "mtp", "ddtree", "ddtree1", "raw@http", "auto"]
+    assert lanes == ["anchor", "raw", "mtp", "ddtree", "ddtree1", "raw@http", "auto", "auto@http"]
     records = results["records"]
     assert len(records) == 3 * len(lanes) * 2
     assert not results["summary"]["errors"], results["summary"]["errors"]
     for r in records:
         assert r["completion_tokens"] > 0 and r["ttft_s"] > 0 and r["total_s"] >= r["ttft_s"]
-    autos = [r for r in records if r["engine"] == "auto"]
-    assert all(r["route_engine"] in ("raw", "mtp", "ddtree") and r["route_reason"] for r in autos)
+    autos = [r for r in records if r["engine"] in ("auto", "auto@http")]
+    assert len(autos) == 2 * 3 * 2
+    assert all(r["route_engine"] in ("raw", "mtp", "ddtree") and r["route_reason"] and r["route_class"] for r in autos)
+    # auto in process and auto over HTTP have a router each: both learned from their own traffic only
+    for stats in (results["router_stats"], results["http_router_stats"]):
+        assert sum(d["count"] for d in stats["decisions"] if d["reason"] != "forced") == 3 * 2
     greedy = results["summary"]["modes"]["greedy"]
     assert set(greedy["table"]) == {"code", "prose", "structured", "all"}
     assert set(greedy["table"]["all"]) == set(lanes)

@@ -174,7 +174,7 @@ def test_sampling_lossless(tiny_agree_bundle, tiny_agree_drafter, biased):
     pre = prefill_capture(tiny_agree_bundle, cache, prompt, capture=engine.layer_ids)
     context = drafter.new_context()
     drafter.add_context(engine._features(pre.layer_outputs, slice(None)), context)
-    tree = engine._draft(pending, context)
+    tree = engine._draft(engine._propose(pending, context))
     out = forward_tree(tiny_agree_bundle, mx.array((pending,) + tree.tokens, dtype=mx.uint32), tree.layout, cache)
     node_lp = log_probs(tiny_agree_bundle.lm_head(out.hidden), cfg)
     root_argmax = int(mx.argmax(node_lp[0]).item())

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On the lent GPU (MLX-CUDA), in the repo root, after the staging calls of bench/device_stage.sh:
+#   bash bench/device_run.sh bench [switchyard bench options]   # the end-to-end benchmark (issue 7)
+#   bash bench/device_run.sh verify                              # kernel check + verify-cost profile + engines
+#   bash bench/device_run.sh engines                             # fp32 diagnostic + engines, reference vs CUDA paths
+# Logs and results go to $OUT (what the device tool brings back).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+bash "$(dirname "$0")/device_setup.sh" || exit 3
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv | tee "$OUT/gpu.txt"
+quiet() { grep -v rope_parameters; }   # mlx-lm's config warning, once per load
+task=${1:-bench}
+shift || true
+case "$task" in
+  bench)
+    # at most 8 files come back: the report, JSON and plots travel as one archive
+    python3 -m gateway.cli bench --out /tmp/bench-out "$@" 2>&1 | quiet | tee "$OUT/bench.log"
+    tar -C /tmp -czf "$OUT/bench.tgz" bench-out
+    ;;
+  verify)
+    timeout 60 python3 -m bench.check_gdn_kernel 2>&1 | quiet | tee "$OUT/kernel_check.txt"
+    timeout 80 python3 -m bench.profile_verify --model demo --trials 25 --pieces --json "$OUT/pv_demo.json" 2>&1 \
+      | quiet | tee "$OUT/pv_demo.txt"
+    timeout 120 python3 -m bench.profile_verify --model random-0.8b --trials 15 --pieces --piece-trials 3 \
+      --json "$OUT/pv_08b.json" 2>&1 | tee "$OUT/pv_08b.txt"
+    timeout "${ENGINE_TIMEOUT:-150}" python3 -m bench.verify_engines --per-class 2 --tokens 96 \
+      --json "$OUT/engines.json" 2>&1 | quiet | tee "$OUT/engines.txt"
+    ;;
+  engines)
+    timeout 30 python3 -m bench.diag_gpu_fp32 2>&1 | tee "$OUT/diag.txt"
+    timeout "${ENGINE_TIMEOUT:-150}" python3 -m bench.verify_engines --modes reference,cuda --per-class 2 \
+      --tokens 64 --json "$OUT/engines.json" 2>&1 | quiet | tee "$OUT/engines.txt"
+    ;;
+  *)
+    echo "unknown task $task (bench | verify | engines)" >&2
+    exit 2
+    ;;
+esac
