@@ -3,6 +3,7 @@
 #   bash bench/device_run.sh bench [switchyard bench options]   # the end-to-end benchmark (issue 7)
 #   bash bench/device_run.sh verify                              # kernel check + verify-cost profile + engines
 #   bash bench/device_run.sh engines                             # fp32 diagnostic + engines, reference vs CUDA paths
+#   bash bench/device_run.sh profile                             # host vs device per step, verify costs, fp32 losslessness
 # Logs and results go to $OUT (what the device tool brings back).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -33,8 +34,17 @@ case "$task" in
     timeout "${ENGINE_TIMEOUT:-150}" python3 -m bench.verify_engines --modes reference,cuda --per-class 2 \
       --tokens 64 --json "$OUT/engines.json" 2>&1 | quiet | tee "$OUT/engines.txt"
     ;;
+  profile)
+    timeout 120 python3 -m bench.profile_host --tokens 128 --per-class 2 --json "$OUT/host.json" 2>&1 | quiet | tee "$OUT/host.txt"
+    timeout 80 python3 -m bench.profile_verify --model demo --trials 25 --pieces --json "$OUT/pv_demo.json" 2>&1 \
+      | quiet | tee "$OUT/pv_demo.txt"
+    # greedy speculative output equals raw's only in exact arithmetic: float32 with TF32 matmuls off
+    MLX_ENABLE_TF32=0 timeout 200 python3 -m gateway.cli bench --dtype float32 --engines raw,mtp,ddtree,ddtree1 \
+      --no-anchor --no-http-raw --no-plots --per-class 6 --max-tokens 128 --out /tmp/lossless 2>&1 | quiet > "$OUT/lossless.log"
+    grep -A1 "losslessness" /tmp/lossless/report.md | tee "$OUT/lossless.txt"
+    ;;
   *)
-    echo "unknown task $task (bench | verify | engines)" >&2
+    echo "unknown task $task (bench | verify | engines | profile)" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,120 @@
+"""Host or device: how much of an engine step the host spends waiting for the device.
+
+    python -m bench.profile_host [--model DIR] [--dtype D] [--tokens 128] [--per-class 1]
+
+Each engine decodes the same prompts with the host-sync calls timed (`array.item`, `array.tolist`,
+`mx.eval`, `numpy.array`, wrapped here for the run): that is the time the host sat waiting for the
+device (including launches inside eval). wait / step near 0 means the device idles while Python
+builds graphs and launches work (host-bound: fewer, larger launches or compiled graphs would help);
+near 1 means the device is the bottleneck (cheaper kernels would).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+
+class SyncClock:
+    """Seconds spent inside host-sync calls and inside async_eval (not counting nested calls)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0          # blocking reads: waiting for the device
+        self.async_seconds = 0.0    # async_eval: launching (GPU) or, on a backend that runs it inline, computing
+        self._depth = 0
+
+    def wrap(self, fn, is_async: bool = False):
+        def timed(*args, **kwargs):
+            self._depth += 1
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    elapsed = time.perf_counter() - started
+                    if is_async:
+                        self.async_seconds += elapsed
+                    else:
+                        self.seconds += elapsed
+        return timed
+
+
+@contextmanager
+def timed_syncs(clock: SyncClock) -> Iterator[SyncClock]:
+    import mlx.core as mx
+    import numpy as np
+
+    patched = [(mx.array, "item"), (mx.array, "tolist"), (mx, "eval"), (np, "array"), (mx, "async_eval")]
+    originals = [getattr(owner, name) for owner, name in patched]
+    for (owner, name), original in zip(patched, originals):
+        setattr(owner, name, clock.wrap(original, is_async=name == "async_eval"))
+    try:
+        yield clock
+    finally:
+        for (owner, name), original in zip(patched, originals):
+            setattr(owner, name, original)
+
+
+def decode(engine, prompt_ids: list[int], tokens: int, clock: SyncClock) -> tuple[float, float, int]:
+    """(seconds, seconds in syncs, seconds in async_eval, steps) after the first (prefill) step."""
+    from engines.types import CancelToken, SamplingParams
+
+    steps, emitted, started, waited, launched = 0, 0, None, 0.0, 0.0
+    for step in engine.generate(prompt_ids, SamplingParams(temperature=0.0, max_tokens=tokens), CancelToken()):
+        if started is None:
+            started, waited, launched = time.perf_counter(), clock.seconds, clock.async_seconds
+            continue
+        steps += 1
+        emitted += len(step.tokens)
+        if emitted >= tokens:
+            break
+    return time.perf_counter() - started, clock.seconds - waited, clock.async_seconds - launched, steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--dtype", default=None)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--per-class", type=int, default=1)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    import mlx.core as mx
+
+    from bench.setup import load_bench_model
+    from bench.workloads import load_workload
+
+    model = load_bench_model(args.model, dtype=args.dtype)
+    runtime = model.timed
+    prompts = [runtime.encode_chat(list(p.messages)) for p in load_workload("mixed", args.per_class, 0)]
+    rows = {}
+    for name in runtime.engine_names:
+        engine = runtime.engines[name]
+        clock = SyncClock()
+        wall = waited = launched = steps = 0.0
+        with timed_syncs(clock):
+            decode(engine, prompts[0], 16, clock)  # warm-up: compilation, first allocations
+            for ids in prompts:
+                seconds, wait_seconds, async_seconds, n = decode(engine, ids, args.tokens, clock)
+                wall, waited, launched, steps = wall + seconds, waited + wait_seconds, launched + async_seconds, steps + n
+        per = 1e3 / max(steps, 1)
+        step, wait, launch = wall * per, waited * per, launched * per
+        rows[name] = {"step_ms": step, "wait_ms": wait, "async_eval_ms": launch,
+                      "python_ms": max(step - wait - launch, 0.0), "steps": int(steps)}
+        print(f"{name:<8} step {step:6.2f} ms = waiting {wait:6.2f} + in async_eval {launch:6.2f} + "
+              f"Python {rows[name]['python_ms']:6.2f}", flush=True)
+    print(f"device {mx.default_device()}; {len(prompts)} prompts x {args.tokens} tokens, greedy")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"device": str(mx.default_device()), "tokens": args.tokens, "engines": rows}, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
