@@ -1,6 +1,9 @@
 """Host or device: how much of an engine step the host spends waiting for the device.
 
-    python -m bench.profile_host [--model DIR] [--dtype D] [--tokens 128] [--per-class 1]
+    python -m bench.profile_host [--model DIR] [--dtype D] [--tokens 128] [--per-class 1] [--passes 2]
+
+Pass 1 meets every tree layout, shape and kernel for the first time; pass 2 repeats the same
+prompts, so a difference between them is one-off (per-layout / per-shape) setup.
 
 Each engine decodes the same prompts with the host-sync calls timed (`array.item`, `array.tolist`,
 `mx.eval`, `numpy.array`, wrapped here for the run): that is the time the host sat waiting for the
@@ -82,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--per-class", type=int, default=1)
+    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--engines", default=None, help="comma list (default: all loaded)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -94,21 +99,23 @@ def main(argv: list[str] | None = None) -> int:
     runtime = model.timed
     prompts = [runtime.encode_chat(list(p.messages)) for p in load_workload("mixed", args.per_class, 0)]
     rows = {}
-    for name in runtime.engine_names:
+    names = args.engines.split(",") if args.engines else list(runtime.engine_names)
+    for name in names:
         engine = runtime.engines[name]
         clock = SyncClock()
-        wall = waited = launched = steps = 0.0
         with timed_syncs(clock):
-            decode(engine, prompts[0], 16, clock)  # warm-up: compilation, first allocations
-            for ids in prompts:
-                seconds, wait_seconds, async_seconds, n = decode(engine, ids, args.tokens, clock)
-                wall, waited, launched, steps = wall + seconds, waited + wait_seconds, launched + async_seconds, steps + n
-        per = 1e3 / max(steps, 1)
-        step, wait, launch = wall * per, waited * per, launched * per
-        rows[name] = {"step_ms": step, "wait_ms": wait, "async_eval_ms": launch,
-                      "python_ms": max(step - wait - launch, 0.0), "steps": int(steps)}
-        print(f"{name:<8} step {step:6.2f} ms = waiting {wait:6.2f} + in async_eval {launch:6.2f} + "
-              f"Python {rows[name]['python_ms']:6.2f}", flush=True)
+            decode(engine, prompts[0], 16, clock)  # warm-up: first allocations, the common shapes
+            for run in range(1, args.passes + 1):
+                wall = waited = launched = steps = 0.0
+                for ids in prompts:
+                    seconds, wait_seconds, async_seconds, n = decode(engine, ids, args.tokens, clock)
+                    wall, waited, launched, steps = wall + seconds, waited + wait_seconds, launched + async_seconds, steps + n
+                per = 1e3 / max(steps, 1)
+                step, wait, launch = wall * per, waited * per, launched * per
+                rows[f"{name}/pass{run}"] = {"step_ms": step, "wait_ms": wait, "async_eval_ms": launch,
+                                             "python_ms": max(step - wait - launch, 0.0), "steps": int(steps)}
+                print(f"{name:<8} pass {run}: step {step:6.2f} ms = waiting {wait:6.2f} + in async_eval {launch:6.2f} + "
+                      f"Python {rows[f'{name}/pass{run}']['python_ms']:6.2f}", flush=True)
     print(f"device {mx.default_device()}; {len(prompts)} prompts x {args.tokens} tokens, greedy")
     if args.json:
         with open(args.json, "w") as handle:
