@@ -163,11 +163,14 @@ class Monitor:
         prior_raw_tokens_per_second: float,
         prior_accepted_sd: float = 0.5,
         sampled: bool = False,
+        cost_warmup: int | None = None,
     ) -> ArmPrediction:
+        """`warmup`: observations before an arm's alpha replaces its prior; `cost_warmup` (default:
+        `warmup`): timed steps before the engine's measured step cost replaces `prior_cost`."""
         with self._lock:
             return self._predict_locked(
                 klass, engine, prior_accepted, prior_cost, warmup, prior_raw_tokens_per_second, prior_accepted_sd,
-                sampled,
+                sampled, warmup if cost_warmup is None else cost_warmup,
             )
 
     def _predict_locked(
@@ -180,13 +183,14 @@ class Monitor:
         prior_raw_tps: float,
         prior_accepted_sd: float,
         sampled: bool = False,
+        cost_warmup: int = 0,
     ) -> ArmPrediction:
         raw_seconds = self._state.engine_seconds.get("raw")
         raw_rate = _blend(
             prior_raw_tps,
             1.0 / raw_seconds.mean if raw_seconds and raw_seconds.mean > 0 else prior_raw_tps,
             raw_seconds.n if raw_seconds else 0,
-            warmup,
+            cost_warmup,
         )
         if engine == "raw":
             return ArmPrediction(0.0, 1.0, 1.0, raw_rate, 0.0, 0.0, 0, raw_seconds.n if raw_seconds else 0)
@@ -194,14 +198,14 @@ class Monitor:
         n_acc = arm.accepted.n if arm else 0
         accepted = _blend(prior_accepted, arm.accepted.mean if arm else 0.0, n_acc, warmup)
         measured_cost, cost_var, n_cost = self._cost_locked(engine)
-        cost = max(_blend(prior_cost, measured_cost, n_cost, warmup), 1e-6)
+        cost = max(_blend(prior_cost, measured_cost, n_cost, cost_warmup), 1e-6)
         speedup = (1.0 + accepted) / cost
         # uncertainty shrinks from the prior's as data arrives (a variance from 1-2 samples means nothing)
         accepted_sd = _blend(prior_accepted_sd, self._sd(arm.accepted if arm else None, prior_accepted_sd), n_acc, warmup)
         # before any timing, a step's relative cost is taken as known to ~10% (it is mostly arithmetic)
         cost_n_eff = min(float(n_cost), (2.0 - self._weight) / self._weight)
         measured_cost_sd = math.sqrt(cost_var / max(1.0, cost_n_eff)) if n_cost else 0.1 * prior_cost
-        cost_sd = _blend(0.1 * prior_cost, measured_cost_sd, n_cost, warmup)
+        cost_sd = _blend(0.1 * prior_cost, measured_cost_sd, n_cost, cost_warmup)
         return ArmPrediction(accepted, cost, speedup, raw_rate * speedup, accepted_sd, cost_sd, n_acc, n_cost)
 
     def _sd(self, stat: Ewma | None, prior_sd: float) -> float:

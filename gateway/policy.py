@@ -79,6 +79,9 @@ class Prior(_Strict):
 class MonitorPolicy(_Strict):
     ewma_alpha: float = Field(0.01, gt=0, le=1)  # per verify step: remembers ~200 steps
     warmup: int = Field(50, ge=0)
+    # A step's cost is a property of this machine, measured directly: a few timed steps pin it, and a
+    # wrong prior_cost (it differs several-fold between machines) must not steer many requests.
+    cost_warmup: int = Field(8, ge=0)
     switch_margin: float = Field(0.03, ge=0)
 
 

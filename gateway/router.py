@@ -181,6 +181,7 @@ class AdaptiveRouter:
             policy.engines.raw.prior_tokens_per_second,
             policy.exploration.thompson_prior_sd,
             sampled,
+            policy.monitor.cost_warmup,
         )
 
     def _is_healthy(self, engine: str, now: float) -> bool:

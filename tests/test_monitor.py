@@ -233,3 +233,17 @@ def test_autosaver_saves_periodically_and_on_stop(tmp_path):
     monitor.observe("code", _spec_step(2))
     saver.stop()
     assert Monitor(path).snapshot()["arms"]["code/ddtree"]["steps"] == 2
+
+
+def test_step_cost_replaces_its_prior_after_cost_warmup_steps_while_alpha_still_blends():
+    monitor = Monitor(None)
+    for _ in range(8):
+        monitor.observe("prose", _raw_step(0.010))
+        monitor.observe("code", _spec_step(2, seconds=0.025, engine="mtp", drafted=2))
+    common = dict(prior_accepted=0.0, prior_cost=1.15, warmup=50, prior_raw_tokens_per_second=RAW_TPS_PRIOR)
+    quick = monitor.predict("code", "mtp", **common, cost_warmup=8)
+    assert quick.cost == pytest.approx(2.5)                          # measured: the prior is gone
+    assert quick.accepted == pytest.approx(8 / 50 * 2.0)             # alpha: 8 of 50 observations
+    assert quick.tokens_per_second == pytest.approx(100.0 * quick.speedup)
+    slow = monitor.predict("code", "mtp", **common)                  # cost_warmup defaults to warmup
+    assert slow.cost == pytest.approx(8 / 50 * 2.5 + 42 / 50 * 1.15)

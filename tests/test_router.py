@@ -84,6 +84,25 @@ def test_priors_are_respected_before_warmup_and_overridden_after():
     assert [d.engine for d in decisions[-10:]] == ["raw"] * 10  # measurements replaced the prior
 
 
+def test_a_wrong_prior_cost_steers_only_the_first_requests():
+    # a GPU-like machine: mtp costs 2.5 raw steps, not the prior's 1.15, so it loses (0.72x) despite
+    # the prior's promise (1.8 / 1.15 = 1.57x); requests are short (16 tokens, ~9 verify steps each)
+    world = SimWorld(accepted={k: {"mtp": 0.8, "ddtree": 0.8} for k in ("code", "prose", "structured")},
+                     cost={"mtp": 2.5, "ddtree": 4.0}, completion_tokens=16, noise_sd=0.0)
+    policy = {"exploration": {"kind": "none"}, "engines": {"ddtree": {"enabled": False}},
+              "priors": {"code": {"mtp": {"accepted": 0.8}}}}
+
+    def mtp_requests(cost_warmup: int) -> int:
+        router = _router({**policy, "monitor": {"warmup": 50, "cost_warmup": cost_warmup}})
+        for _ in range(20):  # raw's step time is known (forced raw traffic, earlier fallbacks)
+            router.monitor.observe("prose", StepResult([7], seconds=world.raw_step_seconds, engine="raw"))
+        rng = random.Random(1)
+        return sum(run_request(router, world, "code", rng)[0].engine == "mtp" for _ in range(20))
+
+    assert mtp_requests(8) == 1      # one request measures the cost; raw from then on
+    assert mtp_requests(50) > 3      # with the cost blended as slowly as alpha, the prior steers longer
+
+
 def test_forced_engine_wins_and_has_no_fallback_rule():
     router = _router(DDTREE_PRIORS | {"rules": [{"engine": "raw"}]})
     decision = router.choose(_request(forced="mtp", queue_depth=100))
