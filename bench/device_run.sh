@@ -17,6 +17,7 @@ shift || true
 case "$task" in
   bench)
     # at most 8 files come back: the report, JSON and plots travel as one archive
+    rm -rf /tmp/bench-out   # a warm machine keeps the previous run's files
     python3 -m gateway.cli bench --out /tmp/bench-out "$@" 2>&1 | quiet | tee "$OUT/bench.log"
     tar -C /tmp -czf "$OUT/bench.tgz" bench-out
     ;;
