@@ -144,7 +144,7 @@ class FallbackRule:
 
     After at least `window` steps, if the mean accepted draft tokens over the last `window` steps is
     below `min_accepted` (the break-even α* = c − 1 from the monitor's cost ratio, minus a margin for
-    hysteresis), the engine stops drafting and decodes the rest of the request like raw, reusing
+    hysteresis and the window's sampling noise), the engine stops drafting and decodes the rest of the request like raw, reusing
     the target caches (no re-prefill). Once handed off, a request never switches back (no flapping).
     """
 

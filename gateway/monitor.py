@@ -88,6 +88,7 @@ class ArmPrediction:
     cost_sd: float
     n_accepted: int
     n_cost: int
+    accepted_step_sd: float = 0.0   # spread of one verify step's accepted count (the fallback's noise)
 
 
 def _blend(prior: float, measured: float, n: int, warmup: int) -> float:
@@ -170,7 +171,7 @@ class Monitor:
         with self._lock:
             return self._predict_locked(
                 klass, engine, prior_accepted, prior_cost, warmup, prior_raw_tokens_per_second, prior_accepted_sd,
-                sampled, warmup if cost_warmup is None else cost_warmup,
+                sampled, cost_warmup=warmup if cost_warmup is None else cost_warmup,
             )
 
     def _predict_locked(
@@ -183,7 +184,8 @@ class Monitor:
         prior_raw_tps: float,
         prior_accepted_sd: float,
         sampled: bool = False,
-        cost_warmup: int = 0,
+        *,
+        cost_warmup: int,
     ) -> ArmPrediction:
         raw_seconds = self._state.engine_seconds.get("raw")
         raw_rate = _blend(
@@ -206,7 +208,9 @@ class Monitor:
         cost_n_eff = min(float(n_cost), (2.0 - self._weight) / self._weight)
         measured_cost_sd = math.sqrt(cost_var / max(1.0, cost_n_eff)) if n_cost else 0.1 * prior_cost
         cost_sd = _blend(0.1 * prior_cost, measured_cost_sd, n_cost, cost_warmup)
-        return ArmPrediction(accepted, cost, speedup, raw_rate * speedup, accepted_sd, cost_sd, n_acc, n_cost)
+        # per-step spread: measured once there are two observations, else the prior's sd stands in
+        step_sd = math.sqrt(arm.accepted.var) if arm and arm.accepted.n >= 2 else prior_accepted_sd
+        return ArmPrediction(accepted, cost, speedup, raw_rate * speedup, accepted_sd, cost_sd, n_acc, n_cost, step_sd)
 
     def _sd(self, stat: Ewma | None, prior_sd: float) -> float:
         """Standard error of an EWMA mean; the prior's sd while there is no data."""

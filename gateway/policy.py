@@ -117,6 +117,9 @@ class FallbackPolicy(_Strict):
     enabled: bool = True
     window: int = Field(8, ge=1)
     margin: float = Field(0.1, ge=0)
+    # A window's mean acceptance is noisy (an MTP step accepts 0 or 1): hand off only when it falls
+    # this many standard errors below break-even, not on a run of bad luck.
+    evidence_z: float = Field(1.645, ge=0)
 
 
 class QueuePolicy(_Strict):

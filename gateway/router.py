@@ -6,7 +6,8 @@ Order of decisions (the first that applies wins):
   threshold => raw) > explore (epsilon-greedy or Thompson) > monitor (argmax predicted tokens/s,
   with a switch margin so near-ties do not flap).
 Speculative picks carry a FallbackRule (mid-request hand-off to raw) built from the policy window
-and margin and the monitor's cost ratio: break-even alpha* = c - 1.
+and margin and the monitor's cost ratio: break-even alpha* = c - 1, lowered by the margin and by
+evidence_z standard errors of a window's mean (the arm's measured per-step spread / sqrt(window)).
 """
 
 from __future__ import annotations
@@ -261,8 +262,10 @@ class AdaptiveRouter:
         """Hand-off rule for a speculative engine: below alpha* = c - 1 (minus the margin) => raw."""
         if engine == "raw" or not policy.fallback.enabled or engine not in predictions:
             return None
-        break_even = predictions[engine].cost - 1.0
-        return FallbackRule(window=policy.fallback.window, min_accepted=max(0.0, break_even - policy.fallback.margin))
+        prediction, rule = predictions[engine], policy.fallback
+        break_even = prediction.cost - 1.0
+        noise = rule.evidence_z * prediction.accepted_step_sd / math.sqrt(rule.window)
+        return FallbackRule(window=rule.window, min_accepted=max(0.0, break_even - rule.margin - noise))
 
     def observe(self, decision: RouteDecision, step: StepResult) -> None:
         key = id(decision)

@@ -9,7 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bench.router_sim import DEFAULT_WORLD, LabelFromUserText, SimWorld, run_request, simulate
-from engines.types import EngineFailure, InvalidRequestError, StepResult
+from engines.fallback import FallbackWatch
+from engines.types import EngineFailure, FallbackRule, InvalidRequestError, StepResult
 from gateway.monitor import Monitor
 from gateway.policy import Policy
 from gateway.policy_watch import PolicyStore
@@ -101,6 +102,32 @@ def test_a_wrong_prior_cost_steers_only_the_first_requests():
 
     assert mtp_requests(8) == 1      # one request measures the cost; raw from then on
     assert mtp_requests(50) > 3      # with the cost blended as slowly as alpha, the prior steers longer
+
+
+def test_fallback_threshold_allows_for_the_noise_of_a_window_of_steps():
+    policy = {**NO_EXPLORE, "engines": {"ddtree": {"enabled": False}}, "fallback": {"window": 8, "margin": 0.1},
+              "monitor": {"warmup": 10, "cost_warmup": 4}}
+    router = _router(policy)
+    raw, mtp = router.choose(_request(forced="raw")), router.choose(_request(forced="mtp"))
+    for i in range(40):  # c = 1.5, break-even 0.5; 3 of 4 steps accept: alpha 0.75, per-step sd 0.433
+        router.observe(raw, StepResult([1], seconds=0.010, engine="raw"))
+        accepted = int(i % 4 != 0)
+        router.observe(mtp, StepResult([1, 2][: 1 + accepted], drafted=1, accepted=accepted, seconds=0.015, engine="mtp"))
+    decision = router.choose(_request())
+    assert decision.engine == "mtp"                                   # 1.75 / 1.5 = 1.17x
+    sd = (0.75 * 0.25) ** 0.5
+    assert decision.fallback.min_accepted == pytest.approx(0.5 - 0.1 - 1.645 * sd / 8**0.5)
+    blind = FallbackRule(window=8, min_accepted=0.5 - 0.1)            # margin only, as before
+
+    def trips(rule: FallbackRule, alpha: float, seed: int) -> bool:
+        rng, watch = random.Random(seed), FallbackWatch(rule)
+        return any(watch.record(int(rng.random() < alpha)) for _ in range(64))   # a 128-token request
+
+    # a healthy engine: the noise-blind rule hands nearly half the requests to raw on a run of bad luck
+    assert sum(trips(blind, 0.75, s) for s in range(200)) > 60     # 89 of 200 with these seeds
+    assert sum(trips(decision.fallback, 0.75, s) for s in range(200)) < 10   # 2 of 200
+    # acceptance that really collapsed still hands off, every time
+    assert all(trips(decision.fallback, 0.05, s) for s in range(200))
 
 
 def test_forced_engine_wins_and_has_no_fallback_rule():
@@ -251,13 +278,14 @@ def test_fallback_rule_comes_from_the_measured_cost_ratio():
     before = router.choose(_request())
     assert before.engine == "mtp"
     assert before.fallback.window == 6
-    assert before.fallback.min_accepted == pytest.approx(1.15 - 1 - 0.1)  # prior cost 1.15
+    # prior cost 1.15; no data yet, so the prior sd (0.5) stands in for the per-step spread
+    assert before.fallback.min_accepted == pytest.approx(max(0.0, 1.15 - 1 - 0.1 - 1.645 * 0.5 / 6**0.5))
     decision = router.choose(_request(forced="raw"))
     for _ in range(20):  # raw steps 10 ms, mtp steps 18 ms => c = 1.8, break-even 0.8
         router.observe(decision, StepResult([1], seconds=0.010, engine="raw"))
         router.observe(before, StepResult([1, 2], drafted=1, accepted=1, seconds=0.018, engine="mtp"))
     after = router.choose(_request())
-    assert after.fallback.min_accepted == pytest.approx(0.8 - 0.1)
+    assert after.fallback.min_accepted == pytest.approx(0.8 - 0.1)  # every step accepted: no spread
     off = _router({**NO_EXPLORE, "fallback": {"enabled": False}, "priors": {"code": {"mtp": {"accepted": 5.0}}}})
     assert off.choose(_request()).fallback is None
 
