@@ -63,7 +63,7 @@ def timed_syncs(clock: SyncClock) -> Iterator[SyncClock]:
             setattr(owner, name, original)
 
 
-def decode(engine, prompt_ids: list[int], tokens: int, clock: SyncClock) -> tuple[float, float, int]:
+def decode(engine, prompt_ids: list[int], tokens: int, clock: SyncClock) -> tuple[float, float, float, int]:
     """(seconds, seconds in syncs, seconds in async_eval, steps) after the first (prefill) step."""
     from engines.types import CancelToken, SamplingParams
 
