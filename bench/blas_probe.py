@@ -24,8 +24,9 @@ def probe(model_dir: str | None, context: int = 256, trials: int = 7, decode_tok
           dtype: str | None = None) -> dict:
     import mlx.core as mx
 
-    from engines.raw import prefill
-    from engines.types import CancelToken, SamplingParams
+    from contracts.engine import CancelToken
+    from contracts.sampling import SamplingParams
+    from engines.prefill import prefill
 
     from .environment import describe_environment
     from .setup import load_bench_model
@@ -84,7 +85,7 @@ def _child(model: str | None, preload: str | None, extra: list[str]) -> dict:
 
 
 def compare(model: str | None, extra: list[str]) -> dict:
-    from gateway.blas import find_openblas
+    from gateway.cli.blas import find_openblas
 
     library = find_openblas()
     if library is None:

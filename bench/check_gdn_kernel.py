@@ -16,11 +16,11 @@ HEAD_SHAPES = [(4, 8, 64, 64), (16, 16, 128, 128), (16, 32, 128, 128)]   # (Hk, 
 
 
 def main() -> int:
+    from engines.bundle import load_bundle
     from engines.gdn import recurrence_reference
     from engines.kernels import gdn_tree_cuda, using
+    from engines.prefill import prefill
     from engines.runtime import DEMO_FAMILY
-    from engines.bundle import load_bundle
-    from engines.speculative import prefill_capture
     from engines.target import forward_tree
     from engines.tree import TreeLayout
 
@@ -43,7 +43,7 @@ def main() -> int:
         for mode, flags in (("reference", (False, False)), ("fast", (True, False)), ("cuda", (True, True))):
             with using(enabled=flags[0], cuda_kernel=flags[1]):
                 cache = bundle.make_cache()
-                prefill_capture(bundle, cache, prompt)
+                prefill(bundle, cache, prompt, last_alone=True)
                 hidden[mode] = forward_tree(bundle, tokens, layout, cache).hidden
         for mode in ("fast", "cuda"):
             error = mx.abs(hidden[mode] - hidden["reference"]).max().item()

@@ -20,6 +20,7 @@ import numpy as np
 
 from classifier.dataset_io import DEFAULT_DATASET
 from classifier.model import Classifier
+from contracts.request_text import RequestText
 
 LENGTHS = (100, 1000, 4000)
 
@@ -41,14 +42,14 @@ def measure(classifier: Classifier, prompts: list[str], runs: int) -> tuple[np.n
     inflates the wall-clock tail; both are reported.
     """
     for text in prompts[:50]:  # warm-up
-        classifier.predict("", text)
+        classifier.predict(RequestText(user=text))
     wall, cpu = np.empty(runs), np.empty(runs)
     gc.disable()
     try:
         for i in range(runs):
             text = prompts[i % len(prompts)]
             cpu_start, start = time.thread_time_ns(), time.perf_counter_ns()
-            classifier.predict("You are a helpful assistant.", text)
+            classifier.predict(RequestText(system="You are a helpful assistant.", user=text))
             wall[i], cpu[i] = time.perf_counter_ns() - start, time.thread_time_ns() - cpu_start
     finally:
         gc.enable()

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from engines.types import SamplingParams
+from contracts.sampling import SamplingParams
 
 from .measure import Arrivals, RequestRecord
 

@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from gateway.auth import is_loopback_host
+from gateway.http.auth import is_loopback_host
 
 from .load_server import MemoryTrace, ServeProcess, growth, scrape, series
 

@@ -18,7 +18,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from engines.types import CancelToken, SamplingParams, StepResult
+from contracts.engine import CancelToken, StepResult
+from contracts.sampling import SamplingParams
 
 
 @dataclass
@@ -143,9 +144,9 @@ def time_runtime(runtime, prompt_ids: Sequence[int], params: SamplingParams, eng
 def time_pipeline(backend, router, body: dict, record: RequestRecord) -> RequestRecord:
     """gateway.pipeline.run_request for an OpenAI chat body (validated as the HTTP endpoint does)."""
     from gateway.config import GatewayConfig
-    from gateway.pipeline import Routed, run_request
-    from gateway.request_spec import chat_spec, resolve_engine
-    from gateway.schemas import ChatCompletionRequest
+    from gateway.http.request_spec import chat_spec, resolve_engine
+    from gateway.http.schemas import ChatCompletionRequest
+    from gateway.worker.pipeline import Routed, run_request
 
     request = ChatCompletionRequest.model_validate(body)
     spec = chat_spec(request, resolve_engine(request.engine, None, tuple(backend.engine_names)), GatewayConfig())

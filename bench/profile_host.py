@@ -65,7 +65,8 @@ def timed_syncs(clock: SyncClock) -> Iterator[SyncClock]:
 
 def decode(engine, prompt_ids: list[int], tokens: int, clock: SyncClock) -> tuple[float, float, float, int]:
     """(seconds, seconds in syncs, seconds in async_eval, steps) after the first (prefill) step."""
-    from engines.types import CancelToken, SamplingParams
+    from contracts.engine import CancelToken
+    from contracts.sampling import SamplingParams
 
     steps, emitted, started, waited, launched = 0, 0, None, 0.0, 0.0
     for step in engine.generate(prompt_ids, SamplingParams(temperature=0.0, max_tokens=tokens), CancelToken()):

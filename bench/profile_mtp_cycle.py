@@ -28,9 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_lm.models.cache import KVCache
 
     from engines.kernels import fast_paths
+    from engines.prefill import prefill
     from engines.runtime import load_runtime
     from engines.sampling import Rng, SamplerConfig, choose
-    from engines.speculative import prefill_capture, verify_one
+    from engines.speculative import verify_one
     from engines.target import commit, forward_tree
     from engines.tree import TreeLayout
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     greedy, rng = SamplerConfig(0.0, 1.0, 0, 0.0), Rng(0)
     ids = runtime.encode_chat([{"role": "user", "content": "Write a Python function that sorts a list of records by date."}])
     cache, head_cache = bundle.make_cache(), KVCache()
-    prefilled = prefill_capture(bundle, cache, ids)
+    prefilled = prefill(bundle, cache, ids, last_alone=True)
     pending = choose(bundle.lm_head(prefilled.hidden[-1:]), greedy, rng)
     prompt = mx.array(ids, dtype=mx.uint32)
     draft_logits = engine._draft_logits(mx.concatenate([prompt[1:], pending.astype(mx.uint32)]), prefilled.hidden, head_cache)

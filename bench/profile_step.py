@@ -36,12 +36,12 @@ def profile_shape(bundle, shape: str, context_ids: list[int], trials: int) -> tu
     """Median per-piece seconds and the median unfenced total for one step shape."""
     from mlx_lm.models.base import create_attention_mask, create_ssm_mask
 
+    from contracts.sampling import SamplingParams
     from engines.gdn import gdn_tree
-    from engines.raw import prefill
+    from engines.prefill import prefill
     from engines.sampling import Rng, choose, resolve
     from engines.target import _attention_tree, commit, forward_tree, tree_mask
     from engines.tree import TreeLayout
-    from engines.types import SamplingParams
 
     layouts = {"decode (T=1)": None, "verify chain T=2": TreeLayout.chain(2), "verify chain T=5": TreeLayout.chain(5),
                "verify tree of 5": TreeLayout.from_parents([-1, 0, 0, 1, 2])}
@@ -115,7 +115,7 @@ def profile_drafts(runtime, context_ids: list[int], trials: int) -> dict[str, fl
     from mlx_lm.models.cache import KVCache
 
     from engines.ddtree import DDTreeEngine
-    from engines.speculative import prefill_capture
+    from engines.prefill import prefill
 
     bundle = runtime.bundle
     out: dict[str, list[float]] = defaultdict(list)
@@ -123,7 +123,7 @@ def profile_drafts(runtime, context_ids: list[int], trials: int) -> dict[str, fl
     for trial in range(trials + 1):
         layer_ids = ddtree.layer_ids if ddtree is not None else ()
         cache = bundle.make_cache()
-        prefilled = prefill_capture(bundle, cache, context_ids, capture=layer_ids)
+        prefilled = prefill(bundle, cache, context_ids, capture=layer_ids, last_alone=True)
         mx.eval(prefilled.hidden)
         if mtp is not None:
             head_cache = KVCache()
@@ -160,10 +160,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="engines.kernels.fast_paths (compiled verify paths): compare before/after")
     args = parser.parse_args(argv)
 
+    from engines.kernels import fast_paths
+
     from .environment import describe_environment
     from .setup import load_bench_model
-
-    from engines.kernels import fast_paths
 
     fast_paths.enabled = args.fast_paths == "on"
     model = load_bench_model(args.model, dtype=args.dtype)

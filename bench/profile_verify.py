@@ -104,7 +104,7 @@ def run_step(bundle, cache, shape: str, tokens: mx.array) -> None:
 def measure_costs(bundle, modes: list[str], context: int, trials: int) -> dict:
     """Median step seconds per (mode, shape); modes and shapes interleaved inside every trial."""
     from engines.kernels import using
-    from engines.raw import prefill
+    from engines.prefill import prefill
 
     vocab = int(bundle.text_config.get("vocab_size", 1024))
     ids = [(i * 7919 + 13) % (vocab - 16) + 8 for i in range(context + 5)]

@@ -17,12 +17,14 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from engines.types import StepResult
-from gateway.monitor import Monitor
-from gateway.policy import Policy
-from gateway.policy_watch import PolicyStore
-from gateway.router import AdaptiveRouter
-from gateway.routing import CLASSES, RouteRequest
+from contracts.engine import StepResult
+from contracts.names import CLASSES
+from contracts.request_text import RequestText
+from gateway.routing.interface import RouteRequest
+from gateway.routing.monitor import Monitor
+from gateway.routing.policy import Policy
+from gateway.routing.policy_watch import PolicyStore
+from gateway.routing.router import AdaptiveRouter
 
 MAX_DRAFT = {"raw": 0, "mtp": 1, "ddtree": 4}
 
@@ -47,7 +49,7 @@ class SimWorld:
 
 
 # code: ddtree best; prose: raw best; structured: mtp best. The default policy priors (seeds from
-# DESIGN.md) prefer mtp everywhere, so two of three classes must be learned against the priors.
+# docs/design.md) prefer mtp everywhere, so two of three classes must be learned against the priors.
 DEFAULT_WORLD = SimWorld(
     accepted={
         "code": {"mtp": 0.5, "ddtree": 1.9},        # mtp 1.25x, ddtree 1.45x
@@ -83,7 +85,7 @@ class ClassResult:
 
 def run_request(router: AdaptiveRouter, world: SimWorld, klass: str, rng: random.Random, queue_depth: int = 0):
     """Route one request of class `klass` (the fake classifier reads the class from user_text)."""
-    request = RouteRequest("", klass, "", None, 200, None, queue_depth)
+    request = RouteRequest(RequestText(user=klass), None, 200, queue_depth)
     decision = router.choose(request)
     engine = decision.engine
     true_alpha = 0.0 if engine == "raw" else world.accepted[klass][engine]
@@ -114,8 +116,8 @@ class LabelFromUserText:
         label: str
         probs: dict[str, float]
 
-    def predict(self, system_text: str, user_text: str, history_text: str = "", response_format=None):
-        return self._Prediction(user_text, {c: float(c == user_text) for c in CLASSES})
+    def predict(self, request: RequestText):
+        return self._Prediction(request.user, {c: float(c == request.user) for c in CLASSES})
 
 
 def simulate(

@@ -20,7 +20,7 @@ from typing import Callable
 
 import mlx.core as mx
 
-from engines.types import SamplingParams
+from contracts.sampling import SamplingParams
 
 from .environment import describe_environment
 from .http_client import LoopbackGateway, request_body, time_http
@@ -128,7 +128,7 @@ def warm_up(runner: LaneRunner, lanes: list[str], prompt: Prompt, ids: list[int]
 
 def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None) -> dict:
     """Run the benchmark; write JSON + Markdown (+ PNG plots) under config.out; return the results."""
-    from gateway.app import create_app
+    from gateway.http.app import create_app
 
     from .report import write_outputs
     from .summary import summarize

@@ -8,6 +8,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from contracts.request_text import RequestText
 from engines.ddtree import DDTreeEngine
 from engines.runtime import Runtime, default_draft_dir, default_model_dir, load_runtime
 
@@ -25,13 +26,8 @@ class BenchModel:
 
 
 def resolve_model_dir(model: str | None) -> Path:
-    """--model, else the embedded default (the shipped demo family or a generated tiny one)."""
-    if model is not None:
-        return Path(model)
-    try:
-        return default_model_dir()
-    except ImportError:  # engines.testing.write_demo_family not in this build yet
-        return generated_family(Path.home() / ".cache" / "switchyard" / "bench-tiny") / "target"
+    """--model, else the embedded default (the shipped demo family)."""
+    return Path(model) if model is not None else default_model_dir()
 
 
 def generated_family(directory: Path) -> Path:
@@ -67,8 +63,8 @@ class LabelClassifier:
     def __init__(self, labels: dict[str, str]):
         self.labels = labels
 
-    def predict(self, system_text: str, user_text: str, history_text: str = "", response_format=None):
-        label = self.labels.get(user_text.strip(), "prose")
+    def predict(self, request: RequestText):
+        label = self.labels.get(request.user.strip(), "prose")
         return _Prediction(label, {k: float(k == label) for k in ("code", "prose", "structured")})
 
 
@@ -93,9 +89,9 @@ def load_classifier(labels: dict[str, str], use_labels: bool = False):
 def fresh_router(engine_names, classifier, policy: str | None = None, seed: int = 0):
     """An AdaptiveRouter with an EMPTY monitor (no state file: a bench never reads or writes the
     user's learned state) and a seeded exploration RNG."""
-    from gateway.monitor import Monitor
-    from gateway.policy_watch import PolicyStore
-    from gateway.router import AdaptiveRouter
+    from gateway.routing.monitor import Monitor
+    from gateway.routing.policy_watch import PolicyStore
+    from gateway.routing.router import AdaptiveRouter
 
     store = PolicyStore(policy)
     monitor = Monitor(None, store.policy.monitor.ewma_alpha)

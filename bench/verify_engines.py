@@ -25,7 +25,8 @@ BUDGETS = (1, 2, 4, 8)
 
 def run_once(engine, prompt_ids: list[int], tokens: int) -> dict:
     """Decode `tokens` tokens; decode seconds exclude the first (prefill) step."""
-    from engines.types import CancelToken, SamplingParams
+    from contracts.engine import CancelToken
+    from contracts.sampling import SamplingParams
 
     cancel = CancelToken()
     out: list[int] = []

@@ -41,7 +41,7 @@ def stability(records: Sequence[RequestRecord]) -> dict:
 
 def run_warmup_study(model: BenchModel, prompts: Sequence[Prompt], classifier, config,
                      say: Callable[[str], None]) -> dict:
-    from gateway.app import create_app
+    from gateway.http.app import create_app
 
     from .run import sampling_params
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
-from engines.types import InvalidRequestError, ModelLoadError
+from contracts.errors import InvalidRequestError, ModelLoadError
 
 EXIT_BAD_INPUT = 1
 EXIT_MODEL_ERROR = 2
@@ -43,7 +43,7 @@ def _open_input(name: str) -> IO[str]:
 
 
 def _parse_line(line: str):
-    from classifier.request_text import RequestText, from_messages, response_format_type
+    from contracts.request_text import RequestText, from_messages, response_format_type
 
     if not line.strip():
         raise InvalidRequestError("blank line: expected a JSON object with `text` or `messages`")
@@ -75,7 +75,7 @@ def predict_lines(lines: Iterator[str], classifier) -> Iterator[tuple[dict, str 
             message = str(exc)
             yield {"error": {"line": number, "message": message}}, message
             continue
-        yield classifier.predict_request(request).to_json(), None
+        yield classifier.predict(request).to_json(), None
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -119,7 +119,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from classifier.dataset_io import load_split
     from classifier.metrics import report
     from classifier.model import Classifier
-    from classifier.request_text import LABELS
+    from contracts.names import CLASSES as LABELS
 
     try:
         classifier = Classifier.load(args.model)
@@ -127,7 +127,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"switchyard classifier: {exc}", file=sys.stderr)
         return EXIT_MODEL_ERROR
     data = load_split(args.split, args.dataset)
-    probs = np.array([[p.probs[label] for label in LABELS] for p in map(classifier.predict_request, data.requests)])
+    probs = np.array([[p.probs[label] for label in LABELS] for p in map(classifier.predict, data.requests)])
     result = report(LABELS, data.labels, probs)
     if args.json:
         print(json.dumps(result))

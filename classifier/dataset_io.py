@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from classifier.request_text import RequestText, from_messages
+from contracts.request_text import RequestText, from_messages
 
 DEFAULT_DATASET = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from classifier import hashing
-from classifier.request_text import RequestText
+from contracts.request_text import RequestText
 
 # The constants below are part of the feature map too: changing any of them needs a retrain.
 # Long prompts keep their head and tail: the instruction sits at one end, pasted material between.

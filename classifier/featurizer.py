@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from classifier.features import FeatureSpec, featurize, primary_text, structural_raw
-from classifier.request_text import RequestText
+from contracts.request_text import RequestText
 
 
 class RequestFeaturizer(TransformerMixin, BaseEstimator):

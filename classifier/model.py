@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from classifier.features import FeatureSpec, featurize
-from classifier.request_text import LABELS, RequestText, forces_structured
-from engines.types import ModelLoadError
+from contracts.errors import ModelLoadError
+from contracts.names import CLASSES as LABELS
+from contracts.names import forces_structured
+from contracts.request_text import RequestText
 
 MODEL_DIR = Path(__file__).resolve().parent / "model"
 FORMAT = "switchyard-classifier/1"
@@ -94,17 +96,9 @@ class Classifier:
         """Load a saved model directory; None loads the model shipped in classifier/model/."""
         return cls(LinearModel.load(Path(path) if path is not None else MODEL_DIR))
 
-    def predict_request(self, request: RequestText) -> Prediction:
+    def predict(self, request: RequestText) -> Prediction:
         if forces_structured(request.response_format):
             return Prediction("structured", {label: float(label == "structured") for label in LABELS}, "response_format")
         probs = self.model.probabilities(request)[self._order]
         best = int(np.argmax(probs))
         return Prediction(LABELS[best], {label: float(p) for label, p in zip(LABELS, probs)})
-
-    def predict(
-        self, system_text: str, user_text: str, history_text: str = "", response_format: str | None = None
-    ) -> Prediction:
-        return self.predict_request(RequestText(system_text or "", user_text or "", history_text or "", response_format))
-
-    def predict_text(self, text: str) -> Prediction:
-        return self.predict_request(RequestText(user=text or ""))

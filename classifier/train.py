@@ -18,11 +18,11 @@ from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 
 from classifier.dataset_io import DEFAULT_DATASET, LabelledSet, load_split
-from classifier.featurizer import RequestFeaturizer
 from classifier.features import FeatureSpec
+from classifier.featurizer import RequestFeaturizer
 from classifier.metrics import report
 from classifier.model import MODEL_DIR, LinearModel
-from classifier.request_text import LABELS
+from contracts.names import CLASSES as LABELS
 
 REGULARISATION_C = 10.0  # picked on grouped CV over {3, 10, 30, 100}; flat between 3 and 30
 CV_FOLDS = 5

@@ -12,7 +12,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-from .types import ModelLoadError
+from contracts.errors import ModelLoadError
 
 SUPPORTED_MODEL_TYPES = ("qwen3_5", "qwen3_5_moe")
 

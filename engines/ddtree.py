@@ -1,6 +1,6 @@
 """DDTree engine: DFlash drafts a block, a best-first heap grows the B most probable prefixes,
 ONE target forward verifies the whole tree, and the walk keeps the longest path the target agrees
-with (DESIGN.md "DDTree"). budget=1 is plain DFlash: the argmax chain over the whole block."""
+with (docs/design.md "DDTree"). budget=1 is plain DFlash: the argmax chain over the whole block."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from typing import Iterator, Sequence
 import mlx.core as mx
 import numpy as np
 
+from contracts.engine import CancelToken, FallbackRule, StepResult
+from contracts.sampling import SamplingParams
+
 from .bundle import ModelBundle
 from .dflash import DFlashDrafter
 from .sampling import Rng, SamplerConfig, choose
 from .speculative import Cycle, speculative_generate
 from .target import commit, forward_tree
 from .tree import TreeLayout
-from .types import CancelToken, FallbackRule, SamplingParams, StepResult
 
 
 @dataclass(frozen=True)

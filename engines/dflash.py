@@ -1,4 +1,4 @@
-"""DFlash block drafter in the z-lab checkpoint format (DESIGN.md "DFlash drafter").
+"""DFlash block drafter in the z-lab checkpoint format (docs/design.md "DFlash drafter").
 
 Context features are target decoder-layer outputs at `target_layer_ids`, fused once by
 hidden_norm(fc(concat)) and shared by every drafter layer. The drafter caches only context K/V
@@ -18,9 +18,10 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.models.base import scaled_dot_product_attention
 
+from contracts.errors import ModelLoadError
+
 from .bundle import ModelBundle
 from .kernels.attention import ops_attention, use_ops_attention
-from .types import ModelLoadError
 
 
 @dataclass(frozen=True)

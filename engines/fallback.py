@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from .types import FallbackRule
+from contracts.engine import FallbackRule
 
 
 class FallbackWatch:

@@ -1,4 +1,4 @@
-"""GatedDeltaNet over a token tree, keeping per-slot state (DESIGN.md "GatedDeltaNet").
+"""GatedDeltaNet over a token tree, keeping per-slot state (docs/design.md "GatedDeltaNet").
 
 mlx-lm's GatedDeltaNet only runs causal sequences and overwrites its cache. Here each slot's conv
 window and recurrence fork from its parent, and the state after every slot is kept so a commit can
@@ -24,8 +24,7 @@ import mlx.nn as nn
 from mlx_lm.models.activations import precise_swiglu
 from mlx_lm.models.gated_delta import _gated_delta_step_ops, compute_g, normalize_qk
 
-from .kernels import fast_paths
-from .kernels import gdn_tree_cuda
+from .kernels import fast_paths, gdn_tree_cuda
 from .tree import TreeLayout
 
 log = logging.getLogger("switchyard.gdn")

@@ -7,14 +7,16 @@ from typing import Iterator, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
+from contracts.engine import CancelToken, FallbackRule, StepResult
+from contracts.sampling import SamplingParams
+
 from .bundle import ModelBundle
 from .mtp_head import MTPHead
-from .raw import PREFILL_CHUNK
+from .prefill import chunk_slices
 from .sampling import Rng, SamplerConfig, log_probs
 from .speculative import Cycle, speculative_generate, verify_one
 from .target import commit, forward_tree
 from .tree import TreeLayout
-from .types import CancelToken, FallbackRule, SamplingParams, StepResult
 
 _VERIFY = TreeLayout.chain(2)
 
@@ -29,11 +31,11 @@ class MTPEngine:
     def _draft_logits(self, next_tokens: mx.array, hidden: mx.array, head_cache: KVCache) -> mx.array:
         """Append head rows (hidden[t], x[t+1]) to the head cache; logits of the last row."""
         out = None
-        for start in range(0, next_tokens.shape[0], PREFILL_CHUNK):
-            rows = slice(start, start + PREFILL_CHUNK)
+        slices = chunk_slices(next_tokens.shape[0])
+        for rows in slices:
             embeds = self.bundle.embed_tokens(next_tokens[rows])[None]
             out = self.head(embeds, hidden[rows][None], head_cache)
-            if next_tokens.shape[0] > PREFILL_CHUNK:
+            if len(slices) > 1:
                 mx.eval(out, head_cache.state)
         return self.bundle.lm_head(out[0, -1])
 

@@ -1,4 +1,4 @@
-"""The checkpoint's own MTP head (DESIGN.md "MTP head"), loaded beside the target without copying it.
+"""The checkpoint's own MTP head (docs/design.md "MTP head"), loaded beside the target without copying it.
 
 mlx-lm's qwen3_5 sanitize drops every `mtp.` tensor, so they are read here straight from the
 safetensors (only the shards that hold them) and put into a head built from mlx-lm's own
@@ -16,10 +16,11 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import qwen3_5
 from mlx_lm.models.cache import KVCache
 
+from contracts.errors import ModelLoadError
+
 from .bundle import ModelBundle, read_config, text_config
 from .target import attention_tree
 from .tree import TreeLayout
-from .types import ModelLoadError
 
 MTP_PREFIX = "mtp."
 _UNQUANTIZED = ("fc",)  # fc stays in full precision, like the norms

@@ -8,19 +8,12 @@ from typing import Iterator, Sequence
 
 import mlx.core as mx
 
+from contracts.engine import CancelToken, FallbackRule, StepResult
+from contracts.sampling import SamplingParams
+
 from .bundle import ModelBundle
+from .prefill import prefill
 from .sampling import Rng, SamplerConfig, choose, resolve
-from .types import CancelToken, FallbackRule, SamplingParams, StepResult
-
-PREFILL_CHUNK = 2048
-
-
-def prefill(bundle: ModelBundle, cache: list, tokens: Sequence[int], chunk: int = PREFILL_CHUNK) -> None:
-    """Run `tokens` through the target into `cache` (chunked like mlx-lm's generate_step)."""
-    ids = mx.array([int(t) for t in tokens], dtype=mx.uint32)
-    for start in range(0, len(tokens), chunk):
-        bundle.model(ids[None, start : start + chunk], cache=cache)
-        mx.eval([c.state for c in cache])
 
 
 def decode(

@@ -1,4 +1,4 @@
-"""Runtime: the loaded model plus its engines, as the gateway sees it (engines.types.Backend)."""
+"""Runtime: the loaded model plus its engines, as the gateway sees it (contracts.engine.Backend)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from typing import Iterator, Sequence
 
 import mlx.core as mx
 
+from contracts.engine import CancelToken, Engine, FallbackRule, GenerationChunk
+from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError, ModelLoadError, SwitchyardError
+from contracts.sampling import SamplingParams
+
 from .bundle import ModelBundle, load_bundle
 from .ddtree import DDTreeEngine
 from .dflash import load_drafter
@@ -16,17 +20,6 @@ from .mtp import MTPEngine
 from .mtp_head import has_mtp_tensors, load_mtp_head, mtp_layer_count
 from .raw import RawEngine
 from .text import stream_text
-from .types import (
-    CancelToken,
-    Engine,
-    EngineFailure,
-    EngineUnavailableError,
-    FallbackRule,
-    GenerationChunk,
-    InvalidRequestError,
-    SamplingParams,
-    SwitchyardError,
-)
 
 log = logging.getLogger("switchyard.runtime")
 
@@ -35,17 +28,16 @@ DEMO_FAMILY = REPO_ROOT / "models" / "switchyard-demo"
 
 
 def default_model_dir() -> Path:
-    """The embedded default model: the shipped demo family if present, else a tiny generated one."""
+    """The embedded default model: $SWITCHYARD_MODEL, else the demo family shipped in models/."""
     override = os.environ.get("SWITCHYARD_MODEL")
     if override:
         return Path(override)
     if (DEMO_FAMILY / "target" / "config.json").exists():
         return DEMO_FAMILY / "target"
-    from .testing import write_demo_family  # generated once, cached
-
-    cache_dir = Path(os.environ.get("SWITCHYARD_CACHE", Path.home() / ".cache" / "switchyard")) / "tiny-demo"
-    write_demo_family(cache_dir)
-    return cache_dir / "target"
+    raise ModelLoadError(
+        f"the embedded demo model is not at {DEMO_FAMILY} (install from a clone of the repository, "
+        "which ships it); or pass --model DIR / set SWITCHYARD_MODEL"
+    )
 
 
 def default_draft_dir(model_dir: Path) -> Path | None:
@@ -55,7 +47,7 @@ def default_draft_dir(model_dir: Path) -> Path | None:
 
 
 class Runtime:
-    """Implements engines.types.Backend. Everything but the properties runs on one worker thread."""
+    """Implements contracts.engine.Backend. Everything but the properties runs on one worker thread."""
 
     def __init__(self, bundle: ModelBundle, engines: dict[str, Engine], model_id: str):
         self.bundle = bundle

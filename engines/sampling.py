@@ -1,7 +1,7 @@
 """The one sampler: temperature, top-k, top-p, min-p and seeded draws.
 
 Every engine and every verify rule goes through `log_probs`, so the draft distribution q and the
-target distribution p always carry the same truncation (DESIGN.md "Sampling and losslessness").
+target distribution p always carry the same truncation (docs/design.md "Sampling and losslessness").
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from contracts.errors import InvalidRequestError
+from contracts.sampling import SamplingParams
+
 from .bundle import GenerationDefaults
-from .types import InvalidRequestError, SamplingParams
 
 
 @dataclass(frozen=True)

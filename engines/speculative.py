@@ -1,4 +1,4 @@
-"""Pieces shared by the speculative engines: prefill that keeps hidden states, and the chain verify rule."""
+"""The one speculative decode loop (MTP and DDTree supply only their cycle) and the chain verify rule."""
 
 from __future__ import annotations
 
@@ -8,30 +8,15 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 import mlx.core as mx
 
+from contracts.engine import CancelToken, FallbackRule, StepResult
+from contracts.sampling import SamplingParams
+
 from .bundle import ModelBundle
 from .fallback import FallbackWatch
-from .raw import PREFILL_CHUNK, decode
+from .prefill import prefill
+from .raw import decode
 from .sampling import Rng, SamplerConfig, choose, log_probs, resolve
-from .target import ForwardOutput, forward_causal
-from .types import CancelToken, FallbackRule, SamplingParams, StepResult
-
-
-def prefill_capture(
-    bundle: ModelBundle, cache: list, prompt_ids: Sequence[int], capture: tuple[int, ...] = ()
-) -> ForwardOutput:
-    """Prefill like raw (all but the last token in chunks, then the last one alone, so the first
-    token's logits are computed exactly as raw computes them), keeping every row's hidden states."""
-    ids = mx.array([int(t) for t in prompt_ids], dtype=mx.uint32)
-    bounds = list(range(0, len(prompt_ids) - 1, PREFILL_CHUNK)) + [len(prompt_ids) - 1, len(prompt_ids)]
-    parts: list[ForwardOutput] = []
-    for start, stop in zip(bounds[:-1], bounds[1:]):
-        if stop > start:
-            parts.append(forward_causal(bundle, ids[start:stop], cache, capture))
-            mx.eval(parts[-1].hidden, [c.state for c in cache])
-    return ForwardOutput(
-        hidden=mx.concatenate([p.hidden for p in parts]),
-        layer_outputs={i: mx.concatenate([p.layer_outputs[i] for p in parts]) for i in capture},
-    )
+from .target import ForwardOutput
 
 
 @dataclass
@@ -113,7 +98,8 @@ def speculative_generate(
     cache = bundle.make_cache()
     started = time.perf_counter()
 
-    prefilled = prefill_capture(bundle, cache, prompt_ids, capture)
+    # the last prompt row alone, so the first token's logits are computed exactly as raw computes them
+    prefilled = prefill(bundle, cache, prompt_ids, capture, last_alone=True)
     first = choose(bundle.lm_head(prefilled.hidden[-1:]), cfg, rng)
     drafting = start(cache, prefilled, first, cfg, rng)
     pending = int(first.item())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator
 
-from .types import GenerationChunk, StepResult
+from contracts.engine import GenerationChunk, StepResult
 
 
 class StopMatcher:

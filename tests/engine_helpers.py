@@ -6,7 +6,8 @@ import math
 from collections import Counter
 from typing import Sequence
 
-from engines.types import CancelToken, SamplingParams
+from contracts.engine import CancelToken
+from contracts.sampling import SamplingParams
 
 PROMPTS = [
     "def fibonacci(n):\n    ", "The history of the city begins", '{"name": "switchyard", "version": ',

@@ -16,16 +16,10 @@ from typing import Iterator, Sequence
 
 import uvicorn
 
-from engines.types import (
-    CancelToken,
-    EngineFailure,
-    FallbackRule,
-    GenerationChunk,
-    InvalidRequestError,
-    SamplingParams,
-    StepResult,
-)
-from gateway.routing import RouteDecision, RouteRequest
+from contracts.engine import CancelToken, FallbackRule, GenerationChunk, StepResult
+from contracts.errors import EngineFailure, InvalidRequestError
+from contracts.sampling import SamplingParams
+from gateway.routing.interface import RouteDecision, RouteRequest
 
 DEFAULT_REPLY = "The quick brown fox jumps over the lazy dog and keeps on running far away"
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Iterator, Sequence
 
-from engines.types import CancelToken, SamplingParams, StepResult
+from contracts.engine import CancelToken, StepResult
+from contracts.sampling import SamplingParams
 
 
 class InjectedFault(RuntimeError):

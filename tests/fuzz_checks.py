@@ -14,7 +14,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from gateway.schemas import ErrorResponse, Health
+from gateway.http.schemas import ErrorResponse, Health
 
 
 def openai_error_bodies(ctx, response, case) -> bool | None:

@@ -14,11 +14,11 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.router_sim import LabelFromUserText
-from engines.types import CancelToken, GenerationChunk, SamplingParams
-from gateway.app import create_app
+from contracts.engine import CancelToken, GenerationChunk
+from contracts.sampling import SamplingParams
 from gateway.config import GatewayConfig
-from gateway.router import AdaptiveRouter
-from gateway.router_metrics import RouterCollector
+from gateway.http.app import create_app
+from gateway.routing.router import AdaptiveRouter
 from tests.fakes import FakeBackend
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,12 +64,11 @@ POLICY = "exploration: {kind: none}\nstate: {path: %s, persist_interval_seconds:
 
 def serve_like_app(backend: FakeBackend, policy_path: Path, state_path: Path | None = None,
                    config: GatewayConfig = GatewayConfig()):
-    """The app as `switchyard serve` builds it: adaptive router (classifier = the user text),
-    RouterCollector registered. Returns (app, router)."""
+    """The app as `switchyard serve` builds it: adaptive router (classifier = the user text; create_app
+    registers its collectors). Returns (app, router)."""
     policy_path.write_text(POLICY % (str(state_path) if state_path else "null"))
     router = AdaptiveRouter.from_policy_file(policy_path, backend.engine_names, LabelFromUserText())
     app = create_app(backend, router=router, config=config)
-    app.state.gateway.metrics.registry.register(RouterCollector(router))
     return app, router
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from gateway.config import GatewayConfig
-from gateway.serve_cli import run_server
+from gateway.http.server import run_server
 from tests.ops_helpers import SpeculativeFake, serve_like_app
 
 LONG_REPLY = " ".join(f"w{i}" for i in range(400))

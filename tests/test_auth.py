@@ -13,9 +13,9 @@ import httpx
 import openai
 import pytest
 
-from gateway import auth
-from gateway.app import create_app
 from gateway.config import GatewayConfig
+from gateway.http import auth
+from gateway.http.app import create_app
 from tests.fakes import FakeBackend, RecordingRouter, live_server
 from tests.test_gateway_validation import assert_error
 
@@ -158,7 +158,7 @@ def test_serve_refuses_a_public_bind_without_keys_before_loading_anything(tmp_pa
 def test_auth_cli_flags_build_the_config(tmp_path, monkeypatch):
     import argparse
 
-    from gateway import serve_cli
+    from gateway.cli import serve as serve_cli
 
     monkeypatch.delenv(auth.ENV_VAR, raising=False)
     key_file = tmp_path / "keys"

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway import blas
+from gateway.cli import blas
 
 REPO = Path(__file__).resolve().parent.parent
 
 SCRIPT = """
 import os, sys
-from gateway.blas import reexec_with_openblas
+from gateway.cli.blas import reexec_with_openblas
 print("run", os.environ.get("LD_PRELOAD", ""), os.environ.get("SWITCHYARD_BLAS_REEXEC", ""), flush=True)
 reexec_with_openblas({word!r})
 print("kept", flush=True)

@@ -9,14 +9,13 @@ import random
 import numpy as np
 import pytest
 
-from classifier import LABELS, Classifier
-from classifier import hashing
+from classifier import LABELS, Classifier, hashing
 from classifier.dataset_io import DEFAULT_DATASET, LabelledSet, load_split
 from classifier.features import FeatureSpec
 from classifier.metrics import report
 from classifier.model import MODEL_DIR, LinearModel
-from classifier.request_text import RequestText, from_messages
-from engines.types import InvalidRequestError, ModelLoadError
+from contracts.errors import InvalidRequestError, ModelLoadError
+from contracts.request_text import RequestText, from_messages
 
 # Measured on the shipped model (see classifier/README.md); floors sit just below.
 ACCURACY_FLOOR = 0.91
@@ -111,7 +110,7 @@ def test_fresh_prompts_written_outside_the_dataset(shipped):
         (label, text)
         for label, texts in FRESH_PROMPTS.items()
         for text in texts
-        if shipped.predict_text(text).label != label
+        if shipped.predict(RequestText(user=text)).label != label
     ]
     total = sum(len(texts) for texts in FRESH_PROMPTS.values())
     assert len(wrong) <= 4, f"{len(wrong)}/{total} wrong: {wrong}"
@@ -119,7 +118,7 @@ def test_fresh_prompts_written_outside_the_dataset(shipped):
 
 def test_held_out_accuracy_and_macro_f1_above_floor(shipped):
     test = load_split("test")
-    probs = np.array([[shipped.predict_request(r).probs[l] for l in LABELS] for r in test.requests])
+    probs = np.array([[shipped.predict(r).probs[l] for l in LABELS] for r in test.requests])
     result = report(LABELS, test.labels, probs)
     assert result["accuracy"] >= ACCURACY_FLOOR, result
     assert result["macro_f1"] >= MACRO_F1_FLOOR, result
@@ -128,7 +127,7 @@ def test_held_out_accuracy_and_macro_f1_above_floor(shipped):
 
 def test_prediction_is_a_distribution_over_the_labels(shipped):
     for text in ("Write a Rust function that parses a date.", "Tell me about the Roman empire.", "Give me this as JSON: a=1, b=2"):
-        prediction = shipped.predict_text(text)
+        prediction = shipped.predict(RequestText(user=text))
         assert prediction.label in LABELS
         assert set(prediction.probs) == set(LABELS)
         assert sum(prediction.probs.values()) == pytest.approx(1.0, abs=1e-12)
@@ -136,33 +135,33 @@ def test_prediction_is_a_distribution_over_the_labels(shipped):
 
 
 def test_obvious_requests(shipped):
-    assert shipped.predict_text("Write a Python function that merges two sorted lists.").label == "code"
-    assert shipped.predict_text("Write a heartfelt letter to my grandmother about her garden.").label == "prose"
-    assert shipped.predict_text("Convert this CSV to JSON:\nname,age\nann,3\nbob,4").label == "structured"
+    assert shipped.predict(RequestText(user="Write a Python function that merges two sorted lists.")).label == "code"
+    assert shipped.predict(RequestText(user="Write a heartfelt letter to my grandmother about her garden.")).label == "prose"
+    assert shipped.predict(RequestText(user="Convert this CSV to JSON:\nname,age\nann,3\nbob,4")).label == "structured"
 
 
 def test_empty_and_whitespace_text(shipped):
     for text in ("", "   ", "\n\n"):
-        prediction = shipped.predict_text(text)
+        prediction = shipped.predict(RequestText(user=text))
         assert prediction.label in LABELS
         assert sum(prediction.probs.values()) == pytest.approx(1.0)
-    assert shipped.predict("", "").label in LABELS
+    assert shipped.predict(RequestText()).label in LABELS
 
 
 def test_very_long_prompt_reads_the_ask_at_its_ends(shipped):
     pasted = "```python\n" + "total = sum(value * 2 for value in values)\n" * 20000 + "```"
-    assert shipped.predict_text("Explain in plain words what this code does.\n" + pasted).label == "prose"
-    assert shipped.predict_text(pasted + "\nFix the bug in this code and send me the corrected version.").label == "code"
+    assert shipped.predict(RequestText(user="Explain in plain words what this code does.\n" + pasted)).label == "prose"
+    assert shipped.predict(RequestText(user=pasted + "\nFix the bug in this code and send me the corrected version.")).label == "code"
 
 
 def test_response_format_rule_forces_structured(shipped):
     prose_ask = "Write a long poem about autumn leaves."
-    assert shipped.predict("", prose_ask).label == "prose"
+    assert shipped.predict(RequestText(user=prose_ask)).label == "prose"
     for kind in ("json_object", "json_schema"):
-        prediction = shipped.predict("", prose_ask, response_format=kind)
+        prediction = shipped.predict(RequestText(user=prose_ask, response_format=kind))
         assert prediction.label == "structured"
         assert prediction.probs == {"code": 0.0, "prose": 0.0, "structured": 1.0}
-    assert shipped.predict("", prose_ask, response_format="text").label == "prose"
+    assert shipped.predict(RequestText(user=prose_ask, response_format="text")).label == "prose"
 
 
 def test_messages_split_system_last_user_and_history():
@@ -185,8 +184,8 @@ def test_messages_split_system_last_user_and_history():
 def test_history_counts_less_than_the_last_message(shipped):
     code_turn = "Write a Go function that reverses a slice of ints in place."
     prose_turn = "Now explain in a few friendly paragraphs why that approach is efficient."
-    assert shipped.predict("", prose_turn, history_text=code_turn).label == "prose"
-    assert shipped.predict("", code_turn, history_text=prose_turn).label == "code"
+    assert shipped.predict(RequestText(user=prose_turn, history=code_turn)).label == "prose"
+    assert shipped.predict(RequestText(user=code_turn, history=prose_turn)).label == "code"
 
 
 def test_span_hashes_equal_direct_polynomial_hashes():
@@ -227,7 +226,7 @@ def test_persisted_model_reproduces_the_fitted_pipeline(tmp_path):
     assert {p.name for p in tmp_path.iterdir()} == {"model.json", "weights.npz"}
     reloaded = Classifier.load(tmp_path)
     expected = pipeline_probs(pipeline, test)
-    got = np.array([[reloaded.predict_request(r).probs[l] for l in LABELS] for r in test.requests])
+    got = np.array([[reloaded.predict(r).probs[l] for l in LABELS] for r in test.requests])
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
     assert json.loads((tmp_path / "model.json").read_text())["info"] == {"purpose": "test"}
 

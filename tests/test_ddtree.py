@@ -10,14 +10,15 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from contracts.errors import ModelLoadError
+from contracts.sampling import SamplingParams
 from engines.ddtree import DDTreeEngine, build_tree, chain_tree, walk
 from engines.dflash import load_drafter
+from engines.prefill import prefill
 from engines.raw import RawEngine
 from engines.sampling import Rng, SamplerConfig, log_probs
-from engines.speculative import prefill_capture
 from engines.target import commit, forward_causal, forward_tree
 from engines.tree import TreeLayout
-from engines.types import ModelLoadError, SamplingParams
 from tests.engine_helpers import PROMPTS, encode, run_engine, tv_bound, tv_distance
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -32,13 +33,13 @@ def test_tree_verify_equals_sequential_paths(tiny_bundle, parents):
     prompt = encode(bundle, PROMPTS[1])
     tokens = mx.array(np.random.RandomState(len(parents)).randint(5, 500, size=layout.size), dtype=mx.uint32)
     cache = bundle.make_cache()
-    prefill_capture(bundle, cache, prompt)
+    prefill(bundle, cache, prompt, last_alone=True)
     out = forward_tree(bundle, tokens, layout, cache, capture=(0, 2))
     tree_logits = bundle.lm_head(out.hidden)
     for slot in range(layout.size):
         path = mx.array(layout.path_to(slot))
         ref_cache = bundle.make_cache()
-        prefill_capture(bundle, ref_cache, prompt)
+        prefill(bundle, ref_cache, prompt, last_alone=True)
         ref = forward_causal(bundle, tokens[path], ref_cache, capture=(0, 2))
         assert mx.abs(bundle.lm_head(ref.hidden[-1]) - tree_logits[slot]).max().item() <= 1e-5
         assert mx.abs(ref.layer_outputs[2][-1] - out.layer_outputs[2][slot]).max().item() <= 1e-5
@@ -46,7 +47,7 @@ def test_tree_verify_equals_sequential_paths(tiny_bundle, parents):
         return  # for a chain the causal verify IS the tree verify
     # negative control: a plain causal verify of the flattened tree is wrong
     flat_cache = bundle.make_cache()
-    prefill_capture(bundle, flat_cache, prompt)
+    prefill(bundle, flat_cache, prompt, last_alone=True)
     flat = bundle.lm_head(forward_causal(bundle, tokens, flat_cache).hidden)
     assert mx.abs(flat - tree_logits).max().item() > 1e-3
 
@@ -60,7 +61,7 @@ def test_commit_matches_fresh_forward(tiny_bundle, parents):
     deepest = max(range(layout.size), key=lambda s: (layout.depths[s], s))
     path = layout.path_to(deepest)
     cache = bundle.make_cache()
-    prefill_capture(bundle, cache, prompt)
+    prefill(bundle, cache, prompt, last_alone=True)
     out = forward_tree(bundle, tokens, layout, cache)
     commit(bundle, cache, out, path)
     follow = mx.array([7], dtype=mx.uint32)
@@ -138,7 +139,7 @@ def test_greedy_equals_raw_random_drafter(tiny_bundle, tiny_drafter):
 def _exact_next_two(bundle, context, cfg):
     """Exact raw joint of the next two sampled tokens after `context` (pending token included)."""
     def dist(ids):
-        pre = prefill_capture(bundle, bundle.make_cache(), ids)
+        pre = prefill(bundle, bundle.make_cache(), ids, last_alone=True)
         return np.array(mx.exp(log_probs(bundle.lm_head(pre.hidden[-1]), cfg)))
 
     p2 = dist(context)
@@ -159,10 +160,10 @@ def test_sampling_lossless(tiny_agree_bundle, tiny_agree_drafter, biased):
     engine = DDTreeEngine(tiny_agree_bundle, drafter, budget=4)
 
     def pending_after(ids):
-        return int(mx.argmax(tiny_agree_bundle.lm_head(prefill_capture(tiny_agree_bundle, tiny_agree_bundle.make_cache(), ids).hidden[-1])).item())
+        return int(mx.argmax(tiny_agree_bundle.lm_head(prefill(tiny_agree_bundle, tiny_agree_bundle.make_cache(), ids, last_alone=True).hidden[-1])).item())
 
     def root_peak(ids):
-        pre = prefill_capture(tiny_agree_bundle, tiny_agree_bundle.make_cache(), ids + [pending_after(ids)])
+        pre = prefill(tiny_agree_bundle, tiny_agree_bundle.make_cache(), ids + [pending_after(ids)], last_alone=True)
         return float(mx.exp(log_probs(tiny_agree_bundle.lm_head(pre.hidden[-1]), cfg)).max().item())
 
     # a context where the target is uncertain, so a wrong walk shows in the distribution
@@ -171,7 +172,7 @@ def test_sampling_lossless(tiny_agree_bundle, tiny_agree_drafter, biased):
     joint, dist = _exact_next_two(tiny_agree_bundle, prompt + [pending], cfg)
 
     cache = tiny_agree_bundle.make_cache()
-    pre = prefill_capture(tiny_agree_bundle, cache, prompt, capture=engine.layer_ids)
+    pre = prefill(tiny_agree_bundle, cache, prompt, capture=engine.layer_ids, last_alone=True)
     context = drafter.new_context()
     drafter.add_context(engine._features(pre.layer_outputs, slice(None)), context)
     tree = engine._draft(engine._propose(pending, context))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from contracts.engine import CancelToken
+from contracts.sampling import SamplingParams
 from engines.ddtree import DDTreeEngine
 from engines.dflash import load_drafter
 from engines.raw import RawEngine
 from engines.runtime import load_runtime
-from engines.types import CancelToken, SamplingParams
-from gateway.policy_watch import PolicyStore
-from gateway.serve_cli import bind_engine_options
+from gateway.cli.serve import bind_engine_options
+from gateway.routing.policy_watch import PolicyStore
 from tests.engine_helpers import PROMPTS, run_engine
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.engine import CancelToken, FallbackRule
+from contracts.sampling import SamplingParams
 from engines.ddtree import DDTreeEngine
 from engines.dflash import load_drafter
 from engines.mtp import MTPEngine
 from engines.mtp_head import load_mtp_head
 from engines.raw import RawEngine
 from engines.runtime import load_runtime
-from engines.types import CancelToken, FallbackRule, SamplingParams
 from tests.engine_helpers import PROMPTS, encode, run_engine
 
 GREEDY = SamplingParams(temperature=0.0)

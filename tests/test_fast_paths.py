@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import KVCache
 
+from contracts.sampling import SamplingParams
 from engines import gdn
 from engines.bundle import load_bundle
 from engines.ddtree import DDTreeEngine
@@ -17,11 +18,10 @@ from engines.kernels import fast_paths, gdn_tree_cuda, using
 from engines.kernels.attention import ops_attention, use_ops_attention
 from engines.mtp import MTPEngine
 from engines.mtp_head import load_mtp_head
+from engines.prefill import prefill
 from engines.raw import RawEngine
-from engines.speculative import prefill_capture
 from engines.target import commit, forward_tree
 from engines.tree import TreeLayout
-from engines.types import SamplingParams
 from tests.engine_helpers import PROMPTS, run_engine
 
 TOL = 1e-5
@@ -42,7 +42,7 @@ def _verify(bundle, layout: TreeLayout, prompt: list[int], **paths):
     tokens = mx.array(np.random.RandomState(layout.size).randint(5, 500, size=layout.size), dtype=mx.uint32)
     with using(**paths):
         cache = bundle.make_cache()
-        prefill_capture(bundle, cache, prompt)
+        prefill(bundle, cache, prompt, last_alone=True)
         out = forward_tree(bundle, tokens, layout, cache, capture=(0, 2))
         deepest = max(range(layout.size), key=lambda s: (layout.depths[s], s))
         commit(bundle, cache, out, layout.path_to(deepest))
@@ -198,7 +198,7 @@ def test_profile_verify_steps_leave_the_cache_as_restored(bundle):
 
     prompt = bundle.tokenizer.encode(PROMPTS[0], add_special_tokens=False)
     cache = bundle.make_cache()
-    prefill_capture(bundle, cache, prompt)
+    prefill(bundle, cache, prompt, last_alone=True)
     saved = _snapshot(cache)
     probe = mx.array([11], dtype=mx.uint32)
     tokens = mx.array([5, 6, 7, 8, 9], dtype=mx.uint32)

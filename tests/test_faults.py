@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.monitor import Monitor
-from tests.faults import inject
+from gateway.routing.monitor import Monitor
 from tests.fakes import live_server
+from tests.faults import inject
 from tests.ops_helpers import REPO, SpeculativeFake, free_port, serve_like_app
 
 CHAT = "/v1/chat/completions"
@@ -41,8 +41,8 @@ def sse_payloads(text: str) -> list[str]:
 
 def test_engine_fault_mid_stream_is_clean_quarantines_and_reroutes(tiny_target, tiny_drafter, tmp_path):
     from engines.runtime import load_runtime
-    from gateway.app import create_app
-    from gateway.router import AdaptiveRouter
+    from gateway.http.app import create_app
+    from gateway.routing.router import AdaptiveRouter
 
     runtime = load_runtime(tiny_target, draft_dir=tiny_drafter)
     policy = tmp_path / "policy.yaml"

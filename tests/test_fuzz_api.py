@@ -10,9 +10,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from gateway.app import create_app
 from gateway.config import GatewayConfig
-from gateway.openapi import build_openapi
+from gateway.http.app import create_app
+from gateway.http.openapi import build_openapi
 from tests.fakes import FakeBackend, live_server
 from tests.fuzz_checks import CHECKS, fuzz_config
 

@@ -10,7 +10,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from gateway.config import GatewayConfig
-from gateway.openapi import build_openapi
+from gateway.http.openapi import build_openapi
 from tests.fuzz_checks import CHECKS, fuzz_config, positive_data_acceptance
 
 MAX_EXAMPLES = 25
@@ -25,7 +25,7 @@ schema = schemathesis.openapi.from_dict(build_openapi(CONFIG, ENGINES, ("default
 @pytest.fixture(scope="module")
 def runtime_server(tiny_target, tiny_drafter):
     from engines.runtime import load_runtime
-    from gateway.app import create_app
+    from gateway.http.app import create_app
     from tests.fakes import live_server
 
     runtime = load_runtime(tiny_target, draft_dir=tiny_drafter)

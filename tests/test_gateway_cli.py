@@ -15,7 +15,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_gateway_imports_no_mlx():
-    code = ("import sys, gateway.app, gateway.serve_cli, gateway.cli; gateway.cli.build_parser(); "
+    code = ("import sys, gateway.http.app, gateway.cli.serve, gateway.cli; gateway.cli.build_parser(); "
             "assert not [m for m in sys.modules if m == 'mlx' or m.startswith('mlx.') or m.startswith('mlx_lm')], "
             "sorted(m for m in sys.modules if 'mlx' in m)")
     result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": os.getcwd()},

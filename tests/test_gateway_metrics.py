@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from tests.fakes import FakeBackend, RecordingRouter, live_server
 
 

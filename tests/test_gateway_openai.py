@@ -6,9 +6,10 @@ import httpx
 import openai
 import pytest
 
-from engines.types import FallbackRule
-from gateway.app import create_app
-from gateway.routing import RouteDecision
+from contracts.engine import FallbackRule
+from contracts.request_text import RequestText
+from gateway.http.app import create_app
+from gateway.routing.interface import RouteDecision
 from tests.fakes import DEFAULT_REPLY, FakeBackend, RecordingRouter, fake_chat_template, live_server
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say something."}]
@@ -137,7 +138,7 @@ def test_list_of_text_parts_and_developer_role(env):
     )
     assert backend.encoded[-1] == fake_chat_template([{"role": "system", "content": "Rules."}, {"role": "user", "content": "a\nb"}])
     request = router.requests[-1]
-    assert (request.system_text, request.user_text, request.history_text) == ("Rules.", "a\nb", "")
+    assert request.text == RequestText(system="Rules.", user="a\nb")
 
 
 def test_router_sees_texts_and_every_step(env):
@@ -149,8 +150,8 @@ def test_router_sees_texts_and_every_step(env):
                   {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"}],
     )
     request = router.requests[-1]
-    assert (request.system_text, request.user_text, request.history_text) == ("S", "u2", "u1\na1")
-    assert request.forced_engine is None and request.response_format is None
+    assert request.text == RequestText(system="S", user="u2", history="u1\na1")
+    assert request.forced_engine is None and request.text.response_format is None
     assert request.prompt_tokens == len(backend.calls[-1]["prompt_ids"])
     assert len(router.observed) - before_obs == 3
     assert router.finished_calls[-1][1] is None and len(router.finished_calls) == before_fin + 1
@@ -176,7 +177,7 @@ def test_forced_engine_by_field_and_header(env):
 def test_response_format_text_reaches_router(env):
     server, client, backend, router = env
     client.chat.completions.create(model="default", messages=MESSAGES, max_tokens=1, response_format={"type": "text"})
-    assert router.requests[-1].response_format == "text"
+    assert router.requests[-1].text.response_format == "text"
 
 
 def test_models_and_health(env):

@@ -37,7 +37,7 @@ def reference(tiny_target):
 @pytest.fixture(scope="module")
 def served(reference, tiny_drafter):
     from engines.runtime import load_runtime
-    from gateway.app import create_app
+    from gateway.http.app import create_app
     from tests.fakes import live_server
 
     runtime = load_runtime(reference[0], draft_dir=tiny_drafter)

@@ -13,9 +13,9 @@ import time
 import httpx
 import pytest
 
-from engines.types import EngineFailure
-from gateway.app import create_app
+from contracts.errors import EngineFailure
 from gateway.config import GatewayConfig
+from gateway.http.app import create_app
 from tests.fakes import DEFAULT_REPLY, FakeBackend, RecordingRouter, live_server
 
 CHAT = "/v1/chat/completions"
@@ -222,9 +222,9 @@ def test_worker_crash_turns_health_to_503():
 
 CRASHING_SERVER = """
 import sys
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.config import GatewayConfig
-from gateway.serve_cli import run_server
+from gateway.http.server import run_server
 from tests.fakes import FakeBackend
 config = GatewayConfig(port=int(sys.argv[1]))
 sys.exit(run_server(create_app(FakeBackend(fatal_after_steps=1), config=config), config, log_level="warning"))

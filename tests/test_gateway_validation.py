@@ -6,8 +6,8 @@ import httpx
 import openai
 import pytest
 
-from gateway.app import create_app
 from gateway.config import GatewayConfig
+from gateway.http.app import create_app
 from tests.fakes import FakeBackend, live_server
 
 OK = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}

@@ -9,8 +9,8 @@ import time
 import httpx
 import pytest
 
-from gateway.app import create_app
 from gateway.config import GatewayConfig
+from gateway.http.app import create_app
 from tests.fakes import FakeBackend, live_server
 from tests.test_gateway_validation import assert_error
 
@@ -140,7 +140,7 @@ def test_request_timeout_counts_queue_wait():
 def test_limits_are_cli_flags(tmp_path):
     import argparse
 
-    from gateway import serve_cli
+    from gateway.cli import serve as serve_cli
 
     parser = argparse.ArgumentParser()
     serve_cli.register(parser.add_subparsers())
@@ -165,7 +165,7 @@ def test_unasked_max_tokens_shrinks_to_the_room_left_in_the_context():
 def test_bodies_read_at_once_are_bounded():
     """Slow uploads hold body slots; when all are taken the next request gets 429 at once, so at most
     slots x max_body_bytes is ever buffered, however many clients upload together."""
-    from gateway.admission import body_slots
+    from gateway.http.admission import body_slots
 
     backend = FakeBackend()
     app = create_app(backend, config=GatewayConfig(max_queue=0))

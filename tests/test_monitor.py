@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.types import StepResult
-from gateway.monitor import Autosaver, Ewma, Monitor, write_atomically
+from contracts.engine import StepResult
+from gateway.routing.monitor import Autosaver, Ewma, Monitor, write_atomically
 
 RAW_TPS_PRIOR = 40.0
 

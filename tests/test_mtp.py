@@ -11,15 +11,17 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import KVCache
 
+from contracts.errors import ModelLoadError
+from contracts.sampling import SamplingParams
 from engines.bundle import load_bundle
 from engines.mtp import MTPEngine
 from engines.mtp_head import _zero_centred, load_mtp_head, read_mtp_tensors
+from engines.prefill import prefill
 from engines.raw import RawEngine
 from engines.sampling import Rng, SamplerConfig, log_probs
-from engines.speculative import prefill_capture, verify_one
+from engines.speculative import verify_one
 from engines.target import commit, forward_causal, forward_tree
 from engines.tree import TreeLayout
-from engines.types import ModelLoadError, SamplingParams
 from tests.engine_helpers import PROMPTS, encode, run_engine, tv_bound, tv_distance
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -49,7 +51,7 @@ def test_caches_match_sequential_decode(tiny_bundle):
     rs = np.random.RandomState(0)
     prompt = encode(bundle, PROMPTS[0])
     cache = bundle.make_cache()
-    prefill_capture(bundle, cache, prompt)
+    prefill(bundle, cache, prompt, last_alone=True)
     committed = list(prompt)
     pending = int(rs.randint(bundle.embed_tokens.weight.shape[0]))
     for step in range(12):
@@ -74,11 +76,11 @@ def test_caches_match_sequential_decode(tiny_bundle):
 def _first_two_exact(bundle, prompt, cfg):
     """Exact joint distribution of the first two raw-sampled tokens."""
     cache = bundle.make_cache()
-    first = prefill_capture(bundle, cache, prompt)
+    first = prefill(bundle, cache, prompt, last_alone=True)
     p1 = np.array(mx.exp(log_probs(bundle.lm_head(first.hidden[-1]), cfg)))
     joint = {}
     for x1 in np.nonzero(p1)[0]:
-        after = prefill_capture(bundle, bundle.make_cache(), prompt + [int(x1)])
+        after = prefill(bundle, bundle.make_cache(), prompt + [int(x1)], last_alone=True)
         p2 = np.array(mx.exp(log_probs(bundle.lm_head(after.hidden[-1]), cfg)))
         for x2 in np.nonzero(p2)[0]:
             joint[(int(x1), int(x2))] = float(p1[x1] * p2[x2])
@@ -90,7 +92,7 @@ def _mtp_first_two_draws(bundle, head, prompt, cfg, n, *, biased=False):
     distribution q and the 2-token target verify of every draftable d, then the batched verify
     rule `verify_one` with fresh randomness per draw."""
     cache = bundle.make_cache()
-    first = prefill_capture(bundle, cache, prompt)
+    first = prefill(bundle, cache, prompt, last_alone=True)
     p1 = np.array(mx.exp(log_probs(bundle.lm_head(first.hidden[-1]), cfg)))
     engine = MTPEngine(bundle, head)
     rng = Rng(1234)
@@ -99,7 +101,7 @@ def _mtp_first_two_draws(bundle, head, prompt, cfg, n, *, biased=False):
     for x1 in np.unique(x1s):
         rows = int((x1s == x1).sum())
         c = bundle.make_cache()
-        pre = prefill_capture(bundle, c, prompt)
+        pre = prefill(bundle, c, prompt, last_alone=True)
         draft_logits = engine._draft_logits(mx.array(prompt[1:] + [int(x1)], dtype=mx.uint32), pre.hidden, KVCache())
         q_lp = log_probs(draft_logits, cfg)
         verify_logits = {}

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
+from contracts.sampling import SamplingParams
 from engines.bundle import load_bundle
 from engines.mtp import MTPEngine
 from engines.mtp_head import MTPHead, load_mtp_head, stack_experts
 from engines.raw import RawEngine
-from engines.types import SamplingParams
 from tests.engine_helpers import PROMPTS, run_engine
 
 MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,

@@ -138,7 +138,7 @@ def test_real_runtime_reports_speculation_and_memory(tiny_target, tiny_drafter):
     """The real engines over a tiny checkpoint: their StepResults reach the speculation metrics and
     Runtime.memory_bytes() the memory gauges."""
     from engines.runtime import load_runtime
-    from gateway.app import create_app
+    from gateway.http.app import create_app
 
     runtime = load_runtime(tiny_target, draft_dir=tiny_drafter)
     assert {"mtp", "ddtree"} <= set(runtime.engine_names)

@@ -13,8 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from gateway.service_render import (
-    ServiceError, ServiceSpec, normalize_serve_args, render_plist, render_unit, systemd_quote, validate_plist,
+from gateway.cli.service_files import (
+    ServiceError,
+    ServiceSpec,
+    normalize_serve_args,
+    render_plist,
+    render_unit,
+    systemd_quote,
+    validate_plist,
 )
 from tests.ops_helpers import REPO, tool
 

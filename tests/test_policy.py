@@ -13,8 +13,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from gateway.policy import Policy, PolicyError, load_policy, parse_policy
-from gateway.policy_watch import PolicyStore
+from gateway.routing.policy import Policy, PolicyError, load_policy, parse_policy
+from gateway.routing.policy_watch import PolicyStore
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "deploy" / "policy.example.yaml"
@@ -56,7 +56,7 @@ def test_example_policy_is_valid_and_mentions_every_field():
     policy = load_policy(EXAMPLE)
     assert policy.engines.enabled() == ("raw", "mtp", "ddtree")
     text = EXAMPLE.read_text()
-    from gateway.policy import Prior, Rule, RuleMatch
+    from gateway.routing.policy import Prior, Rule, RuleMatch
 
     fields = _field_names(Policy) | _field_names(Prior) | _field_names(Rule) | _field_names(RuleMatch)
     missing = sorted(name for name in fields if f"{name}:" not in text)

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import json
 import random
+
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bench.router_sim import DEFAULT_WORLD, LabelFromUserText, SimWorld, run_request, simulate
+from contracts.engine import FallbackRule, StepResult
+from contracts.errors import EngineFailure, InvalidRequestError
+from contracts.names import ROUTE_REASONS as REASONS
+from contracts.request_text import RequestText
 from engines.fallback import FallbackWatch
-from engines.types import EngineFailure, FallbackRule, InvalidRequestError, StepResult
-from gateway.monitor import Monitor
-from gateway.policy import Policy
-from gateway.policy_watch import PolicyStore
-from gateway.router import AdaptiveRouter
-from gateway.router_metrics import RouterCollector
-from gateway.routing import REASONS, RouteRequest
+from gateway.observability.router_collector import RouterCollector
+from gateway.routing.interface import RouteRequest
+from gateway.routing.monitor import Monitor
+from gateway.routing.policy import Policy
+from gateway.routing.policy_watch import PolicyStore
+from gateway.routing.router import AdaptiveRouter
 
 
 class FakeClock:
@@ -40,7 +44,7 @@ def _router(policy: dict | None = None, loaded=("raw", "mtp", "ddtree"), classif
 
 
 def _request(klass="code", forced=None, prompt_tokens=100, response_format=None, queue_depth=0) -> RouteRequest:
-    return RouteRequest("", klass, "", forced, prompt_tokens, response_format, queue_depth)
+    return RouteRequest(RequestText(user=klass, response_format=response_format), forced, prompt_tokens, queue_depth)
 
 
 NO_EXPLORE = {"exploration": {"kind": "none"}}
@@ -375,10 +379,10 @@ def test_shipped_classifier_is_loaded_when_present_and_optional_otherwise(monkey
     import sys
     import types
 
-    from gateway import router as router_module
+    from gateway.routing import router as router_module
 
     class Loaded:
-        def predict(self, system_text, user_text, history_text="", response_format=None):
+        def predict(self, request):
             return LabelFromUserText._Prediction("structured", {})
 
     good = types.ModuleType("classifier")
@@ -451,11 +455,11 @@ def test_greedy_and_sampled_statistics_are_kept_apart():
     routes each request by its own mode."""
     router = _router(NO_EXPLORE)
     greedy_req = _request("code")
-    sampled_req = RouteRequest("", "code", "", None, 100, None, 0, sampled=True)
+    sampled_req = RouteRequest(RequestText(user="code"), None, 100, 0, sampled=True)
     for _ in range(200):
         for req, ddtree_accepted, mtp_accepted in ((greedy_req, 4, 1), (sampled_req, 0, 1)):
             for engine, accepted, drafted in (("raw", 0, 0), ("mtp", mtp_accepted, 1), ("ddtree", ddtree_accepted, 4)):
-                decision = router.choose(RouteRequest("", "code", "", engine, 100, None, 0, sampled=req.sampled))
+                decision = router.choose(RouteRequest(RequestText(user="code"), engine, 100, 0, sampled=req.sampled))
                 assert decision.sampled == req.sampled
                 seconds = {"raw": 0.010, "mtp": 0.014, "ddtree": 0.020}[engine]
                 router.observe(decision, StepResult([1] * (accepted + 1), drafted, accepted, 0.0, engine))

@@ -12,9 +12,8 @@ import httpx
 import pytest
 
 from bench.router_sim import LabelFromUserText
-from gateway.app import create_app
-from gateway.router import AdaptiveRouter
-from gateway.router_metrics import RouterCollector
+from gateway.http.app import create_app
+from gateway.routing.router import AdaptiveRouter
 from tests.fakes import FakeBackend, live_server
 
 POLICY = "exploration: {kind: none}\nstate: {path: null}\nrules:\n  - when: {classes: [structured]}\n    engine: raw\n"
@@ -27,7 +26,6 @@ def served(tmp_path):
     backend = FakeBackend(engine_names=("raw", "mtp"))
     router = AdaptiveRouter.from_policy_file(policy_file, backend.engine_names, LabelFromUserText())
     app = create_app(backend, router=router)
-    app.state.gateway.metrics.registry.register(RouterCollector(router))
     with live_server(app) as server:
         yield server, router, policy_file, app
 

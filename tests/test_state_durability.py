@@ -16,14 +16,14 @@ import sys
 import time
 from pathlib import Path
 
-from gateway.monitor import Monitor
+from gateway.routing.monitor import Monitor
 from tests.ops_helpers import REPO
 
 WRITER = r"""
 import os, random, sys, time
 from pathlib import Path
-from engines.types import StepResult
-from gateway import monitor as mon
+from contracts.engine import StepResult
+from gateway.routing import monitor as mon
 
 path, mode = Path(sys.argv[1]), sys.argv[2]
 if mode == "in-place":   # the control: what a naive writer does

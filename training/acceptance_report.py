@@ -16,8 +16,9 @@ import json
 import time
 from pathlib import Path
 
+from contracts.engine import CancelToken
+from contracts.sampling import SamplingParams
 from engines.runtime import load_runtime
-from engines.types import CancelToken, SamplingParams
 
 PROMPTS: dict[str, list[str]] = {
     "code": [

@@ -8,8 +8,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from contracts.names import CLASSES
+
 WORKLOAD_DIR = Path(__file__).resolve().parent
-CLASSES: tuple[str, ...] = ("code", "prose", "structured")
 WORKLOADS: tuple[str, ...] = ("mixed",) + CLASSES
 
 

@@ -16,7 +16,6 @@ import mlx.core as mx
 
 from . import fast_paths
 
-
 # A verify tree, a draft block or a head's accepted rows: few queries. Beyond this (a prefill chunk)
 # the scores matrix would be large and one graph build per chunk shape is amortised anyway.
 MAX_OPS_QUERIES = 64

@@ -1,4 +1,5 @@
-"""Tiny checkpoints in the real on-disk formats, generated locally for tests and the no-model default.
+"""Tiny checkpoints in the real on-disk formats, generated locally for tests and benchmarks (never imported
+at serving time: tests/test_architecture.py checks).
 
     write_target_checkpoint(path, *, seed, variant, dtype, shards, mtp, norms, nested, spec, knobs)
         a Qwen3.5 text model dir (HF config/weights/tokenizer, `mtp.*` head) that mlx_lm.load reads

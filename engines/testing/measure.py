@@ -3,7 +3,7 @@ often its MTP head and DFlash drafter agree with the target's greedy stream.
 
 Used to tune agree.AgreeKnobs and by tests/test_checkpoints.py. The head and drafter forwards
 here are small teacher-forced references over a whole sequence (no caches), independent of the
-engines, written straight from DESIGN.md.
+engines, written straight from docs/design.md.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def bigram_table(model) -> np.ndarray:
 
 
 class ReferenceMtpHead:
-    """The MTP forward of DESIGN.md, teacher-forced over a whole sequence."""
+    """The MTP forward of docs/design.md, teacher-forced over a whole sequence."""
 
     def __init__(self, model_dir: Path, model):
         config = json.loads((model_dir / "config.json").read_text())
@@ -126,7 +126,7 @@ class ReferenceMtpHead:
 
 
 class ReferenceDrafter:
-    """The DFlash drafter forward of DESIGN.md for one block, over an explicit context."""
+    """The DFlash drafter forward of docs/design.md for one block, over an explicit context."""
 
     def __init__(self, drafter_dir: Path, model):
         self.config = json.loads((drafter_dir / "config.json").read_text())

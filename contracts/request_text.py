@@ -1,0 +1,85 @@
+"""The text of a request as routing and classification read it, built once at the edge.
+
+The label is about the reply the request asks for, which the system prompt and the last user
+message decide; earlier turns only give context, so they are kept apart (the classifier weights
+them lower). The gateway builds one RequestText per request and carries it through routing into
+the classifier; the classifier CLI builds the same object from JSONL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .errors import InvalidRequestError
+
+
+@dataclass(frozen=True)
+class RequestText:
+    system: str = ""                   # system / developer prompt(s)
+    user: str = ""                     # the last user message, or a completion prompt
+    history: str = ""                  # every other turn, in order
+    response_format: str | None = None  # OpenAI response_format.type, if any
+
+
+def content_text(content: Any) -> str:
+    """Text of an OpenAI message `content`: a string, or a list of parts of which text parts count."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif isinstance(part, str):
+                texts.append(part)
+        return "\n".join(texts)
+    raise InvalidRequestError("message content must be a string or a list of content parts", param="messages")
+
+
+def response_format_type(response_format: Any) -> str | None:
+    """`{"type": "json_object"}` -> "json_object"; a bare string is taken as the type; None stays None."""
+    if response_format is None:
+        return None
+    if isinstance(response_format, str):
+        return response_format
+    if isinstance(response_format, Mapping):
+        kind = response_format.get("type")
+        if kind is None or isinstance(kind, str):
+            return kind
+    raise InvalidRequestError("response_format must be an object with a string `type`", param="response_format")
+
+
+def from_messages(messages: Sequence[Mapping[str, Any]], response_format: Any = None) -> RequestText:
+    """Split an OpenAI chat into system text, the last user message and the turns around it."""
+    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
+        raise InvalidRequestError("messages must be a list of message objects", param="messages")
+    system_parts: list[str] = []
+    turns: list[tuple[str, str]] = []
+    for message in messages:
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise InvalidRequestError("each message must be an object with a string `role`", param="messages")
+        role = message["role"]
+        text = content_text(message.get("content"))
+        if role in ("system", "developer"):
+            system_parts.append(text)
+        else:
+            turns.append((role, text))
+    last_user = max((i for i, (role, _) in enumerate(turns) if role == "user"), default=None)
+    if last_user is None:
+        user, earlier = "", turns
+    else:
+        user, earlier = turns[last_user][1], turns[:last_user] + turns[last_user + 1 :]
+    return RequestText(
+        system="\n".join(system_parts),
+        user=user,
+        history="\n".join(text for _, text in earlier),
+        response_format=response_format_type(response_format),
+    )
+
+
+def from_prompt(prompt: str) -> RequestText:
+    """A text completion: the prompt is all there is."""
+    return RequestText(user=prompt)

@@ -1,0 +1,162 @@
+"""`switchyard serve`: load the model once, then serve the OpenAI-compatible API with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from gateway.config import GatewayConfig
+
+EXIT_MODEL_ERROR = 2     # model dir missing or malformed
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("serve", help="serve the OpenAI-compatible API (default: the embedded demo model)")
+    p.add_argument("--model", metavar="DIR", default=None, help="model directory (default: the embedded default model)")
+    p.add_argument("--host", default=GatewayConfig().host, help="bind address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=GatewayConfig().port, help="port (default: %(default)s)")
+    p.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=None,
+                   help="enable the MTP engine (default: when the checkpoint has MTP weights)")
+    p.add_argument("--mtp-weights", metavar="PATH", default=None,
+                   help="checkpoint dir or .safetensors holding the mtp.* tensors (for conversions that strip them)")
+    p.add_argument("--draft", metavar="DIR", default=None, help="DFlash drafter directory for the ddtree engine")
+    p.add_argument("--dtype", choices=["auto", "stored", "float32", "bfloat16", "float16"], default="auto",
+                   help="weights dtype: auto = float32 on the CPU for half-precision checkpoints (BLAS path), "
+                        "else as stored (default: %(default)s)")
+    p.add_argument("--tree-budget", type=int, default=4, metavar="N", help="DDTree budget (default: %(default)s; a --policy file's engines.ddtree.budget overrides it, live)")
+    p.add_argument("--policy", metavar="FILE", default=None, help="router policy YAML (reloads on change)")
+    p.add_argument("--max-queue", type=int, default=GatewayConfig().max_queue, metavar="N",
+                   help="requests allowed to wait behind the running one; more get 429 (default: %(default)s)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    _register_limits_and_auth(p)
+    p.set_defaults(func=serve)
+
+
+def _register_limits_and_auth(p: argparse.ArgumentParser) -> None:
+    """Limits and API keys (docs/limits.md, docs/operations.md)."""
+    d = GatewayConfig()
+    g = p.add_argument_group("limits")
+    g.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, metavar="N",
+                   help="largest request body; more gets 413 (default: %(default)s)")
+    g.add_argument("--max-tokens-limit", type=int, default=d.max_tokens_limit, metavar="N",
+                   help="largest max_tokens a request may ask for; more gets 400 (default: %(default)s)")
+    g.add_argument("--default-max-tokens", type=int, default=d.default_max_tokens, metavar="N",
+                   help="max_tokens when a request does not say (default: %(default)s)")
+    g.add_argument("--max-stop-sequences", type=int, default=d.max_stop_sequences, metavar="N",
+                   help="stop sequences per request (default: %(default)s)")
+    g.add_argument("--max-messages", type=int, default=d.max_messages, metavar="N",
+                   help="chat messages per request (default: %(default)s)")
+    g.add_argument("--request-timeout", type=float, default=d.request_timeout_seconds, metavar="S",
+                   help="seconds a request may take from admission, 0 = unlimited; past it the generation "
+                        "stops with a 504 (default: %(default)s)")
+    a = p.add_argument_group("authentication")
+    a.add_argument("--api-key-file", metavar="FILE", default=None,
+                   help="API keys, one per line (also read from $SWITCHYARD_API_KEYS); required unless "
+                        "--host is a loopback address")
+    a.add_argument("--open-metrics", action="store_true",
+                   help="serve /metrics without an API key (e.g. for a local Prometheus)")
+    a.add_argument("--open-admin", action="store_true",
+                   help="serve /admin/reload and /v1/router/stats to loopback clients without an API key")
+
+
+def _config_from_args(args: argparse.Namespace) -> GatewayConfig:
+    """GatewayConfig from the flags; raises ValueError (bad value) or AuthConfigError (keys, bind)."""
+    from gateway.http.auth import check_bind, load_keys
+
+    keys = load_keys(args.api_key_file)
+    check_bind(args.host, keys)
+    return GatewayConfig(
+        host=args.host, port=args.port, max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
+        max_tokens_limit=args.max_tokens_limit, default_max_tokens=args.default_max_tokens,
+        max_stop_sequences=args.max_stop_sequences, max_messages=args.max_messages,
+        request_timeout_seconds=args.request_timeout or None, api_keys=keys,
+        protect_metrics=not args.open_metrics, protect_admin=not args.open_admin,
+    )
+
+
+def _fail(message: str) -> int:
+    from rich.console import Console
+
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    return EXIT_MODEL_ERROR
+
+
+def serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    from rich.console import Console
+
+    from contracts.errors import ModelLoadError
+
+    if args.model is not None and not Path(args.model).is_dir():
+        return _fail(f"model directory not found: {args.model}")
+    from gateway.http.auth import AuthConfigError
+
+    try:
+        config = _config_from_args(args)
+    except AuthConfigError as exc:
+        return _fail(str(exc))
+    except ValueError as exc:
+        return _fail(f"invalid option: {exc}")
+
+    from .blas import blas_in_use, reexec_with_openblas
+
+    reexec_with_openblas("serve")  # Linux: an installed OpenBLAS instead of the wheel's reference BLAS
+    console = Console(stderr=True)
+    with console.status(f"Loading model {args.model or '(embedded default)'} ...", spinner="dots"):
+        from engines.runtime import load_runtime  # imports MLX: only here, never at gateway import time
+
+        try:
+            runtime = load_runtime(args.model, mtp=args.mtp, mtp_weights=args.mtp_weights, draft_dir=args.draft,
+                                   tree_budget=args.tree_budget,
+                                   dtype=None if args.dtype == "stored" else args.dtype)
+        except ModelLoadError as exc:
+            return _fail(str(exc))
+    console.print(f"Loaded [bold]{runtime.model_id}[/]; engines: {', '.join(runtime.engine_names)}", highlight=False)
+    if config.api_keys:  # never the keys themselves
+        console.print(f"API keys: {len(config.api_keys)}; /metrics {'needs a key' if config.protect_metrics else 'open'}; "
+                      f"admin {'needs a key' if config.protect_admin else 'loopback or key'}", highlight=False)
+    logging.getLogger("switchyard.blas").info("BLAS in use: %s", blas_in_use())
+
+    router = _build_router(args, runtime.engine_names)
+    if router is None:
+        return EXIT_MODEL_ERROR
+    if args.policy:  # the policy's engine options win over --tree-budget, and follow live reloads
+        bind_engine_options(router.store, runtime)
+    # `model` may also name the directory as given on the command line (path, resolved path, dir name)
+    given = Path(args.model) if args.model else None
+    aliases = tuple(sorted({args.model, str(given.resolve()), given.name})) if given else ()
+    config = config.model_copy(update={"model_aliases": aliases})
+
+    from gateway.http.app import create_app
+    from gateway.http.server import run_server
+
+    app = create_app(runtime, router=router, config=config)
+    try:
+        router.start()
+        return run_server(app, config, log_level=args.log_level)
+    finally:
+        router.close()
+
+
+def bind_engine_options(store, runtime) -> None:
+    """Apply the policy's engine options (DDTree budget) to the loaded runtime now and after every
+    successful reload. The runtime reads the budget once per draft cycle, so a change takes effect
+    at the next cycle of any request."""
+
+    def apply(snapshot) -> None:
+        runtime.set_tree_budget(snapshot.policy.engines.ddtree.budget)
+
+    apply(store.current())
+    store.subscribe(apply)
+
+
+def _build_router(args: argparse.Namespace, engine_names: tuple[str, ...]):
+    from gateway.routing.policy import PolicyError
+    from gateway.routing.router import AdaptiveRouter
+
+    try:
+        return AdaptiveRouter.from_policy_file(args.policy, engine_names)
+    except (PolicyError, OSError) as exc:
+        _fail(f"policy {args.policy}: {exc}")
+        return None

@@ -1,0 +1,108 @@
+"""The Starlette application: OpenAI-compatible routes over one Backend, one worker, one Router."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from contracts.engine import Backend
+from gateway.config import GatewayConfig
+from gateway.observability.metrics import GatewayMetrics
+from gateway.routing.interface import Router, StaticRouter
+from gateway.worker.errors import WorkerError
+from gateway.worker.scheduler import Scheduler
+
+from .admission import BodyBudget, body_slots
+from .auth import ApiKeyMiddleware
+from .errors import APIError, from_exception
+from .generate import chat_completions, completions
+from .openapi import build_openapi
+from .state import GatewayState, model_names
+from .views import admin_reload, get_model, health, list_models, metrics, openapi_schema, router_stats
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    return exc.response()
+
+
+async def _worker_error(request: Request, exc: Exception) -> Response:
+    return from_exception(exc).response()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404/405 (unknown route, wrong method) as OpenAI error objects."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        err = APIError(404, f"Unknown route: {request.method} {request.url.path}", type="not_found_error", code="unknown_url")
+    elif exc.status_code == 405:
+        err = APIError(405, f"Method {request.method} is not allowed on {request.url.path}.", code="method_not_allowed")
+    else:
+        err = APIError(exc.status_code, str(exc.detail), type="invalid_request_error" if exc.status_code < 500 else "server_error")
+    if exc.status_code in (404, 405):
+        request.app.state.gateway.metrics.count_request("other", None, None, exc.status_code)
+    return err.response(dict(exc.headers or {}))
+
+
+async def _unhandled(request: Request, exc: Exception) -> Response:
+    return from_exception(exc).response()  # logs the traceback; the client sees a plain 500
+
+
+def create_app(backend: Backend, *, router: Router | None = None, config: GatewayConfig = GatewayConfig()) -> Starlette:
+    """Build the app. The worker thread starts with the app's lifespan and stops with it."""
+    scheduler = Scheduler(max_queue=config.max_queue, retry_after_seconds=config.retry_after_seconds,
+                          request_timeout=config.request_timeout_seconds)
+    gateway_metrics = GatewayMetrics()
+    gateway_metrics.bind_scheduler(
+        waiting=lambda: scheduler.waiting, running=lambda: scheduler.running, up=lambda: float(scheduler.alive),
+        capacity=config.max_queue,
+    )
+    state = GatewayState(
+        backend=backend,
+        router=router if router is not None else StaticRouter(tuple(backend.engine_names)),
+        config=config,
+        scheduler=scheduler,
+        metrics=gateway_metrics,
+        model_names=model_names(backend.model_id, config.model_aliases),
+    )
+    gateway_metrics.bind_backend(backend)        # memory and loaded engines, read at scrape time
+    gateway_metrics.bind_router(state.router)    # classifier latency, policy info (adaptive router only)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        scheduler.start()
+        try:
+            yield
+        finally:
+            scheduler.stop()
+
+    routes = [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/v1/router/stats", router_stats, methods=["GET"]),
+        Route("/admin/reload", admin_reload, methods=["POST"]),
+        Route("/openapi.json", openapi_schema, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={APIError: _api_error, WorkerError: _worker_error, HTTPException: _http_error,
+                            Exception: _unhandled},
+    )
+    app.state.gateway = state
+    app.state.body_budget = BodyBudget(body_slots(config.max_queue), config.retry_after_seconds)
+    app.state.openapi = build_openapi(config, tuple(backend.engine_names), tuple(state.model_names))
+    if config.api_keys:  # outermost: a request without a valid key never reaches a handler
+        app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, protect_metrics=config.protect_metrics,
+                           protect_admin=config.protect_admin)
+    return app

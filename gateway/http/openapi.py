@@ -1,0 +1,173 @@
+"""GET /openapi.json: an OpenAPI 3.1 document built from the pydantic models the handlers use.
+
+Request bodies are the validation schemas of the request models; responses are the serialization
+schemas of the response models; every error status documents OpenAI's error object. Fuzzers
+(tests/test_fuzz_api.py runs schemathesis) and client generators read it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from gateway.config import GatewayConfig
+
+from . import schemas
+
+REF = "#/components/schemas/{model}"
+API_KEY_SCHEME = "ApiKey"
+
+_REQUESTS: tuple[type[BaseModel], ...] = (schemas.ChatCompletionRequest, schemas.CompletionRequest)
+_RESPONSES: tuple[type[BaseModel], ...] = (
+    schemas.ChatCompletion, schemas.Completion, schemas.ModelList, schemas.ModelCard, schemas.ErrorResponse,
+    schemas.Health,
+)
+
+# Statuses each kind of operation can answer with an error object.
+_GENERATION_ERRORS = {
+    "400": "Invalid request (validation, unsupported parameter, limit exceeded, prompt too long)",
+    "401": "Missing or wrong API key", "404": "Unknown model", "413": "Request body too large",
+    "415": "Body is not JSON", "429": "Queue full (see Retry-After)", "500": "Engine failure",
+    "503": "Model worker unavailable or shutting down", "504": "Request timeout",
+}
+_READ_ERRORS = {"401": "Missing or wrong API key"}
+_ADMIN_ERRORS = {"401": "Missing or wrong API key", "403": "Not a loopback client and no API key",
+                 "404": "No adaptive router / no policy file"}
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": REF.format(model=model.__name__)}
+
+
+def _json(model: type[BaseModel] | None, description: str) -> dict[str, Any]:
+    schema = _ref(model) if model is not None else {"type": "object"}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(statuses: dict[str, str]) -> dict[str, Any]:
+    return {status: _json(schemas.ErrorResponse, text) for status, text in statuses.items()}
+
+
+def _generation(summary: str, request: type[BaseModel], response: type[BaseModel], engine: dict[str, Any]) -> dict[str, Any]:
+    ok = _json(response, "The completion (JSON), or server-sent events when `stream` is true")
+    # one server-sent event: `data` is a JSON chunk, an error object, or "[DONE]"
+    ok["content"]["text/event-stream"] = {"schema": {"type": "object", "required": ["data"],
+                                                     "properties": {"data": {"type": "string"}}}}
+    ok["headers"] = {name: {"schema": {"type": "string"}} for name in
+                     ("X-Switchyard-Engine", "X-Switchyard-Class", "X-Switchyard-Route-Reason")}
+    return {
+        "post": {
+            "summary": summary,
+            "parameters": [{
+                "name": "X-Switchyard-Engine", "in": "header", "required": False,
+                "description": "Force an engine: raw | mtp | ddtree | auto (the body field `engine` wins)",
+                "schema": engine,
+            }],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(request)}}},
+            "responses": {"200": ok, **_errors(_GENERATION_ERRORS)},
+        }
+    }
+
+
+def _get(summary: str, response: dict[str, Any], errors: dict[str, str], **extra: Any) -> dict[str, Any]:
+    return {"get": {"summary": summary, "responses": {"200": response, **_errors(errors)}, **extra}}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}], "default": None}
+
+
+def _one_of_values(*values: Any) -> dict[str, Any]:
+    return {"enum": list(values)}
+
+
+def _engine_pattern(engines: tuple[str, ...]) -> str:
+    """Engine names as the server reads them: case-insensitive, surrounding blanks ignored, "" = auto."""
+    names = "|".join("".join(f"[{c.lower()}{c.upper()}]" for c in name) for name in (*engines, "auto"))
+    return rf"^[ \t]*({names})?[ \t]*$"
+
+
+def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, ...], models: tuple[str, ...]) -> None:
+    """Narrow the request schemas from "what parses" to "what this server serves": OpenAI fields it
+    only accepts at their neutral value, its limits, its model names and engines. The handlers
+    reject everything else with a 400/404, so the document describes the accepted inputs exactly."""
+    stop = {"type": "string", "minLength": 1, "maxLength": config.max_stop_chars}
+    common = {
+        "model": _nullable({"type": "string", "enum": sorted(models)}),
+        "max_tokens": _nullable({"type": "integer", "minimum": 1, "maximum": config.max_tokens_limit}),
+        "stop": {"anyOf": [stop, {"type": "array", "items": stop, "maxItems": config.max_stop_sequences},
+                           {"type": "null"}], "default": None},
+        "engine": _nullable({"type": "string", "pattern": _engine_pattern(engines)}),
+        "n": _one_of_values(1, None),
+        "presence_penalty": _one_of_values(0, None),
+        "frequency_penalty": _one_of_values(0, None),
+        "logit_bias": _nullable({"type": "object", "maxProperties": 0}),
+        "logprobs": _one_of_values(None, False, 0),
+    }
+    chat = defs["ChatCompletionRequest"]["properties"]
+    chat.update(common)
+    chat["max_completion_tokens"] = common["max_tokens"]
+    chat["messages"]["maxItems"] = config.max_messages
+    chat["top_logprobs"] = _one_of_values(0, None)
+    for name in ("tools", "functions"):
+        chat[name] = _nullable({"type": "array", "maxItems": 0})
+    for name in ("tool_choice", "function_call"):
+        chat[name] = _one_of_values(None, "none")
+    defs["ResponseFormat"]["properties"]["type"] = {"type": "string", "const": "text"}
+    # content may be null only on assistant messages
+    defs["ChatMessage"]["if"] = {"properties": {"role": {"const": "assistant"}}}
+    defs["ChatMessage"]["else"] = {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}}
+    completion = defs["CompletionRequest"]["properties"]
+    completion.update(common)
+    text = {"type": "string", "minLength": 1}
+    completion["prompt"] = {"anyOf": [text, {"type": "array", "items": text, "minItems": 1, "maxItems": 1}]}
+    completion["echo"] = _one_of_values(None, False)
+    completion["suffix"] = _one_of_values(None, "")
+    completion["best_of"] = _one_of_values(None, 1)
+
+
+def build_openapi(
+    config: GatewayConfig = GatewayConfig(),
+    engines: tuple[str, ...] = ("raw",),
+    models: tuple[str, ...] = ("default",),
+    title: str = "Switchyard",
+    version: str = "0.1.0",
+) -> dict[str, Any]:
+    inputs = [(m, "validation") for m in _REQUESTS] + [(m, "serialization") for m in _RESPONSES]
+    _, defs = models_json_schema(inputs, ref_template=REF)
+    _honoured(defs["$defs"], config, engines, models)
+    model_param = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+    engine_header = {"type": "string", "pattern": _engine_pattern(engines)}
+    health_503 = _json(schemas.Health, "Model not loaded, worker crashed, or draining for shutdown")
+    paths = {
+        "/v1/chat/completions": _generation("Chat completion", schemas.ChatCompletionRequest, schemas.ChatCompletion,
+                                            engine_header),
+        "/v1/completions": _generation("Text completion", schemas.CompletionRequest, schemas.Completion, engine_header),
+        "/v1/models": _get("The served model", _json(schemas.ModelList, "Models"), _READ_ERRORS),
+        "/v1/models/{model}": _get("One model by name", _json(schemas.ModelCard, "The model"),
+                                   {**_READ_ERRORS, "404": "Unknown model"}, parameters=[model_param]),
+        "/health": _get("Liveness and readiness", _json(schemas.Health, "Serving"), {}, security=[]),
+        "/metrics": _get("Prometheus exposition", {"description": "Metrics",
+                                                   "content": {"text/plain": {"schema": {"type": "string"}}}},
+                         _READ_ERRORS),
+        "/v1/router/stats": _get("Router and monitor statistics", _json(None, "Statistics"), _ADMIN_ERRORS),
+        "/admin/reload": {"post": {
+            "summary": "Re-read the policy file",
+            "responses": {"200": _json(None, "Reloaded"), "422": _json(None, "Invalid policy; the old one stays"),
+                          **_errors(_ADMIN_ERRORS)},
+        }},
+    }
+    paths["/health"]["get"]["responses"]["503"] = health_503
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": version,
+                 "description": "OpenAI-compatible API of one local model with routed decoding engines."},
+        "paths": paths,
+        "components": {
+            "schemas": defs["$defs"],
+            "securitySchemes": {API_KEY_SCHEME: {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{API_KEY_SCHEME: []}, {}],   # keys are optional unless the server was given some
+    }

@@ -1,0 +1,69 @@
+"""The router's interface as the worker sees it: what a request shows, what the router decides.
+
+The adaptive router (router.py) implements it; StaticRouter is what an app gets without one.
+Every method runs on the worker thread (gateway/worker/pipeline.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from contracts.engine import FallbackRule, StepResult
+from contracts.request_text import RequestText
+
+
+@dataclass(frozen=True)
+class RouteRequest:
+    """What the router may look at for one request."""
+
+    text: RequestText           # system / last user / history text and response_format, built at the edge
+    forced_engine: str | None   # request field `engine` / header X-Switchyard-Engine; None or "auto" = route
+    prompt_tokens: int
+    queue_depth: int            # requests waiting in the scheduler when this one was admitted
+    sampled: bool = False       # temperature > 0 (after the model's defaults): acceptance differs from greedy
+
+
+@dataclass(frozen=True)
+class RouteDecision:
+    engine: str
+    klass: str                  # one of contracts.names.CLASSES
+    reason: str                 # one of contracts.names.ROUTE_REASONS
+    fallback: FallbackRule | None = None  # mid-request hand-off rule for speculative engines
+    predicted: dict[str, float] = field(default_factory=dict)  # engine -> predicted tok/s (for stats)
+    policy_version: int = 0     # the policy snapshot this request was admitted with
+    sampled: bool = False       # decoding mode: the monitor keeps greedy and sampled statistics apart
+
+
+class Router(Protocol):
+    def choose(self, request: RouteRequest) -> RouteDecision:
+        """Pick an engine. Runs on the worker thread before the request's prefill: must be fast and
+        never raise for valid input."""
+        ...
+
+    def observe(self, decision: RouteDecision, step: StepResult) -> None:
+        """Feed one engine step to the monitor (called on the worker thread)."""
+        ...
+
+    def finished(self, decision: RouteDecision, error: BaseException | None) -> None:
+        """Request done; a non-None error from the engine may quarantine it."""
+        ...
+
+
+class StaticRouter:
+    """Default router before the adaptive one: a forced engine if asked, else raw (reason "fallback")."""
+
+    def __init__(self, engine_names: tuple[str, ...]):
+        self.engine_names = tuple(engine_names)
+
+    def choose(self, request: RouteRequest) -> RouteDecision:
+        forced = request.forced_engine
+        if forced not in (None, "auto") and forced in self.engine_names:
+            return RouteDecision(engine=forced, klass="prose", reason="forced")
+        return RouteDecision(engine="raw", klass="prose", reason="fallback")
+
+    def observe(self, decision: RouteDecision, step: StepResult) -> None:
+        pass
+
+    def finished(self, decision: RouteDecision, error: BaseException | None) -> None:
+        pass

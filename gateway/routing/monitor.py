@@ -1,0 +1,350 @@
+"""Online monitor: what each engine yields per verify step and what a step costs, on this machine.
+
+Per (class, engine) it keeps EWMAs of accepted draft tokens per verify step (alpha), tokens per step
+and seconds per step; per engine it keeps the step seconds that give the cost ratio c_e against raw.
+Predictions blend the policy priors with the measurements while an arm warms up and use
+speedup_e = (1 + alpha_e) / c_e (docs/design.md "Router and online monitor"). A constant EWMA weight
+forgets old data geometrically, so the estimates follow drift.
+
+observe() and predict() run on the scheduler's worker thread, while the HTTP side reads snapshots
+(router stats, metrics scrapes) and the autosaver thread saves: one lock guards all state. The state persists atomically (temp file in the same directory, fsync, os.replace).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from contracts.engine import StepResult
+from contracts.names import CLASSES, ENGINE_NAMES
+
+log = logging.getLogger(__name__)
+
+STATE_FORMAT_VERSION = 1
+
+
+class Ewma(BaseModel):
+    """Exponentially weighted mean and variance with a warm start (plain mean for the first 1/w samples)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mean: float = 0.0
+    var: float = 0.0
+    n: int = Field(0, ge=0)  # observations folded in (not decayed)
+
+    def update(self, value: float, weight: float) -> None:
+        self.n += 1
+        w = max(weight, 1.0 / self.n)
+        delta = value - self.mean
+        self.mean += w * delta
+        self.var = (1.0 - w) * (self.var + w * delta * delta)
+
+    def effective_n(self, weight: float) -> float:
+        """How many samples the estimate really rests on (an EWMA remembers about (2 - w) / w)."""
+        return min(float(self.n), (2.0 - weight) / weight)
+
+
+class ArmStats(BaseModel):
+    """Measurements of one (class, engine) arm."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accepted: Ewma = Field(default_factory=Ewma)      # accepted draft tokens per verify step
+    tokens: Ewma = Field(default_factory=Ewma)        # tokens emitted per timed step
+    seconds: Ewma = Field(default_factory=Ewma)       # wall seconds per timed step
+    steps: int = 0
+    drafted_total: int = 0
+    accepted_total: int = 0
+
+
+class MonitorState(BaseModel):
+    """What the state file holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: int = STATE_FORMAT_VERSION
+    saved_at: float = 0.0
+    arms: dict[str, ArmStats] = Field(default_factory=dict)             # "class/engine" -> stats
+    engine_seconds: dict[str, Ewma] = Field(default_factory=dict)       # engine -> seconds per step
+
+
+@dataclass(frozen=True)
+class ArmPrediction:
+    """The monitor's current belief about one arm (priors blended in while warming up)."""
+
+    accepted: float            # alpha
+    cost: float                # c_e, step cost relative to raw
+    speedup: float             # (1 + alpha) / c
+    tokens_per_second: float   # raw's step rate x speedup
+    accepted_sd: float         # uncertainty of alpha (for Thompson sampling)
+    cost_sd: float
+    n_accepted: int
+    n_cost: int
+    accepted_step_sd: float = 0.0   # spread of one verify step's accepted count (the fallback's noise)
+
+
+def _blend(prior: float, measured: float, n: int, warmup: int) -> float:
+    """Prior until there is data, measurement from `warmup` observations on, linear in between."""
+    if n <= 0:
+        return prior
+    if warmup <= 0 or n >= warmup:
+        return measured
+    weight = n / warmup
+    return weight * measured + (1.0 - weight) * prior
+
+
+def _arm_key(klass: str, engine: str, sampled: bool = False) -> str:
+    """Greedy and sampled decoding accept different amounts (a sampled target often leaves the
+    draft's argmax path), so they are separate arms: `code/mtp` and `code/mtp/sampled`."""
+    return f"{klass}/{engine}/sampled" if sampled else f"{klass}/{engine}"
+
+
+class Monitor:
+    """Thread-safe online statistics, persisted to an optional state file."""
+
+    def __init__(self, state_path: str | Path | None = None, ewma_alpha: float = 0.01):
+        self._lock = threading.Lock()
+        self._weight = ewma_alpha
+        self._state_path = Path(state_path) if state_path is not None else None
+        self._state = MonitorState()
+        self._dirty = False
+        self.load_error: str | None = None
+        if self._state_path is not None:
+            self._state = self._load(self._state_path)
+
+    # --- configuration --------------------------------------------------------------------
+    @property
+    def state_path(self) -> Path | None:
+        return self._state_path
+
+    def set_ewma_alpha(self, weight: float) -> None:
+        if not 0.0 < weight <= 1.0:
+            raise ValueError(f"ewma alpha must be in (0, 1], got {weight}")
+        with self._lock:
+            self._weight = weight
+
+    # --- updates (worker thread) ----------------------------------------------------------
+    def observe(self, klass: str, step: StepResult, timed: bool = True, sampled: bool = False) -> None:
+        """Fold one engine step into the stats of (klass, step.engine).
+
+        `timed=False` for a request's first step, whose wall time includes the prefill.
+        """
+        if step.engine not in ENGINE_NAMES or klass not in CLASSES:
+            return
+        with self._lock:
+            arm = self._state.arms.setdefault(_arm_key(klass, step.engine, sampled), ArmStats())
+            arm.steps += 1
+            if step.drafted > 0:
+                arm.accepted.update(float(step.accepted), self._weight)
+                arm.drafted_total += step.drafted
+                arm.accepted_total += step.accepted
+            if timed and step.seconds > 0 and math.isfinite(step.seconds) and step.tokens:
+                arm.tokens.update(float(len(step.tokens)), self._weight)
+                arm.seconds.update(step.seconds, self._weight)
+                engine_seconds = self._state.engine_seconds.setdefault(step.engine, Ewma())
+                engine_seconds.update(step.seconds, self._weight)
+            self._dirty = True
+
+    # --- predictions (worker thread) ------------------------------------------------------
+    def predict(
+        self,
+        klass: str,
+        engine: str,
+        prior_accepted: float,
+        prior_cost: float,
+        warmup: int,
+        prior_raw_tokens_per_second: float,
+        prior_accepted_sd: float = 0.5,
+        sampled: bool = False,
+        cost_warmup: int | None = None,
+    ) -> ArmPrediction:
+        """`warmup`: observations before an arm's alpha replaces its prior; `cost_warmup` (default:
+        `warmup`): timed steps before the engine's measured step cost replaces `prior_cost`."""
+        with self._lock:
+            return self._predict_locked(
+                klass, engine, prior_accepted, prior_cost, warmup, prior_raw_tokens_per_second, prior_accepted_sd,
+                sampled, cost_warmup=warmup if cost_warmup is None else cost_warmup,
+            )
+
+    def _predict_locked(
+        self,
+        klass: str,
+        engine: str,
+        prior_accepted: float,
+        prior_cost: float,
+        warmup: int,
+        prior_raw_tps: float,
+        prior_accepted_sd: float,
+        sampled: bool = False,
+        *,
+        cost_warmup: int,
+    ) -> ArmPrediction:
+        raw_seconds = self._state.engine_seconds.get("raw")
+        raw_rate = _blend(
+            prior_raw_tps,
+            1.0 / raw_seconds.mean if raw_seconds and raw_seconds.mean > 0 else prior_raw_tps,
+            raw_seconds.n if raw_seconds else 0,
+            cost_warmup,
+        )
+        if engine == "raw":
+            return ArmPrediction(0.0, 1.0, 1.0, raw_rate, 0.0, 0.0, 0, raw_seconds.n if raw_seconds else 0)
+        arm = self._state.arms.get(_arm_key(klass, engine, sampled))
+        n_acc = arm.accepted.n if arm else 0
+        accepted = _blend(prior_accepted, arm.accepted.mean if arm else 0.0, n_acc, warmup)
+        measured_cost, cost_var, n_cost = self._cost_locked(engine)
+        cost = max(_blend(prior_cost, measured_cost, n_cost, cost_warmup), 1e-6)
+        speedup = (1.0 + accepted) / cost
+        # uncertainty shrinks from the prior's as data arrives (a variance from 1-2 samples means nothing)
+        accepted_sd = _blend(prior_accepted_sd, self._sd(arm.accepted if arm else None, prior_accepted_sd), n_acc, warmup)
+        # before any timing, a step's relative cost is taken as known to ~10% (it is mostly arithmetic)
+        cost_n_eff = min(float(n_cost), (2.0 - self._weight) / self._weight)
+        measured_cost_sd = math.sqrt(cost_var / max(1.0, cost_n_eff)) if n_cost else 0.1 * prior_cost
+        cost_sd = _blend(0.1 * prior_cost, measured_cost_sd, n_cost, cost_warmup)
+        # per-step spread: measured once there are two observations, else the prior's sd stands in
+        step_sd = math.sqrt(arm.accepted.var) if arm and arm.accepted.n >= 2 else prior_accepted_sd
+        return ArmPrediction(accepted, cost, speedup, raw_rate * speedup, accepted_sd, cost_sd, n_acc, n_cost, step_sd)
+
+    def _sd(self, stat: Ewma | None, prior_sd: float) -> float:
+        """Standard error of an EWMA mean; the prior's sd while there is no data."""
+        if stat is None or stat.n == 0:
+            return prior_sd
+        n_eff = stat.effective_n(self._weight)
+        return math.sqrt(max(stat.var, 1e-4) / n_eff)
+
+    def _cost_locked(self, engine: str) -> tuple[float, float, int]:
+        """(c_e, variance of c_e, observations) from mean step seconds against raw's."""
+        mine = self._state.engine_seconds.get(engine)
+        raw = self._state.engine_seconds.get("raw")
+        if not mine or not raw or mine.n == 0 or raw.n == 0 or raw.mean <= 0:
+            return 1.0, 0.0, 0
+        ratio = mine.mean / raw.mean
+        rel_var = mine.var / max(mine.mean**2, 1e-12) + raw.var / max(raw.mean**2, 1e-12)
+        return ratio, ratio * ratio * rel_var, min(mine.n, raw.n)
+
+    def measured_cost(self, engine: str) -> tuple[float, int]:
+        """(c_e, observations) as measured, without priors; (1.0, 0) when unknown."""
+        with self._lock:
+            ratio, _, n = self._cost_locked(engine)
+            return ratio, n
+
+    # --- export -----------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """Raw measurements, JSON-able (predictions with priors come from the router)."""
+        with self._lock:
+            arms = {}
+            for key, arm in self._state.arms.items():
+                arms[key] = {
+                    "steps": arm.steps,
+                    "accepted_per_step": arm.accepted.mean if arm.accepted.n else None,
+                    "accepted_observations": arm.accepted.n,
+                    "tokens_per_second": arm.tokens.mean / arm.seconds.mean if arm.seconds.n and arm.seconds.mean > 0 else None,
+                    "seconds_per_step": arm.seconds.mean if arm.seconds.n else None,
+                    "drafted_total": arm.drafted_total,
+                    "accepted_total": arm.accepted_total,
+                }
+            engines = {}
+            for engine, seconds in self._state.engine_seconds.items():
+                ratio, _, n = self._cost_locked(engine)
+                engines[engine] = {
+                    "seconds_per_step": seconds.mean,
+                    "timed_steps": seconds.n,
+                    "cost_ratio": ratio if n else None,
+                }
+            return {"arms": arms, "engines": engines, "ewma_alpha": self._weight}
+
+    # --- persistence ------------------------------------------------------------------------
+    def _load(self, path: Path) -> MonitorState:
+        """Read the state file; anything wrong is logged and an empty state is used instead."""
+        if not path.exists():
+            return MonitorState()
+        try:
+            state = MonitorState.model_validate_json(path.read_bytes())
+            if state.format != STATE_FORMAT_VERSION:
+                raise ValueError(f"state format {state.format}, expected {STATE_FORMAT_VERSION}")
+        except (OSError, ValueError, ValidationError) as exc:
+            self.load_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            log.warning("router state file %s ignored (%s); starting with priors only", path, self.load_error)
+            return MonitorState()
+        log.info("router state loaded from %s (%d arms)", path, len(state.arms))
+        return state
+
+    def save(self, force: bool = False) -> bool:
+        """Write the state atomically if anything changed (or `force`). Returns True if written."""
+        if self._state_path is None:
+            return False
+        with self._lock:
+            if not (self._dirty or force):
+                return False
+            self._state.saved_at = time.time()
+            payload = self._state.model_dump_json(indent=1)
+            self._dirty = False
+        try:
+            write_atomically(self._state_path, payload)
+        except OSError as exc:
+            with self._lock:
+                self._dirty = True
+            log.warning("cannot save router state to %s: %s", self._state_path, exc)
+            return False
+        return True
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Readers see the old file or the new one, never a partial one (same-dir temp + fsync + replace)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+class Autosaver:
+    """Background thread that saves the monitor every `interval` seconds, and once more on stop()."""
+
+    def __init__(self, monitor: Monitor, interval: float):
+        self._monitor = monitor
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="switchyard-state-saver", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def set_interval(self, interval: float) -> None:
+        self._interval = interval
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._monitor.save()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self._monitor.save()

@@ -1,0 +1,372 @@
+"""The adaptive router: class + online monitor + policy -> engine, with a reason for every decision.
+
+Order of decisions (the first that applies wins):
+  forced (request field/header) > rule (policy rules by class, prompt length, response_format)
+  > health (the preferred engine is quarantined or not loaded) > fallback (queue deeper than the
+  threshold => raw) > explore (epsilon-greedy or Thompson) > monitor (argmax predicted tokens/s,
+  with a switch margin so near-ties do not flap).
+Speculative picks carry a FallbackRule (mid-request hand-off to raw) built from the policy window
+and margin and the monitor's cost ratio: break-even alpha* = c - 1, lowered by the margin and by
+evidence_z standard errors of a window's mean (the arm's measured per-step spread / sqrt(window)).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import signal
+import threading
+import time
+from collections import Counter, OrderedDict
+from pathlib import Path
+from typing import Callable, Literal, Mapping, Protocol, Sequence
+
+from contracts.engine import FallbackRule, StepResult
+from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError
+from contracts.names import CLASSES, ENGINE_NAMES, STRUCTURED_RESPONSE_FORMATS
+from contracts.request_text import RequestText
+
+from .interface import RouteDecision, RouteRequest
+from .monitor import ArmPrediction, Autosaver, Monitor
+from .policy import Policy
+from .policy_watch import PolicySnapshot, PolicyStore, ReloadResult
+
+log = logging.getLogger(__name__)
+
+_MAX_OPEN_REQUESTS = 4096   # bound on per-request step counters if finished() is ever skipped
+_KEPT_SNAPSHOTS = 16        # policy versions remembered for requests still running
+
+
+class PredictionLike(Protocol):
+    label: str
+    probs: Mapping[str, float]
+
+
+class ClassifierLike(Protocol):
+    """What the router needs from classifier.Classifier."""
+
+    def predict(self, request: RequestText) -> PredictionLike: ...
+
+
+def load_classifier(path: str | Path | None = None) -> ClassifierLike | None:
+    """The shipped classifier (classifier.Classifier.load), or None if it is missing or broken:
+    the router then gives every request the policy's default_class, and says so in the log."""
+    try:
+        from classifier import Classifier  # type: ignore[attr-defined]
+    except ImportError as exc:
+        log.warning("request classifier not available (%s); routing uses the policy's default_class", exc)
+        return None
+    try:
+        return Classifier.load(path)
+    except Exception as exc:  # a bad artifact must not stop the server: routing still works per class prior
+        log.warning("request classifier failed to load (%s); routing uses the policy's default_class", exc)
+        return None
+
+
+class AdaptiveRouter:
+    """Implements gateway.routing.interface.Router. Every method runs on the worker thread; the
+    HTTP side only reads stats() and calls reload(), so shared state sits behind one lock."""
+
+    def __init__(
+        self,
+        store: PolicyStore,
+        monitor: Monitor,
+        loaded_engines: Sequence[str],
+        classifier: ClassifierLike | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if "raw" not in loaded_engines:
+            raise ValueError("the raw engine must be loaded: it is every fallback's target")
+        self.store = store
+        self.monitor = monitor
+        self.classifier = classifier
+        self._loaded = frozenset(loaded_engines)
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._quarantine_until: dict[str, float] = {}
+        self._incumbent: dict[tuple[str, bool], str] = {}  # (class, sampled) -> engine last chosen by the monitor
+        self._open_steps: OrderedDict[int, int] = OrderedDict()  # id(decision) -> steps seen
+        self._snapshots: OrderedDict[int, PolicySnapshot] = OrderedDict()
+        self._decisions: Counter[tuple[str, str, str]] = Counter()  # (class, engine, reason)
+        self._classifier_errors = 0
+        self._autosaver: Autosaver | None = None
+        self._previous_sighup = None
+        self._remember(store.current())
+        store.subscribe(self._on_reload)
+        self._warn_unloaded(store.policy)
+
+    @classmethod
+    def from_policy_file(
+        cls,
+        path: str | Path | None,
+        loaded_engines: Sequence[str],
+        classifier: ClassifierLike | None | Literal["auto"] = "auto",
+        state_path: str | Path | None = None,
+    ) -> "AdaptiveRouter":
+        """Policy from `path` (None = built-in defaults; invalid => PolicyError), monitor state from
+        `state_path` or the policy's `state.path` (unreadable => logged, start from priors), and the
+        shipped classifier unless one (or None) is given."""
+        store = PolicyStore(path)
+        policy = store.policy
+        monitor = Monitor(state_path or policy.state.resolved_path(), policy.monitor.ewma_alpha)
+        if classifier == "auto":
+            classifier = load_classifier()
+        return cls(store, monitor, loaded_engines, classifier)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def start(self, watch_policy: bool = True, watch_interval: float = 1.0, install_sighup: bool = True) -> None:
+        """Start periodic state saving, the policy file watcher, and (from the main thread) reload on
+        SIGHUP; without a handler SIGHUP would terminate the process."""
+        if self._autosaver is None and self.monitor.state_path is not None:
+            self._autosaver = Autosaver(self.monitor, self.store.policy.state.persist_interval_seconds)
+            self._autosaver.start()
+        if watch_policy:
+            self.store.start_watching(watch_interval)
+        if install_sighup and hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread():
+            self._previous_sighup = signal.getsignal(signal.SIGHUP)
+            self.store.install_sighup_handler()
+
+    def close(self) -> None:
+        """Stop the threads, restore the SIGHUP handler and save the state one last time."""
+        if self._previous_sighup is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGHUP, self._previous_sighup)
+            self._previous_sighup = None
+        self.store.stop_watching()
+        if self._autosaver is not None:
+            self._autosaver.stop()
+            self._autosaver = None
+        else:
+            self.monitor.save()
+
+    def reload(self, trigger: str = "admin") -> ReloadResult:
+        """For POST /admin/reload: re-read the policy file (invalid => old policy stays)."""
+        return self.store.reload(trigger)
+
+    def _on_reload(self, snapshot: PolicySnapshot) -> None:
+        self.monitor.set_ewma_alpha(snapshot.policy.monitor.ewma_alpha)
+        if self._autosaver is not None:
+            self._autosaver.set_interval(snapshot.policy.state.persist_interval_seconds)
+        self._warn_unloaded(snapshot.policy)
+
+    def _warn_unloaded(self, policy: Policy) -> None:
+        missing = [e for e in policy.engines.enabled() if e not in self._loaded]
+        if missing:
+            log.warning("policy enables engines that are not loaded: %s (their requests go elsewhere)", missing)
+
+    # --- classification -----------------------------------------------------------------------
+    def classify(self, request: RouteRequest, policy: Policy) -> str:
+        if request.text.response_format in STRUCTURED_RESPONSE_FORMATS:
+            return "structured"
+        if self.classifier is None:
+            return policy.default_class
+        try:
+            label = self.classifier.predict(request.text).label
+        except Exception:  # routing must never fail a request; count and use the default class
+            self._classifier_errors += 1
+            log.exception("classifier failed; using default class %s", policy.default_class)
+            return policy.default_class
+        return label if label in CLASSES else policy.default_class
+
+    # --- predictions --------------------------------------------------------------------------
+    def predict(self, klass: str, engine: str, policy: Policy, sampled: bool = False) -> ArmPrediction:
+        prior_accepted, prior_cost = policy.prior(klass, engine)
+        return self.monitor.predict(
+            klass,
+            engine,
+            prior_accepted,
+            prior_cost,
+            policy.monitor.warmup,
+            policy.engines.raw.prior_tokens_per_second,
+            policy.exploration.thompson_prior_sd,
+            sampled,
+            policy.monitor.cost_warmup,
+        )
+
+    def _is_healthy(self, engine: str, now: float) -> bool:
+        return engine in self._loaded and self._quarantine_until.get(engine, 0.0) <= now
+
+    def _argmax(self, arm: tuple[str, bool], predicted: Mapping[str, float], candidates: Sequence[str], margin: float) -> str:
+        """arm = (class, sampled): each keeps its own incumbent for the hysteresis."""
+        best = max(candidates, key=lambda e: predicted[e])
+        incumbent = self._incumbent.get(arm)
+        if incumbent in candidates and incumbent != best and predicted[best] <= predicted[incumbent] * (1.0 + margin):
+            return incumbent  # hysteresis: a near-tie does not switch engines
+        return best
+
+    def _thompson(self, klass: str, predictions: Mapping[str, ArmPrediction], candidates: Sequence[str]) -> str:
+        def draw(engine: str) -> float:
+            p = predictions[engine]
+            if engine == "raw":
+                return p.tokens_per_second
+            accepted = max(0.0, self._rng.gauss(p.accepted, p.accepted_sd))
+            cost = max(0.05, self._rng.gauss(p.cost, p.cost_sd))
+            raw_rate = p.tokens_per_second / p.speedup if p.speedup > 0 else 0.0
+            return raw_rate * (1.0 + accepted) / cost
+
+        return max(candidates, key=draw)
+
+    # --- Router protocol ------------------------------------------------------------------------
+    def choose(self, request: RouteRequest) -> RouteDecision:
+        snapshot = self.store.current()
+        policy = snapshot.policy
+        self._remember(snapshot)
+        klass = self.classify(request, policy)
+        enabled = policy.engines.enabled()
+        mode = request.sampled
+        predictions = {engine: self.predict(klass, engine, policy, mode) for engine in enabled}
+        predicted = {engine: p.tokens_per_second for engine, p in predictions.items()}
+
+        def decide(engine: str, reason: str, with_fallback: bool = True) -> RouteDecision:
+            rule = self._fallback_rule(engine, predictions, policy) if with_fallback else None
+            decision = RouteDecision(engine, klass, reason, rule, predicted, snapshot.version, mode)
+            with self._lock:  # bounded labels: a forced engine name is whatever the client sent
+                self._decisions[(klass, engine if engine in ENGINE_NAMES else "other", reason)] += 1
+            return decision
+
+        forced = request.forced_engine
+        if forced and forced != "auto":
+            return decide(forced, "forced", with_fallback=False)  # an explicit engine is served as asked
+
+        now = self._clock()
+        with self._lock:
+            healthy = [e for e in enabled if self._is_healthy(e, now)]
+        queue_deep = request.queue_depth > policy.queue.raw_above_depth
+
+        for rule in policy.rules:
+            if rule.when.matches(klass, request.prompt_tokens, request.text.response_format):
+                if rule.engine in healthy:
+                    return decide(rule.engine, "rule")
+                return decide("raw" if queue_deep else self._argmax((klass, mode), predicted, healthy, 0.0), "health")
+
+        with self._lock:
+            preferred = self._argmax((klass, mode), predicted, enabled, policy.monitor.switch_margin)
+            self._incumbent[(klass, mode)] = preferred
+        if preferred not in healthy:
+            return decide("raw" if queue_deep else self._argmax((klass, mode), predicted, healthy, 0.0), "health")
+        if queue_deep:
+            return decide("raw", "fallback")
+
+        exploration = policy.exploration
+        if exploration.kind == "epsilon" and len(healthy) > 1 and self._rng.random() < exploration.epsilon:
+            return decide(self._rng.choice([e for e in healthy if e != preferred]), "explore")
+        if exploration.kind == "thompson" and len(healthy) > 1:
+            sampled = self._thompson(klass, predictions, healthy)
+            if sampled != preferred:
+                return decide(sampled, "explore")
+        return decide(preferred, "monitor")
+
+    def _fallback_rule(self, engine: str, predictions: Mapping[str, ArmPrediction], policy: Policy) -> FallbackRule | None:
+        """Hand-off rule for a speculative engine: below alpha* = c - 1 (minus the margin) => raw."""
+        if engine == "raw" or not policy.fallback.enabled or engine not in predictions:
+            return None
+        prediction, rule = predictions[engine], policy.fallback
+        break_even = prediction.cost - 1.0
+        noise = rule.evidence_z * prediction.accepted_step_sd / math.sqrt(rule.window)
+        return FallbackRule(window=rule.window, min_accepted=max(0.0, break_even - rule.margin - noise))
+
+    def observe(self, decision: RouteDecision, step: StepResult) -> None:
+        key = id(decision)
+        with self._lock:
+            seen = self._open_steps.get(key, 0)
+            self._open_steps[key] = seen + 1
+            if len(self._open_steps) > _MAX_OPEN_REQUESTS:
+                self._open_steps.popitem(last=False)
+        # the first step's wall time includes the prefill: count its tokens, not its time
+        self.monitor.observe(decision.klass, step, timed=seen > 0, sampled=decision.sampled)
+
+    def finished(self, decision: RouteDecision, error: BaseException | None) -> None:
+        with self._lock:
+            self._open_steps.pop(id(decision), None)
+        if error is None or isinstance(error, (InvalidRequestError, EngineUnavailableError)):
+            return
+        if not isinstance(error, Exception):  # cancellation / shutdown is not the engine's fault
+            return
+        engine = error.engine if isinstance(error, EngineFailure) else decision.engine
+        if engine == "raw":
+            log.error("raw engine failed (%s); raw is never quarantined", error)
+            return
+        snapshot = self._snapshots.get(decision.policy_version, self.store.current())
+        seconds = snapshot.policy.quarantine_seconds
+        with self._lock:
+            self._quarantine_until[engine] = self._clock() + seconds
+        log.warning("engine %s quarantined for %.0f s after: %s", engine, seconds, error)
+
+    def _remember(self, snapshot: PolicySnapshot) -> None:
+        with self._lock:
+            if snapshot.version not in self._snapshots:
+                self._snapshots[snapshot.version] = snapshot
+                while len(self._snapshots) > _KEPT_SNAPSHOTS:
+                    self._snapshots.popitem(last=False)
+
+    # --- export ---------------------------------------------------------------------------------
+    def decision_counts(self) -> list[tuple[str, str, str, int]]:
+        """(class, engine, reason, count) of every decision so far."""
+        with self._lock:
+            return [(k, e, r, n) for (k, e, r), n in sorted(self._decisions.items())]
+
+    def quarantined(self) -> dict[str, float]:
+        """engine -> seconds of quarantine left."""
+        now = self._clock()
+        with self._lock:
+            return {e: until - now for e, until in self._quarantine_until.items() if until > now}
+
+    def _arm_stats(self, klass: str, policy: Policy, sampled: bool) -> dict:
+        arms = {}
+        for engine in policy.engines.enabled():
+            p = self.predict(klass, engine, policy, sampled)
+            arms[engine] = {
+                "predicted_tokens_per_second": p.tokens_per_second,
+                "predicted_speedup": p.speedup,
+                "accepted_per_step": p.accepted,
+                "cost_ratio": p.cost,
+                "accepted_observations": p.n_accepted,
+                "cost_observations": p.n_cost,
+                "warm": p.n_accepted >= policy.monitor.warmup if engine != "raw" else True,
+            }
+        return {"engines": arms, "incumbent": self._incumbent.get((klass, sampled))}
+
+    def stats(self) -> dict:
+        """JSON for GET /v1/router/stats."""
+        policy = self.store.policy
+        classes: dict[str, dict] = {}
+        for klass in CLASSES:
+            greedy = self._arm_stats(klass, policy, sampled=False)
+            classes[klass] = {**greedy, "sampled": self._arm_stats(klass, policy, sampled=True)}
+        decisions = [{"class": k, "engine": e, "reason": r, "count": n} for k, e, r, n in self.decision_counts()]
+        return {
+            "classes": classes,
+            "measured": self.monitor.snapshot(),
+            "loaded_engines": sorted(self._loaded),
+            "enabled_engines": list(policy.engines.enabled()),
+            "quarantined": self.quarantined(),
+            "decisions": decisions,
+            "classifier_errors": self._classifier_errors,
+            "policy": self.store.counters(),
+            "state_file": {
+                "path": str(self.monitor.state_path) if self.monitor.state_path else None,
+                "load_error": self.monitor.load_error,
+            },
+        }
+
+    def gauge_values(self) -> list[tuple[str, str, str, float]]:
+        """(class, engine, metric, value) for Prometheus gauges, metric names without prefix."""
+        policy = self.store.policy
+        measured = self.monitor.snapshot()["arms"]
+        rows: list[tuple[str, str, str, float]] = []
+        for klass in CLASSES:
+            for engine in policy.engines.enabled():
+                p = self.predict(klass, engine, policy)
+                rows.append((klass, engine, "predicted_tokens_per_second", p.tokens_per_second))
+                rows.append((klass, engine, "predicted_speedup", p.speedup))
+                rows.append((klass, engine, "accepted_per_step", p.accepted))
+                rows.append((klass, engine, "step_cost_ratio", p.cost))
+                # the mode (greedy or sampled) that carried most of this arm's traffic
+                arms = [measured.get(f"{klass}/{engine}"), measured.get(f"{klass}/{engine}/sampled")]
+                busiest = max((a for a in arms if a), key=lambda a: a["steps"], default={})
+                tps = busiest.get("tokens_per_second")
+                if tps is not None and math.isfinite(tps):
+                    rows.append((klass, engine, "measured_tokens_per_second", tps))
+        return rows
