@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     prefilled = prefill(bundle, cache, ids, last_alone=True)
     pending = choose(bundle.lm_head(prefilled.hidden[-1:]), greedy, rng)
     prompt = mx.array(ids, dtype=mx.uint32)
-    draft_logits = engine._draft_logits(mx.concatenate([prompt[1:], pending.astype(mx.uint32)]), prefilled.hidden, head_cache)
+    draft_logits = engine.bundle.lm_head(engine.head_rows(mx.concatenate([prompt[1:], pending.astype(mx.uint32)]), prefilled.hidden, head_cache)[-1])
     token = int(pending.item())
     times: dict[str, list[float]] = {k: [] for k in ("verify forward", "lm_head + rule + host read", "commit", "head draft", "raw step")}
     chain = TreeLayout.chain(2)
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         mx.eval([c.state for c in cache])
         t3 = time.perf_counter()
         emitted = [drafted, bonus] if accepted else [bonus]
-        draft_logits = engine._draft_logits(mx.array(emitted, dtype=mx.uint32), out.hidden[: len(path)], head_cache)
+        draft_logits = engine.bundle.lm_head(engine.head_rows(mx.array(emitted, dtype=mx.uint32), out.hidden[: len(path)], head_cache)[-1])
         mx.eval(draft_logits)
         t4 = time.perf_counter()
         token = bonus

@@ -128,9 +128,9 @@ def profile_drafts(runtime, context_ids: list[int], trials: int) -> dict[str, fl
         if mtp is not None:
             head_cache = KVCache()
             prompt = mx.array(context_ids[1:] + [context_ids[-1]], dtype=mx.uint32)
-            mx.eval(mtp._draft_logits(prompt, prefilled.hidden, head_cache))
+            mx.eval(mtp.bundle.lm_head(mtp.head_rows(prompt, prefilled.hidden, head_cache)[-1]))
             started = time.perf_counter()
-            draft = mx.argmax(mtp._draft_logits(mx.array(context_ids[-2:], dtype=mx.uint32), prefilled.hidden[-2:], head_cache))
+            draft = mx.argmax(mtp.bundle.lm_head(mtp.head_rows(mx.array(context_ids[-2:], dtype=mx.uint32), prefilled.hidden[-2:], head_cache)[-1]))
             draft.item()
             if trial:
                 out["draft: MTP head (2 rows in, 1 token out)"].append(time.perf_counter() - started)

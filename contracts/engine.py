@@ -5,9 +5,10 @@ The router and the monitor only ever see StepResults; the gateway only ever sees
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
-from typing import Iterator, Protocol, Sequence
+from typing import Iterator, Mapping, Protocol, Sequence
 
 from .sampling import SamplingParams
 
@@ -20,23 +21,53 @@ class StepResult:
     drafted: int = 0           # draft tokens proposed (0 for raw)
     accepted: int = 0          # draft tokens accepted by the verify
     seconds: float = 0.0       # wall time of the step
-    engine: str = "raw"        # engine that produced the step (differs after a mid-request fallback)
+    engine: str = "raw"        # engine that produced the step (changes when the request switches engine)
     accepted_positions: list[bool] = field(default_factory=list)  # per draft position, accepted?
+    probes: dict[str, list[float]] = field(default_factory=dict)  # engine -> probed alpha per would-be verify
+    probing: bool = False      # the step also kept other engines in sync: its time is not the engine's cost
 
 
 @dataclass(frozen=True)
-class FallbackRule:
-    """Mid-request hand-off of a speculative engine to raw (docs/design.md "Router and online monitor").
+class SwitchRule:
+    """When a request may change engine mid-way, on evidence (docs/design.md "Router and online monitor").
 
-    After at least `window` steps, if the mean accepted draft tokens over the last `window` steps is
-    below `min_accepted` (the break-even α* = c − 1 from the monitor's cost ratio, minus a margin for
-    hysteresis and the window's sampling noise), the engine stops drafting and decodes the rest of the
-    request like raw, reusing the target caches (no re-prefill). Once handed off, a request never
-    switches back (no flapping).
+    The running engine E keeps a window of its accepted draft tokens per verify (alpha). Every engine
+    E' in `targets` is either raw (alpha = 0, cost 1: needs no evidence) or a speculative engine
+    whose alpha is *probed* on the tokens the request actually produces while its state is kept in
+    sync (the first `probe_steps` steps). E hands the rest of the request to the E' predicted fastest
+    once E's window mean falls below its break-even against E',
+        alpha* = c_E * (1 + alpha_E') / c_E' - 1,
+    by `margin` plus `evidence_z` standard errors of the difference of the two window means. Against
+    raw that is the classic hand-off, alpha_E < c_E - 1. No re-prefill: engines share the target
+    caches, so the switch is lossless. A request handed to raw stays on raw (no flapping).
     """
 
-    window: int = 8
-    min_accepted: float = 0.5
+    window: int = 8                                   # verify steps of evidence per engine
+    margin: float = 0.1                               # tokens below break-even (hysteresis)
+    evidence_z: float = 1.645                         # standard errors of noise to clear as well
+    costs: Mapping[str, float] = field(default_factory=dict)     # c_e per engine (raw: 1.0)
+    step_sd: Mapping[str, float] = field(default_factory=dict)   # per-step sd of alpha until a window has 2+ samples
+    targets: tuple[str, ...] = ("raw",)               # engines the request may switch to
+    probe_steps: int = 0                              # steps during which other engines are probed (0: none)
+    probe_every: int = 1                              # DDTree probe interval within that phase (its drafter is dearer)
+
+    def cost(self, engine: str) -> float:
+        return 1.0 if engine == "raw" else float(self.costs.get(engine, 1.0))
+
+    def spread(self, engine: str) -> float:
+        """Per-step sd of an engine's accepted tokens (raw accepts nothing, exactly)."""
+        return 0.0 if engine == "raw" else float(self.step_sd.get(engine, 0.5))
+
+    def break_even(self, engine: str, other: str, other_accepted: float = 0.0) -> float:
+        """alpha at which `engine` and `other` (with alpha `other_accepted`) decode equally fast."""
+        return self.cost(engine) * (1.0 + other_accepted) / self.cost(other) - 1.0
+
+    def threshold(self, engine: str, other: str, other_accepted: float = 0.0) -> float:
+        """The window mean of `engine`'s accepted tokens below which the request moves to `other`:
+        break-even, minus the margin, minus evidence_z standard errors of the two window means."""
+        scale = self.cost(engine) / self.cost(other)  # break-even moves by this per token of the other's alpha
+        noise = self.evidence_z * math.sqrt((self.spread(engine) ** 2 + (scale * self.spread(other)) ** 2) / self.window)
+        return self.break_even(engine, other, other_accepted) - self.margin - noise
 
 
 class CancelToken:
@@ -63,10 +94,12 @@ class Engine(Protocol):
         prompt_ids: Sequence[int],
         params: SamplingParams,
         cancel: CancelToken,
-        fallback: FallbackRule | None = None,
+        switch: SwitchRule | None = None,
+        peers: Mapping[str, "Engine"] | None = None,
     ) -> Iterator[StepResult]:
-        """Prefill, then yield one StepResult per step until cancelled or the caller stops.
-        Speculative engines hand the rest of the request to raw decoding when `fallback` trips."""
+        """Prefill, then yield one StepResult per step until cancelled or the caller stops. With a
+        `switch` rule the request may move mid-way to raw or to one of the `peers` (the other
+        loaded speculative engines, which share the target)."""
         ...
 
 
@@ -103,7 +136,9 @@ class Backend(Protocol):
         params: SamplingParams,
         engine: str,
         cancel: CancelToken,
-        fallback: FallbackRule | None = None,
-    ) -> Iterator[GenerationChunk]: ...
+        switch: SwitchRule | None = None,
+    ) -> Iterator[GenerationChunk]:
+        """`engine` starts the request; with a `switch` rule it may hand over to another engine."""
+        ...
 
     def memory_bytes(self) -> dict[str, int]: ...

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import mlx.core as mx
 import numpy as np
 
-from contracts.engine import CancelToken, FallbackRule, StepResult
+from contracts.engine import CancelToken, StepResult, SwitchRule
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
 from .dflash import DFlashDrafter
-from .sampling import Rng, SamplerConfig, choose
-from .speculative import Cycle, speculative_generate
+from .sampling import choose
+from .speculative import Committed, Cycle, Prefilled, SpeculativeEngine, speculative_generate
 from .target import commit, forward_tree
 from .tree import TreeLayout
 
@@ -59,12 +59,18 @@ def chain_tree(top_tokens: np.ndarray) -> DraftTree:
     return DraftTree(tuple(int(t) for t in top_tokens[:, 0]), TreeLayout.chain(top_tokens.shape[0] + 1))
 
 
-def walk(layout: TreeLayout, tokens: Sequence[int], choices: Sequence[int]) -> tuple[list[int], int]:
-    """From the root follow the child whose token is the target's choice at the current node.
-    Returns (accepted path of slots, bonus token = the target's choice where the walk stops)."""
+def children_by_token(layout: TreeLayout, tokens: Sequence[int]) -> dict[int, dict[int, int]]:
+    """slot -> {token of a child: child slot}."""
     children: dict[int, dict[int, int]] = {}
     for slot in range(1, layout.size):
         children.setdefault(layout.parents[slot], {})[tokens[slot - 1]] = slot
+    return children
+
+
+def walk(layout: TreeLayout, tokens: Sequence[int], choices: Sequence[int]) -> tuple[list[int], int]:
+    """From the root follow the child whose token is the target's choice at the current node.
+    Returns (accepted path of slots, bonus token = the target's choice where the walk stops)."""
+    children = children_by_token(layout, tokens)
     path, node = [0], 0
     while (child := children.get(node, {}).get(choices[node])) is not None:
         path.append(child)
@@ -83,6 +89,7 @@ class DDTreeEngine:
         self.drafter = drafter
         self.budget = budget
         self.layer_ids = drafter.cfg.target_layer_ids
+        self.capture = tuple(self.layer_ids)   # the drafter's context features
         self.context_sink, self.context_window = context_sink, context_window
 
     def _features(self, layer_outputs: dict[int, mx.array], rows: mx.array | slice) -> list[mx.array]:
@@ -109,20 +116,21 @@ class DDTreeEngine:
         top_lp, order = np.array(proposal.top_logprobs), np.array(proposal.top_tokens)  # host sync
         return chain_tree(order) if proposal.budget == 1 else build_tree(top_lp, order, proposal.budget)
 
+    def start(self, request: Prefilled) -> "_TreeDrafting":
+        context = self.drafter.new_context(self.context_sink, self.context_window)
+        self.drafter.add_context(self._features(request.out.layer_outputs, slice(None)), context)
+        return _TreeDrafting(self, request, context)
+
     def generate(
         self,
         prompt_ids: Sequence[int],
         params: SamplingParams,
         cancel: CancelToken,
-        fallback: FallbackRule | None = None,
+        switch: SwitchRule | None = None,
+        peers: Mapping[str, SpeculativeEngine] | None = None,
     ) -> Iterator[StepResult]:
-        def start(cache, prefilled, first, cfg, rng):
-            context = self.drafter.new_context(self.context_sink, self.context_window)
-            self.drafter.add_context(self._features(prefilled.layer_outputs, slice(None)), context)
-            return _TreeDrafting(self, cache, context, cfg, rng)
-
-        return speculative_generate(self.name, self.bundle, prompt_ids, params, cancel, fallback, start,
-                                    capture=self.layer_ids)
+        engines = {**(peers or {}), self.name: self}
+        return speculative_generate(self.bundle, engines, self.name, prompt_ids, params, cancel, switch)
 
 
 @dataclass(frozen=True)
@@ -136,28 +144,80 @@ class _Proposal:
 class _TreeDrafting:
     """One request: the drafter's context cache and the proposal started for the next cycle."""
 
-    def __init__(self, engine: DDTreeEngine, cache: list, context, cfg: SamplerConfig, rng: Rng):
-        self.engine, self.cache, self.context, self.cfg, self.rng = engine, cache, context, cfg, rng
+    def __init__(self, engine: DDTreeEngine, request: Prefilled, context):
+        self.engine, self.cache, self.context = engine, request.cache, context
+        self.cfg, self.rng, self.capture = request.cfg, request.rng, request.capture
+        self.probe_every = max(1, request.probe_every)
         self.proposal: _Proposal | None = None
+        self._probes: list[_Probe] = []   # trees proposed while another engine runs, awaiting tokens
+        self._absorbed = 0
 
-    def cycle(self, pending: int) -> Cycle:
+    def cycle(self, pending: int, sync: bool) -> Cycle:
         engine, bundle = self.engine, self.engine.bundle
         proposal = self.proposal
         if proposal is None or proposal.pending != pending or proposal.budget != engine.budget:
             proposal = engine._propose(pending, self.context)
         tree = engine._draft(proposal)
         ids = mx.array((pending,) + tree.tokens, dtype=mx.uint32)
-        out = forward_tree(bundle, ids, tree.layout, self.cache, capture=engine.layer_ids)
+        capture = tuple(sorted(set(engine.layer_ids) | set(self.capture if sync else ())))
+        out = forward_tree(bundle, ids, tree.layout, self.cache, capture=capture)
         # one target choice per node: argmax, or one sample from the processed distribution
         choices = choose(bundle.lm_head(out.hidden), self.cfg, self.rng).tolist()
         path, bonus = walk(tree.layout, tree.tokens, choices)
         commit(bundle, self.cache, out, path)
-        engine.drafter.add_context(engine._features(out.layer_outputs, mx.array(path)), self.context)
+        rows = mx.array(path)
+        engine.drafter.add_context(engine._features(out.layer_outputs, rows), self.context)
         # the next block starts with the bonus: draft it while the caller handles these tokens
         self.proposal = engine._propose(bonus, self.context)
         mx.async_eval(self.proposal.top_logprobs, self.proposal.top_tokens)
         depth = len(path) - 1
+        emitted = [tree.tokens[s - 1] for s in path[1:]] + [bonus]
+        committed = None
+        if sync:
+            committed = Committed([pending] + emitted[:-1], emitted, out.hidden[rows],
+                                  {i: h[rows] for i, h in out.layer_outputs.items()})
         return Cycle(
-            emitted=[tree.tokens[s - 1] for s in path[1:]] + [bonus], drafted=len(tree.tokens), accepted=depth,
-            accepted_positions=[d < depth for d in range(max(tree.layout.depths))],
+            emitted=emitted, drafted=len(tree.tokens), accepted=depth,
+            accepted_positions=[d < depth for d in range(max(tree.layout.depths))], committed=committed,
         )
+
+    def absorb(self, committed: Committed) -> list[float]:
+        """Context rows for positions another engine committed, and probes: every `probe_every`
+        absorbs the drafter proposes a tree after the new pending token, and once the following
+        tokens are known the probe reports how deep DDTree's walk would have gone. Greedy, that is
+        exactly what a verify would accept; sampled, the walk with the target's own samples has the
+        distribution of DDTree's sampled walk."""
+        engine = self.engine
+        engine.drafter.add_context(engine._features(committed.layer_outputs, slice(None)), self.context)
+        results: list[float] = []
+        for token in committed.emitted:
+            for probe in self._probes:
+                probe.feed(token)
+            results += [float(p.depth) for p in self._probes if p.done]
+            self._probes = [p for p in self._probes if not p.done]
+        if self._absorbed % self.probe_every == 0:
+            self._probes.append(_Probe(engine._draft(engine._propose(committed.emitted[-1], self.context))))
+        self._absorbed += 1
+        self.proposal = None
+        return results
+
+
+class _Probe:
+    """A would-be DDTree verify: the tree proposed after a pending token, walked with the tokens
+    the request actually produced next."""
+
+    def __init__(self, tree: DraftTree):
+        self._children = children_by_token(tree.layout, tree.tokens)
+        self.node = 0
+        self.depth = 0
+        self.done = False
+
+    def feed(self, token: int) -> None:
+        if self.done:
+            return
+        child = self._children.get(self.node, {}).get(token)
+        if child is None:
+            self.done = True     # the target's token is not in the tree: the walk stops here
+            return
+        self.node, self.depth = child, self.depth + 1
+        self.done = self.node not in self._children   # a leaf: nothing deeper to accept

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from contracts.engine import CancelToken, FallbackRule, StepResult
+from contracts.engine import CancelToken, StepResult, SwitchRule
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
 from .mtp_head import MTPHead
 from .prefill import chunk_slices
-from .sampling import Rng, SamplerConfig, log_probs
-from .speculative import Cycle, speculative_generate, verify_one
+from .sampling import log_probs
+from .speculative import Committed, Cycle, Prefilled, SpeculativeEngine, speculative_generate, verify_one
 from .target import commit, forward_tree
 from .tree import TreeLayout
 
@@ -23,47 +23,52 @@ _VERIFY = TreeLayout.chain(2)
 
 class MTPEngine:
     name = "mtp"
+    capture: tuple[int, ...] = ()   # the head reads the final hidden state, which every forward keeps
 
     def __init__(self, bundle: ModelBundle, head: MTPHead):
         self.bundle = bundle
         self.head = head
 
-    def _draft_logits(self, next_tokens: mx.array, hidden: mx.array, head_cache: KVCache) -> mx.array:
-        """Append head rows (hidden[t], x[t+1]) to the head cache; logits of the last row."""
-        out = None
+    def head_rows(self, next_tokens: mx.array, hidden: mx.array, head_cache: KVCache) -> mx.array:
+        """Append head rows (hidden[t], x[t+1]) to the head cache; returns their normed outputs
+        (rows, H): lm_head of row t is the head's draft for the token after x[t+1]."""
+        parts = []
         slices = chunk_slices(next_tokens.shape[0])
         for rows in slices:
             embeds = self.bundle.embed_tokens(next_tokens[rows])[None]
-            out = self.head(embeds, hidden[rows][None], head_cache)
+            parts.append(self.head(embeds, hidden[rows][None], head_cache)[0])
             if len(slices) > 1:
-                mx.eval(out, head_cache.state)
-        return self.bundle.lm_head(out[0, -1])
+                mx.eval(parts[-1], head_cache.state)
+        return parts[0] if len(parts) == 1 else mx.concatenate(parts)
+
+    def start(self, request: Prefilled) -> "_MTPDrafting":
+        return _MTPDrafting(self, request)
 
     def generate(
         self,
         prompt_ids: Sequence[int],
         params: SamplingParams,
         cancel: CancelToken,
-        fallback: FallbackRule | None = None,
+        switch: SwitchRule | None = None,
+        peers: Mapping[str, SpeculativeEngine] | None = None,
     ) -> Iterator[StepResult]:
-        def start(cache, prefilled, first, cfg, rng):
-            return _MTPDrafting(self, cache, prompt_ids, prefilled.hidden, first, cfg, rng)
-
-        return speculative_generate(self.name, self.bundle, prompt_ids, params, cancel, fallback, start)
+        engines = {**(peers or {}), self.name: self}
+        return speculative_generate(self.bundle, engines, self.name, prompt_ids, params, cancel, switch)
 
 
 class _MTPDrafting:
     """One request: the head's own KV cache and the logits of its next draft."""
 
-    def __init__(self, engine: MTPEngine, cache: list, prompt_ids: Sequence[int], hidden: mx.array,
-                 first: mx.array, cfg: SamplerConfig, rng: Rng):
-        self.engine, self.cache, self.cfg, self.rng = engine, cache, cfg, rng
+    def __init__(self, engine: MTPEngine, request: Prefilled):
+        self.engine, self.cache, self.cfg, self.rng = engine, request.cache, request.cfg, request.rng
+        self.capture = request.capture
         self.head_cache = KVCache()
-        prompt = mx.array([int(t) for t in prompt_ids], dtype=mx.uint32)
         # head rows 0..n-1 pair H[t] with x[t+1]; the first generated token closes the last row
-        self.draft_logits = engine._draft_logits(mx.concatenate([prompt[1:], first.astype(mx.uint32)]), hidden, self.head_cache)
+        next_tokens = mx.concatenate([request.prompt[1:], request.first.astype(mx.uint32)])
+        rows = engine.head_rows(next_tokens, request.out.hidden, self.head_cache)
+        self.draft_logits = engine.bundle.lm_head(rows[-1])
 
-    def cycle(self, pending: int) -> Cycle:
+    def cycle(self, pending: int, sync: bool) -> Cycle:
         bundle, cfg, rng = self.engine.bundle, self.cfg, self.rng
         if cfg.greedy:
             draft_lp, draft = None, mx.argmax(self.draft_logits)
@@ -72,7 +77,7 @@ class _MTPDrafting:
             draft = rng.categorical(draft_lp)
         mx.async_eval(draft)  # the device runs the head while the host builds the verify graph
         verify_ids = mx.stack([mx.array(pending, dtype=mx.uint32), draft.astype(mx.uint32)])
-        out = forward_tree(bundle, verify_ids, _VERIFY, self.cache)
+        out = forward_tree(bundle, verify_ids, _VERIFY, self.cache, capture=self.capture if sync else ())
         verdict = verify_one(draft, draft_lp, bundle.lm_head(out.hidden), cfg, rng)
         # the cycle's one host sync
         accepted, drafted, bonus = (int(v) for v in mx.stack(
@@ -80,6 +85,29 @@ class _MTPDrafting:
         path = [0, 1] if accepted else [0]
         commit(bundle, self.cache, out, path)
         emitted = [drafted, bonus] if accepted else [bonus]
-        self.draft_logits = self.engine._draft_logits(mx.array(emitted, dtype=mx.uint32), out.hidden[: len(path)], self.head_cache)
+        rows = self.engine.head_rows(mx.array(emitted, dtype=mx.uint32), out.hidden[: len(path)], self.head_cache)
+        self.draft_logits = bundle.lm_head(rows[-1])
         mx.async_eval(self.draft_logits)  # the next draft runs while the caller handles these tokens
-        return Cycle(emitted, drafted=1, accepted=accepted, accepted_positions=[bool(accepted)])
+        committed = None
+        if sync:
+            fed = [pending] + emitted[:-1]
+            committed = Committed(fed, emitted, out.hidden[: len(path)],
+                                  {i: h[: len(path)] for i, h in out.layer_outputs.items()})
+        return Cycle(emitted, drafted=1, accepted=accepted, accepted_positions=[bool(accepted)], committed=committed)
+
+    def absorb(self, committed: Committed) -> list[float]:
+        """Head rows for positions another engine committed. The head's draft before each emitted
+        token is a would-be MTP verify: greedy accepts iff it is the target's token; sampled accepts
+        with probability sum(min(p, q)) (rejection sampling's acceptance)."""
+        bundle, cfg = self.engine.bundle, self.cfg
+        emitted = mx.array(committed.emitted, dtype=mx.uint32)
+        rows = self.engine.head_rows(emitted, committed.hidden, self.head_cache)
+        logits = bundle.lm_head(rows)
+        drafts = mx.concatenate([self.draft_logits[None], logits[:-1]])   # the draft before emitted[i]
+        self.draft_logits = logits[-1]
+        if cfg.greedy:
+            accepted = (mx.argmax(drafts, axis=-1) == emitted).astype(mx.float32)
+        else:
+            target = log_probs(bundle.lm_head(committed.hidden), cfg)
+            accepted = mx.exp(mx.minimum(target, log_probs(drafts, cfg))).sum(axis=-1)
+        return accepted.tolist()

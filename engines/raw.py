@@ -1,14 +1,14 @@
-"""Plain autoregressive decoding. `decode` is also where speculative engines hand a request over
-(mid-request fallback): it continues from any target cache plus the pending token."""
+"""Plain autoregressive decoding. `decode` is also where a speculative request lands when it hands
+over to raw mid-way: it continues from any target cache plus the pending token."""
 
 from __future__ import annotations
 
 import time
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import mlx.core as mx
 
-from contracts.engine import CancelToken, FallbackRule, StepResult
+from contracts.engine import CancelToken, StepResult, SwitchRule
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
@@ -56,8 +56,18 @@ class RawEngine:
         prompt_ids: Sequence[int],
         params: SamplingParams,
         cancel: CancelToken,
-        fallback: FallbackRule | None = None,  # raw is what every hand-off lands on: nothing to do
+        switch: SwitchRule | None = None,
+        peers: Mapping | None = None,
     ) -> Iterator[StepResult]:
+        """Plain decoding, unless the rule lets the request move to a speculative peer: then it runs
+        in the one speculative loop, which probes the peers for the rule's first steps."""
+        if switch is not None and switch.probe_steps > 0 and any(t in (peers or {}) for t in switch.targets):
+            from .speculative import speculative_generate  # the loop builds on this module's decode
+
+            return speculative_generate(self.bundle, dict(peers or {}), self.name, prompt_ids, params, cancel, switch)
+        return self._generate(prompt_ids, params, cancel)
+
+    def _generate(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken) -> Iterator[StepResult]:
         cfg = resolve(params, self.bundle.generation)
         rng = Rng(params.seed)
         cache = self.bundle.make_cache()

@@ -9,7 +9,7 @@ from typing import Iterator, Sequence
 
 import mlx.core as mx
 
-from contracts.engine import CancelToken, Engine, FallbackRule, GenerationChunk
+from contracts.engine import CancelToken, Engine, GenerationChunk, SwitchRule
 from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError, ModelLoadError, SwitchyardError
 from contracts.sampling import SamplingParams
 
@@ -96,7 +96,7 @@ class Runtime:
         params: SamplingParams,
         engine: str,
         cancel: CancelToken,
-        fallback: FallbackRule | None = None,
+        switch: SwitchRule | None = None,
     ) -> Iterator[GenerationChunk]:
         if engine not in self.engines:
             raise EngineUnavailableError(
@@ -110,7 +110,8 @@ class Runtime:
                 f"model's context length ({self.context_length})",
                 param="messages", code="context_length_exceeded",
             )
-        steps = self.engines[engine].generate(prompt_ids, params, cancel, fallback=fallback)
+        peers = {name: e for name, e in self.engines.items() if name not in ("raw", engine)}
+        steps = self.engines[engine].generate(prompt_ids, params, cancel, switch=switch, peers=peers)
         chunks = stream_text(
             steps, self.bundle.tokenizer, eos_token_ids=self.bundle.eos_token_ids,
             max_tokens=params.max_tokens, stops=params.stop, prompt_tokens=len(prompt_ids),

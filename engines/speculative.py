@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Iterator, Mapping, Protocol, Sequence
 
 import mlx.core as mx
 
-from contracts.engine import CancelToken, FallbackRule, StepResult
+from contracts.engine import CancelToken, StepResult, SwitchRule
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
-from .fallback import FallbackWatch
 from .prefill import prefill
 from .raw import decode
 from .sampling import Rng, SamplerConfig, choose, log_probs, resolve
-from .target import ForwardOutput
+from .switching import SwitchWatch
+from .target import ForwardOutput, forward_causal
 
 
 @dataclass
@@ -61,63 +61,147 @@ def verify_one(
 
 
 @dataclass
+class Committed:
+    """The rows one step fed into the target caches, for the engines kept in sync beside it.
+
+    fed[i] entered the caches at this step and emitted[i] is the token that follows it: for a verify
+    cycle fed = [pending, accepted drafts...] and emitted = [accepted drafts..., bonus]; for a raw
+    step fed = [pending], emitted = [next]. The last emitted token is the next pending one.
+    """
+
+    fed: list[int]
+    emitted: list[int]
+    hidden: mx.array                        # (len(fed), H) final-norm hidden states of the fed rows
+    layer_outputs: dict[int, mx.array]      # captured layer -> (len(fed), H)
+
+
+@dataclass
 class Cycle:
-    """What one draft + verify + commit cycle produced."""
+    """What one step of an engine (a draft + verify + commit cycle, or a raw decode step) produced."""
 
     emitted: list[int]                 # accepted draft tokens, then the bonus token
     drafted: int
     accepted: int
     accepted_positions: list[bool] = field(default_factory=list)
+    committed: Committed | None = None  # filled when other engines are being kept in sync
 
 
 class Drafting(Protocol):
-    """A request's speculative state after prefill; `cycle` feeds the pending token (not yet in
-    the target caches) and returns what the cycle emitted — its last token is the next pending."""
+    """A request's state for one engine after prefill. `cycle` feeds the pending token (not yet in
+    the target caches) and returns what it emitted — its last token is the next pending one.
+    `absorb` keeps the state in sync with rows another engine committed and returns this engine's
+    probed acceptance on them (accepted draft tokens per would-be verify)."""
 
-    def cycle(self, pending: int) -> Cycle: ...
+    def cycle(self, pending: int, sync: bool) -> Cycle: ...
+
+    def absorb(self, committed: Committed) -> list[float]: ...
 
 
-# (target caches, prefill output, lazy first token, sampler, rng) -> the request's drafting state
-StartDrafting = Callable[[list, ForwardOutput, mx.array, SamplerConfig, Rng], Drafting]
+@dataclass
+class Prefilled:
+    """What every engine's state starts from: the request after its prefill."""
+
+    cache: list                  # the target caches (shared by every engine of the request)
+    prompt: mx.array             # (P,) uint32 prompt ids
+    out: ForwardOutput           # hidden states and captured layers of every prompt row
+    first: mx.array              # (1,) the first generated token (lazy), the first pending one
+    cfg: SamplerConfig
+    rng: Rng
+    capture: tuple[int, ...]     # layers every verify must capture while engines are kept in sync
+    probe_every: int = 1         # steps between probes of engines whose probe is dear
+
+
+class SpeculativeEngine(Protocol):
+    name: str
+    capture: tuple[int, ...]   # target layers whose outputs its state needs
+
+    def start(self, request: Prefilled) -> Drafting: ...
+
+
+class RawStepping:
+    """Raw decoding as a Drafting, for the steps in which other engines are kept in sync (it must
+    hand over the fed row's hidden state and captured layers). Otherwise raw runs `decode`."""
+
+    def __init__(self, bundle: ModelBundle, cache: list, cfg: SamplerConfig, rng: Rng, capture: tuple[int, ...]):
+        self.bundle, self.cache, self.cfg, self.rng, self.capture = bundle, cache, cfg, rng, capture
+
+    def cycle(self, pending: int, sync: bool) -> Cycle:
+        out = forward_causal(self.bundle, mx.array([pending], dtype=mx.uint32), self.cache, self.capture)
+        token = int(choose(self.bundle.lm_head(out.hidden[-1:]), self.cfg, self.rng).item())
+        committed = Committed([pending], [token], out.hidden, out.layer_outputs) if sync else None
+        return Cycle([token], drafted=0, accepted=0, committed=committed)
+
+    def absorb(self, committed: Committed) -> list[float]:
+        return []
 
 
 def speculative_generate(
-    name: str,
     bundle: ModelBundle,
+    engines: Mapping[str, SpeculativeEngine],
+    running: str,
     prompt_ids: Sequence[int],
     params: SamplingParams,
     cancel: CancelToken,
-    fallback: FallbackRule | None,
-    start: StartDrafting,
-    capture: tuple[int, ...] = (),
+    switch: SwitchRule | None,
 ) -> Iterator[StepResult]:
-    """The one speculative decode loop: prefill, first token, then cycles until cancelled; hands
-    the rest to raw's decode on the same caches when the fallback rule trips."""
+    """The one speculative decode loop: prefill, first token, then steps until cancelled.
+
+    `running` starts the request (raw or a key of `engines`). With a switch rule, every engine in its
+    targets is kept in sync for the first `probe_steps` steps (its state absorbs the rows the running
+    engine commits, which probes its acceptance); after each step the request may move to the engine
+    the rule favours. Past the probing phase only the hand-off to raw stays possible, and raw then
+    decodes the rest pipelined on the same caches.
+    """
     cfg = resolve(params, bundle.generation)
     rng = Rng(params.seed)
     cache = bundle.make_cache()
     started = time.perf_counter()
 
-    # the last prompt row alone, so the first token's logits are computed exactly as raw computes them
+    probe_steps = switch.probe_steps if switch is not None else 0
+    live = [running] + [e for e in (switch.targets if probe_steps else ()) if e in engines and e != running]
+    capture = tuple(sorted({i for e in live if e in engines for i in engines[e].capture}))
+    probe_every = switch.probe_every if switch is not None else 1
+
     prefilled = prefill(bundle, cache, prompt_ids, capture, last_alone=True)
     first = choose(bundle.lm_head(prefilled.hidden[-1:]), cfg, rng)
-    drafting = start(cache, prefilled, first, cfg, rng)
+    request = Prefilled(cache, mx.array([int(t) for t in prompt_ids], dtype=mx.uint32), prefilled, first, cfg, rng,
+                        capture, probe_every)
+    states: dict[str, Drafting] = {e: engines[e].start(request) for e in live if e in engines}
     pending = int(first.item())
     now = time.perf_counter()
-    yield StepResult(tokens=[pending], seconds=now - started, engine=name)
+    yield StepResult(tokens=[pending], seconds=now - started, engine=running)
     started = now
 
-    watch = FallbackWatch(fallback)
+    watch = SwitchWatch(switch, running)
+    raw_stepping = RawStepping(bundle, cache, cfg, rng, capture)
+    steps = 0
     while not cancel.cancelled:
-        if watch.tripped:
+        probing = steps < probe_steps and len(states) > (0 if running == "raw" else 1)
+        if not probing and len(states) > 1:  # the probing phase is over: only raw stays reachable
+            states = {running: states[running]} if running in states else {}
+        if running == "raw" and not probing:
             yield from decode(bundle, cache, pending, cfg, rng, cancel, engine="raw")
             return
-        cycle = drafting.cycle(pending)
+        state = states[running] if running != "raw" else raw_stepping
+        cycle = state.cycle(pending, sync=probing)
+        probes: dict[str, list[float]] = {}
+        if probing:
+            for engine, other in states.items():
+                if engine != running:
+                    probes[engine] = other.absorb(cycle.committed)
+                    for accepted in probes[engine]:
+                        watch.record_probe(engine, accepted)
+        if running != "raw":
+            watch.record(cycle.accepted)
         now = time.perf_counter()
         yield StepResult(
             tokens=cycle.emitted, drafted=cycle.drafted, accepted=cycle.accepted, seconds=now - started,
-            engine=name, accepted_positions=cycle.accepted_positions,
+            engine=running, accepted_positions=cycle.accepted_positions, probes=probes, probing=probing,
         )
         started = now
         pending = cycle.emitted[-1]
-        watch.record(cycle.accepted)
+        steps += 1
+        target = watch.choice(None if probing else ("raw",))
+        if target is not None:
+            watch.switched(target)
+            running = target

@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 
 import uvicorn
 
-from contracts.engine import CancelToken, FallbackRule, GenerationChunk, StepResult
+from contracts.engine import CancelToken, GenerationChunk, StepResult, SwitchRule
 from contracts.errors import EngineFailure, InvalidRequestError
 from contracts.sampling import SamplingParams
 from gateway.routing.interface import RouteDecision, RouteRequest
@@ -71,10 +71,10 @@ class FakeBackend:
 
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, engine: str, cancel: CancelToken,
-        fallback: FallbackRule | None = None,
+        switch: SwitchRule | None = None,
     ) -> Iterator[GenerationChunk]:
         self.threads.add(threading.get_ident())
-        self.calls.append({"prompt_ids": list(prompt_ids), "params": params, "engine": engine, "fallback": fallback})
+        self.calls.append({"prompt_ids": list(prompt_ids), "params": params, "engine": engine, "switch": switch})
         self.started.set()
         if self.gate is not None:
             self.gate.wait(timeout=30)

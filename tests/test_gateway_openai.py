@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from contracts.engine import FallbackRule
+from contracts.engine import SwitchRule
 from contracts.request_text import RequestText
 from gateway.http.app import create_app
 from gateway.routing.interface import RouteDecision
@@ -211,13 +211,13 @@ def test_static_router_defaults_to_raw_fallback():
         assert backend.calls[-1]["engine"] == "mtp"
 
 
-def test_fallback_rule_of_the_decision_reaches_the_backend():
-    rule = FallbackRule(window=4, min_accepted=0.25)
+def test_switch_rule_of_the_decision_reaches_the_backend():
+    rule = SwitchRule(window=4, costs={"mtp": 1.25})
     backend = FakeBackend()
-    router = RecordingRouter(decision=RouteDecision(engine="mtp", klass="code", reason="monitor", fallback=rule))
+    router = RecordingRouter(decision=RouteDecision(engine="mtp", klass="code", reason="monitor", switch=rule))
     with live_server(create_app(backend, router=router)) as server:
         assert httpx.post(server.base_url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}).status_code == 200
-    assert backend.calls[-1]["fallback"] is rule and backend.calls[-1]["engine"] == "mtp"
+    assert backend.calls[-1]["switch"] is rule and backend.calls[-1]["engine"] == "mtp"
 
 
 def test_routed_decision_object_is_passed_back_to_router():

@@ -102,7 +102,7 @@ def _mtp_first_two_draws(bundle, head, prompt, cfg, n, *, biased=False):
         rows = int((x1s == x1).sum())
         c = bundle.make_cache()
         pre = prefill(bundle, c, prompt, last_alone=True)
-        draft_logits = engine._draft_logits(mx.array(prompt[1:] + [int(x1)], dtype=mx.uint32), pre.hidden, KVCache())
+        draft_logits = engine.bundle.lm_head(engine.head_rows(mx.array(prompt[1:] + [int(x1)], dtype=mx.uint32), pre.hidden, KVCache())[-1])
         q_lp = log_probs(draft_logits, cfg)
         verify_logits = {}
         for d in np.nonzero(np.array(mx.exp(q_lp)))[0]:

@@ -10,11 +10,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bench.router_sim import DEFAULT_WORLD, LabelFromUserText, SimWorld, run_request, simulate
-from contracts.engine import FallbackRule, StepResult
+from contracts.engine import StepResult, SwitchRule
 from contracts.errors import EngineFailure, InvalidRequestError
 from contracts.names import ROUTE_REASONS as REASONS
 from contracts.request_text import RequestText
-from engines.fallback import FallbackWatch
+from engines.switching import SwitchWatch
 from gateway.observability.router_collector import RouterCollector
 from gateway.routing.interface import RouteRequest
 from gateway.routing.monitor import Monitor
@@ -120,24 +120,28 @@ def test_fallback_threshold_allows_for_the_noise_of_a_window_of_steps():
     decision = router.choose(_request())
     assert decision.engine == "mtp"                                   # 1.75 / 1.5 = 1.17x
     sd = (0.75 * 0.25) ** 0.5
-    assert decision.fallback.min_accepted == pytest.approx(0.5 - 0.1 - 1.645 * sd / 8**0.5)
-    blind = FallbackRule(window=8, min_accepted=0.5 - 0.1)            # margin only, as before
+    assert decision.switch.threshold("mtp", "raw") == pytest.approx(0.5 - 0.1 - 1.645 * sd / 8**0.5)
+    blind = SwitchRule(window=8, margin=0.1, evidence_z=0.0, costs={"mtp": 1.5})   # margin only, as before
 
-    def trips(rule: FallbackRule, alpha: float, seed: int) -> bool:
-        rng, watch = random.Random(seed), FallbackWatch(rule)
-        return any(watch.record(int(rng.random() < alpha)) for _ in range(64))   # a 128-token request
+    def trips(rule: SwitchRule, alpha: float, seed: int) -> bool:
+        rng, watch = random.Random(seed), SwitchWatch(rule, "mtp")
+        for _ in range(64):   # a 128-token request
+            watch.record(int(rng.random() < alpha))
+            if watch.choice(("raw",)) == "raw":
+                return True
+        return False
 
     # a healthy engine: the noise-blind rule hands nearly half the requests to raw on a run of bad luck
     assert sum(trips(blind, 0.75, s) for s in range(200)) > 60     # 89 of 200 with these seeds
-    assert sum(trips(decision.fallback, 0.75, s) for s in range(200)) < 10   # 2 of 200
+    assert sum(trips(decision.switch, 0.75, s) for s in range(200)) < 10   # 2 of 200
     # acceptance that really collapsed still hands off, every time
-    assert all(trips(decision.fallback, 0.05, s) for s in range(200))
+    assert all(trips(decision.switch, 0.05, s) for s in range(200))
 
 
-def test_forced_engine_wins_and_has_no_fallback_rule():
+def test_forced_engine_wins_and_has_no_switch_rule():
     router = _router(DDTREE_PRIORS | {"rules": [{"engine": "raw"}]})
     decision = router.choose(_request(forced="mtp", queue_depth=100))
-    assert (decision.engine, decision.reason, decision.fallback) == ("mtp", "forced", None)
+    assert (decision.engine, decision.reason, decision.switch) == ("mtp", "forced", None)
     assert decision.klass == "code" and decision.policy_version == 1
     assert router.choose(_request(forced="auto")).reason == "rule"
 
@@ -239,7 +243,7 @@ def test_deep_queue_falls_back_to_raw():
     router = _router({**DDTREE_PRIORS, "queue": {"raw_above_depth": 2}})
     assert router.choose(_request(queue_depth=2)).engine == "ddtree"
     decision = router.choose(_request(queue_depth=3))
-    assert (decision.engine, decision.reason, decision.fallback) == ("raw", "fallback", None)
+    assert (decision.engine, decision.reason, decision.switch) == ("raw", "fallback", None)
 
 
 def test_epsilon_exploration_picks_another_engine():
@@ -276,22 +280,22 @@ def test_every_reason_is_produced():
     assert seen == set(REASONS)
 
 
-def test_fallback_rule_comes_from_the_measured_cost_ratio():
+def test_switch_rule_comes_from_the_measured_cost_ratio():
     router = _router({**NO_EXPLORE, "priors": {"code": {"mtp": {"accepted": 5.0}}}, "fallback": {"window": 6, "margin": 0.1},
                       "monitor": {"warmup": 10}})
     before = router.choose(_request())
     assert before.engine == "mtp"
-    assert before.fallback.window == 6
+    assert before.switch.window == 6
     # prior cost 1.15; no data yet, so the prior sd (0.5) stands in for the per-step spread
-    assert before.fallback.min_accepted == pytest.approx(max(0.0, 1.15 - 1 - 0.1 - 1.645 * 0.5 / 6**0.5))
+    assert before.switch.threshold("mtp", "raw") == pytest.approx(1.15 - 1 - 0.1 - 1.645 * 0.5 / 6**0.5)
     decision = router.choose(_request(forced="raw"))
     for _ in range(20):  # raw steps 10 ms, mtp steps 18 ms => c = 1.8, break-even 0.8
         router.observe(decision, StepResult([1], seconds=0.010, engine="raw"))
         router.observe(before, StepResult([1, 2], drafted=1, accepted=1, seconds=0.018, engine="mtp"))
     after = router.choose(_request())
-    assert after.fallback.min_accepted == pytest.approx(0.8 - 0.1)  # every step accepted: no spread
+    assert after.switch.threshold("mtp", "raw") == pytest.approx(0.8 - 0.1)  # every step accepted: no spread
     off = _router({**NO_EXPLORE, "fallback": {"enabled": False}, "priors": {"code": {"mtp": {"accepted": 5.0}}}})
-    assert off.choose(_request()).fallback is None
+    assert off.choose(_request()).switch is None
 
 
 def test_first_step_of_a_request_is_not_timed():
@@ -469,3 +473,39 @@ def test_greedy_and_sampled_statistics_are_kept_apart():
     stats = router.stats()["classes"]["code"]
     assert stats["engines"]["ddtree"]["accepted_per_step"] > 3.5
     assert stats["sampled"]["engines"]["ddtree"]["accepted_per_step"] < 0.5
+
+
+def test_switch_rule_targets_and_probing_follow_the_decision():
+    """Auto picks may move to every other healthy speculative engine while probed, and to raw;
+    a rule's pick only hands off to raw; a busy server's raw pick never switches."""
+    router = _router({**NO_EXPLORE, "switching": {"probe_steps": 10, "probe_every": 3},
+                      "rules": [{"when": {"classes": ["structured"]}, "engine": "mtp"}]})
+    monitored = router.choose(_request("code"))
+    rule = monitored.switch
+    assert rule.probe_steps == 10 and rule.probe_every == 3
+    assert set(rule.targets) == {"raw", "mtp", "ddtree"} - {monitored.engine}
+    assert rule.costs["raw"] == 1.0 and set(rule.costs) == {"raw", "mtp", "ddtree"}
+    ruled = router.choose(_request("structured"))
+    assert ruled.reason == "rule" and ruled.switch.targets == ("raw",) and ruled.switch.probe_steps == 0
+    assert router.choose(_request("code", queue_depth=10)).switch is None
+    raw_router = _router({**NO_EXPLORE, "priors": {c: {"mtp": {"accepted": 0.0}, "ddtree": {"accepted": 0.0}}
+                                                    for c in ("code", "prose", "structured")}})
+    raw_pick = raw_router.choose(_request("prose"))
+    assert raw_pick.engine == "raw" and set(raw_pick.switch.targets) == {"mtp", "ddtree"}
+    no_probe = _router({**NO_EXPLORE, "switching": {"probe_steps": 0}}).choose(_request("code"))
+    assert no_probe.switch.targets == ("raw",) and no_probe.switch.probe_steps == 0
+
+
+def test_probes_teach_the_monitor_acceptance_but_probing_steps_are_not_timed():
+    router = _router(NO_EXPLORE)
+    decision = router.choose(_request("code", forced="raw"))
+    router.observe(decision, StepResult([1], seconds=0.5, engine="raw"))  # the first step
+    for _ in range(5):
+        router.observe(decision, StepResult([1], seconds=9.0, engine="raw", probes={"mtp": [1.0, 0.0]},
+                                            probing=True))
+    snapshot = router.monitor.snapshot()
+    arm = snapshot["arms"]["code/mtp"]
+    assert arm["accepted_per_step"] == pytest.approx(0.5, abs=0.06) and arm["accepted_observations"] == 10
+    assert arm["steps"] == 0                                   # probes are not steps of mtp
+    assert router.monitor.measured_cost("mtp") == (1.0, 0)   # and carry no timing
+    assert "raw" not in snapshot["engines"]                  # probing steps are not raw's cost either

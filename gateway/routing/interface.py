@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from contracts.engine import FallbackRule, StepResult
+from contracts.engine import StepResult, SwitchRule
 from contracts.request_text import RequestText
 
 
@@ -29,7 +29,7 @@ class RouteDecision:
     engine: str
     klass: str                  # one of contracts.names.CLASSES
     reason: str                 # one of contracts.names.ROUTE_REASONS
-    fallback: FallbackRule | None = None  # mid-request hand-off rule for speculative engines
+    switch: SwitchRule | None = None    # when the request may change engine mid-way (None: never)
     predicted: dict[str, float] = field(default_factory=dict)  # engine -> predicted tok/s (for stats)
     policy_version: int = 0     # the policy snapshot this request was admitted with
     sampled: bool = False       # decoding mode: the monitor keeps greedy and sampled statistics apart

@@ -133,13 +133,21 @@ class Monitor:
 
     # --- updates (worker thread) ----------------------------------------------------------
     def observe(self, klass: str, step: StepResult, timed: bool = True, sampled: bool = False) -> None:
-        """Fold one engine step into the stats of (klass, step.engine).
+        """Fold one engine step into the stats of (klass, step.engine), and its probes of other
+        engines into theirs (acceptance only: a probe has no cost of its own).
 
-        `timed=False` for a request's first step, whose wall time includes the prefill.
+        `timed=False` for a request's first step, whose wall time includes the prefill; a probing
+        step's time also pays for keeping other engines in sync, so it is never timed either.
         """
         if step.engine not in ENGINE_NAMES or klass not in CLASSES:
             return
+        timed = timed and not step.probing
         with self._lock:
+            for engine, probed in step.probes.items():
+                if engine in ENGINE_NAMES and engine != step.engine:
+                    probed_arm = self._state.arms.setdefault(_arm_key(klass, engine, sampled), ArmStats())
+                    for accepted in probed:
+                        probed_arm.accepted.update(float(accepted), self._weight)
             arm = self._state.arms.setdefault(_arm_key(klass, step.engine, sampled), ArmStats())
             arm.steps += 1
             if step.drafted > 0:

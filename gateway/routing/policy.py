@@ -122,6 +122,16 @@ class FallbackPolicy(_Strict):
     evidence_z: float = Field(1.645, ge=0)
 
 
+class SwitchingPolicy(_Strict):
+    """Per-request switching beyond the hand-off to raw: for the first `probe_steps` steps of an
+    auto-routed request, every other enabled speculative engine is kept in sync and its acceptance
+    probed on the tokens the request produces; the fallback section's evidence rule (window, margin,
+    evidence_z) then decides whether the request moves to it (raw -> spec, mtp <-> ddtree)."""
+
+    probe_steps: int = Field(16, ge=0)   # 0: only the hand-off to raw
+    probe_every: int = Field(2, ge=1)    # steps between DDTree probes (a drafter block each) in that phase
+
+
 class QueuePolicy(_Strict):
     raw_above_depth: int = Field(4, ge=0)
 
@@ -143,6 +153,7 @@ class Policy(_Strict):
     exploration: ExplorationPolicy = ExplorationPolicy()
     rules: list[Rule] = Field(default_factory=list)
     fallback: FallbackPolicy = FallbackPolicy()
+    switching: SwitchingPolicy = SwitchingPolicy()
     queue: QueuePolicy = QueuePolicy()
     quarantine_seconds: float = Field(60.0, ge=0)
     state: StatePolicy = StatePolicy()

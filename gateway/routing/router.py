@@ -5,9 +5,10 @@ Order of decisions (the first that applies wins):
   > health (the preferred engine is quarantined or not loaded) > fallback (queue deeper than the
   threshold => raw) > explore (epsilon-greedy or Thompson) > monitor (argmax predicted tokens/s,
   with a switch margin so near-ties do not flap).
-Speculative picks carry a FallbackRule (mid-request hand-off to raw) built from the policy window
-and margin and the monitor's cost ratio: break-even alpha* = c - 1, lowered by the margin and by
-evidence_z standard errors of a window's mean (the arm's measured per-step spread / sqrt(window)).
+Auto-routed picks carry a SwitchRule: the monitor's cost ratios and per-step spreads, the policy's
+evidence window, margin and evidence_z (fallback section), and the engines the request may move
+to: raw always (the hand-off when acceptance falls below break-even, alpha* = c - 1), and every
+other healthy speculative engine while it is probed (switching section).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Callable, Literal, Mapping, Protocol, Sequence
 
-from contracts.engine import FallbackRule, StepResult
+from contracts.engine import StepResult, SwitchRule
 from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError
 from contracts.names import CLASSES, ENGINE_NAMES, STRUCTURED_RESPONSE_FORMATS
 from contracts.request_text import RequestText
@@ -219,8 +220,8 @@ class AdaptiveRouter:
         predictions = {engine: self.predict(klass, engine, policy, mode) for engine in enabled}
         predicted = {engine: p.tokens_per_second for engine, p in predictions.items()}
 
-        def decide(engine: str, reason: str, with_fallback: bool = True) -> RouteDecision:
-            rule = self._fallback_rule(engine, predictions, policy) if with_fallback else None
+        def decide(engine: str, reason: str, with_switch: bool = True, probe: bool = True) -> RouteDecision:
+            rule = self._switch_rule(engine, predictions, policy, healthy, probe) if with_switch else None
             decision = RouteDecision(engine, klass, reason, rule, predicted, snapshot.version, mode)
             with self._lock:  # bounded labels: a forced engine name is whatever the client sent
                 self._decisions[(klass, engine if engine in ENGINE_NAMES else "other", reason)] += 1
@@ -228,7 +229,7 @@ class AdaptiveRouter:
 
         forced = request.forced_engine
         if forced and forced != "auto":
-            return decide(forced, "forced", with_fallback=False)  # an explicit engine is served as asked
+            return decide(forced, "forced", with_switch=False)  # an explicit engine is served as asked
 
         now = self._clock()
         with self._lock:
@@ -237,8 +238,8 @@ class AdaptiveRouter:
 
         for rule in policy.rules:
             if rule.when.matches(klass, request.prompt_tokens, request.text.response_format):
-                if rule.engine in healthy:
-                    return decide(rule.engine, "rule")
+                if rule.engine in healthy:  # the operator's choice: only the hand-off to raw may undo it
+                    return decide(rule.engine, "rule", probe=False)
                 return decide("raw" if queue_deep else self._argmax((klass, mode), predicted, healthy, 0.0), "health")
 
         with self._lock:
@@ -247,7 +248,7 @@ class AdaptiveRouter:
         if preferred not in healthy:
             return decide("raw" if queue_deep else self._argmax((klass, mode), predicted, healthy, 0.0), "health")
         if queue_deep:
-            return decide("raw", "fallback")
+            return decide("raw", "fallback", with_switch=False)  # busy: no probing, no speculation
 
         exploration = policy.exploration
         if exploration.kind == "epsilon" and len(healthy) > 1 and self._rng.random() < exploration.epsilon:
@@ -258,14 +259,27 @@ class AdaptiveRouter:
                 return decide(sampled, "explore")
         return decide(preferred, "monitor")
 
-    def _fallback_rule(self, engine: str, predictions: Mapping[str, ArmPrediction], policy: Policy) -> FallbackRule | None:
-        """Hand-off rule for a speculative engine: below alpha* = c - 1 (minus the margin) => raw."""
-        if engine == "raw" or not policy.fallback.enabled or engine not in predictions:
+    def _switch_rule(
+        self, engine: str, predictions: Mapping[str, ArmPrediction], policy: Policy, healthy: Sequence[str],
+        probe: bool = True,
+    ) -> SwitchRule | None:
+        """The request's switching rule: raw is always a target of a speculative engine (the
+        hand-off); other healthy speculative engines are targets while probed."""
+        if not policy.fallback.enabled or engine not in predictions:
             return None
-        prediction, rule = predictions[engine], policy.fallback
-        break_even = prediction.cost - 1.0
-        noise = rule.evidence_z * prediction.accepted_step_sd / math.sqrt(rule.window)
-        return FallbackRule(window=rule.window, min_accepted=max(0.0, break_even - rule.margin - noise))
+        evidence, switching = policy.fallback, policy.switching
+        probing = probe and switching.probe_steps > 0
+        speculative = tuple(e for e in healthy if e != "raw" and e != engine) if probing else ()
+        targets = speculative + (("raw",) if engine != "raw" else ())
+        if not targets:
+            return None
+        return SwitchRule(
+            window=evidence.window, margin=evidence.margin, evidence_z=evidence.evidence_z,
+            costs={e: p.cost for e, p in predictions.items()},
+            step_sd={e: p.accepted_step_sd for e, p in predictions.items()},
+            targets=targets, probe_steps=switching.probe_steps if speculative else 0,
+            probe_every=switching.probe_every,
+        )
 
     def observe(self, decision: RouteDecision, step: StepResult) -> None:
         key = id(decision)

@@ -43,7 +43,7 @@ def run_request(
     yield Routed(decision, len(prompt_ids))
     error: BaseException | None = None
     try:
-        for chunk in backend.generate(prompt_ids, params, decision.engine, cancel, fallback=decision.fallback):
+        for chunk in backend.generate(prompt_ids, params, decision.engine, cancel, switch=decision.switch):
             if chunk.step is not None:
                 _safely(router.observe, decision, chunk.step)
             yield chunk

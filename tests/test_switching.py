@@ -1,0 +1,225 @@
+"""Per-request switching between all engines: raw -> mtp/ddtree and mtp <-> ddtree on probed
+evidence, losslessly, with the probed engines' states exactly in sync with the request."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.models.cache import KVCache
+
+from contracts.engine import SwitchRule
+from contracts.sampling import SamplingParams
+from engines.ddtree import DDTreeEngine, _Probe
+from engines.dflash import load_drafter
+from engines.mtp import MTPEngine
+from engines.mtp_head import load_mtp_head
+from engines.prefill import prefill
+from engines.raw import RawEngine
+from engines.sampling import Rng, SamplerConfig
+from engines.speculative import Prefilled, RawStepping, speculative_generate
+from engines.switching import SwitchWatch
+from tests.engine_helpers import PROMPTS, encode
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_agree_bundle, tiny_agree_drafter):
+    bundle = tiny_agree_bundle
+    return bundle, {
+        "mtp": MTPEngine(bundle, load_mtp_head(bundle)),
+        "ddtree": DDTreeEngine(bundle, load_drafter(tiny_agree_drafter, bundle), budget=4),
+    }
+
+
+def favour(engine: str, targets: tuple[str, ...], **extra) -> SwitchRule:
+    """A rule under which `engine` looks far faster than anything else (switch as soon as its probe
+    window fills), with no margin or noise allowance."""
+    costs = {"mtp": 50.0, "ddtree": 50.0, engine: 0.01}
+    return SwitchRule(window=2, margin=0.0, evidence_z=0.0, costs=costs, targets=targets,
+                      probe_steps=extra.pop("probe_steps", 12), **extra)
+
+
+def run(bundle, engines, start, rule, n=40, params=GREEDY):
+    tokens, steps = [], []
+    gen = speculative_generate(bundle, engines, start, encode_prompt(bundle), params, _Cancel(), rule)
+    for step in gen:
+        tokens += step.tokens
+        steps.append(step)
+        if len(tokens) >= n:
+            break
+    gen.close()
+    return tokens[:n], steps
+
+
+class _Cancel:
+    cancelled = False
+
+
+_PROMPT = {}
+
+
+def encode_prompt(bundle):
+    return _PROMPT.setdefault(id(bundle), encode(bundle, PROMPTS[0]))
+
+
+def raw_tokens(bundle, ids, n=40, params=GREEDY):
+    tokens = []
+    gen = RawEngine(bundle).generate(ids, params, _Cancel())
+    for step in gen:
+        tokens += step.tokens
+        if len(tokens) >= n:
+            break
+    gen.close()
+    return tokens[:n]
+
+
+@pytest.mark.parametrize("start,goal", [("raw", "mtp"), ("raw", "ddtree"), ("mtp", "ddtree"), ("ddtree", "mtp")])
+def test_switch_on_probed_evidence_is_lossless(engines, start, goal):
+    bundle, loaded = engines
+    targets = tuple(e for e in ("raw", "mtp", "ddtree") if e != start)
+    for text in PROMPTS[:6]:
+        _PROMPT[id(bundle)] = encode(bundle, text)
+        want = raw_tokens(bundle, _PROMPT[id(bundle)])
+        got, steps = run(bundle, loaded, start, favour(goal, targets, probe_every=1))
+        assert got == want, text
+        order = [s.engine for s in steps]
+        assert order[0] == start and goal in order, order
+        switch_at = order.index(goal)
+        # the switch came once the goal's probe window (2) was full, from probes only
+        probed = [a for s in steps[:switch_at] for a in s.probes.get(goal, [])]
+        assert len(probed) >= 2 and all(s.probing for s in steps[1:switch_at])
+        assert start not in order[switch_at:]  # never back to an engine it left
+    _PROMPT.pop(id(bundle))
+
+
+def test_no_switch_without_evidence_and_none_after_probing(engines):
+    """A rule that favours nothing keeps the request where it is; past probe_steps the other engines
+    are dropped and only raw stays reachable."""
+    bundle, loaded = engines
+    neutral = SwitchRule(window=4, margin=0.0, evidence_z=0.0, costs={"mtp": 1.0, "ddtree": 1.0},
+                         targets=("ddtree", "raw"), probe_steps=3)
+    ids = encode_prompt(bundle)
+    _, steps = run(bundle, loaded, "mtp", neutral)
+    assert [s.probing for s in steps[1:5]] == [True, True, True, False]
+    assert all(not s.probes for s in steps[4:])
+    assert set(s.engine for s in steps) <= {"mtp", "raw"}
+    assert raw_tokens(bundle, ids) == run(bundle, loaded, "mtp", neutral)[0]
+
+
+def test_sampled_switching_is_seeded_and_reproducible(engines):
+    bundle, loaded = engines
+    params = SamplingParams(temperature=1.0, top_p=0.95, top_k=20, seed=11)
+    rule = favour("ddtree", ("ddtree", "raw"), probe_every=1)
+    a, steps = run(bundle, loaded, "mtp", rule, params=params)
+    b, _ = run(bundle, loaded, "mtp", rule, params=params)
+    assert a == b and len(a) == 40
+    assert any(s.probes for s in steps)
+    # sampled MTP probes are acceptance probabilities, sum(min(p, q)), not hits
+    rule_mtp = favour("mtp", ("mtp",), probe_steps=6)
+    _, raw_steps = run(bundle, loaded, "raw", rule_mtp, params=params)
+    probed = [a for s in raw_steps for a in s.probes.get("mtp", [])]
+    assert probed and all(0.0 <= a <= 1.0 + 1e-5 for a in probed) and any(0.0 < a < 1.0 for a in probed)
+
+
+def _request(bundle, ids, capture, cfg):
+    cache = bundle.make_cache()
+    out = prefill(bundle, cache, ids, capture, last_alone=True)
+    first = mx.argmax(bundle.lm_head(out.hidden[-1:]), axis=-1)
+    return Prefilled(cache, mx.array(ids, dtype=mx.uint32), out, first, cfg, Rng(0), capture)
+
+
+def test_absorbed_states_equal_fresh_ones(engines):
+    """Raw runs 10 steps while MTP and DDTree absorb its rows; each state must then be what a fresh
+    start on the whole sequence builds: the MTP head's next draft and the drafter's next block."""
+    bundle, loaded = engines
+    cfg = SamplerConfig(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0)
+    ids = encode_prompt(bundle)
+    capture = loaded["ddtree"].capture
+    request = _request(bundle, ids, capture, cfg)
+    states = {name: engine.start(request) for name, engine in loaded.items()}
+    raw = RawStepping(bundle, request.cache, cfg, request.rng, capture)
+    sequence, pending = list(ids), int(request.first.item())
+    for _ in range(10):
+        cycle = raw.cycle(pending, sync=True)
+        for state in states.values():
+            state.absorb(cycle.committed)
+        sequence.append(pending)
+        pending = cycle.emitted[-1]
+    fresh = _request(bundle, sequence, capture, cfg)
+    assert int(fresh.first.item()) == pending
+    fresh_mtp = loaded["mtp"].start(fresh)
+    assert np.allclose(np.array(states["mtp"].draft_logits), np.array(fresh_mtp.draft_logits), atol=1e-4)
+    ddtree = loaded["ddtree"]
+    absorbed = ddtree._propose(pending, states["ddtree"].context)
+    rebuilt = ddtree._propose(pending, ddtree.start(fresh).context)
+    assert np.array_equal(np.array(absorbed.top_tokens), np.array(rebuilt.top_tokens))
+    assert np.allclose(np.array(absorbed.top_logprobs), np.array(rebuilt.top_logprobs), atol=1e-4)
+
+
+def test_greedy_probes_are_the_acceptance_a_verify_would_give(engines):
+    """MTP probe = [head's draft == the target's next token]; DDTree probe = the walk depth of the
+    proposed tree over the tokens that followed, both recomputed here from scratch."""
+    bundle, loaded = engines
+    cfg = SamplerConfig(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0)
+    ids = encode_prompt(bundle)
+    capture = loaded["ddtree"].capture
+    request = _request(bundle, ids, capture, cfg)
+    mtp_state = loaded["mtp"].start(request)
+    tree_state = loaded["ddtree"].start(request)
+    raw = RawStepping(bundle, request.cache, cfg, request.rng, capture)
+    head_cache, head_rows = KVCache(), loaded["mtp"].head_rows
+    sequence, pending = list(ids), int(request.first.item())
+    mtp_probes, tree_probes = [], []
+    for _ in range(12):
+        cycle = raw.cycle(pending, sync=True)
+        mtp_probes += mtp_state.absorb(cycle.committed)
+        tree_probes += tree_state.absorb(cycle.committed)
+        sequence.append(pending)
+        pending = cycle.emitted[-1]
+    sequence.append(pending)
+    # MTP: the head, fed the whole sequence at once, drafts position t+2 from row t
+    hidden = prefill(bundle, bundle.make_cache(), sequence).hidden
+    rows = head_rows(mx.array(sequence[1:], dtype=mx.uint32), hidden[:-1], head_cache)
+    drafts = np.array(mx.argmax(bundle.lm_head(rows), axis=-1))
+    P = len(ids)
+    want = [float(drafts[t - 2] == sequence[t]) for t in range(P + 1, len(sequence))]
+    assert mtp_probes == pytest.approx(want)
+    # DDTree: after absorb k a tree is proposed for pending sequence[P + k + 1] from a context of the
+    # rows before it; it completes when the walk over the following tokens stops (mismatch or leaf)
+    ddtree = loaded["ddtree"]
+    expected = []   # (step at which the probe completes, creation order, depth)
+    for k in range(12):
+        start = P + k + 1
+        context = ddtree.start(_request(bundle, sequence[:start], capture, cfg)).context
+        tree = ddtree._draft(ddtree._propose(sequence[start], context))
+        probe = _Probe(tree)
+        for j, token in enumerate(sequence[start + 1 :]):
+            probe.feed(token)
+            if probe.done:
+                expected.append((start + 1 + j, k, float(probe.depth)))
+                break
+    last_absorbed = P + 12   # the 12 absorbs fed the tokens up to this index
+    completed = [depth for step, _, depth in sorted(expected) if step <= last_absorbed]
+    assert tree_probes == completed and len(tree_probes) >= 6
+
+
+def test_watch_picks_the_fastest_alternative_and_never_returns():
+    rule = SwitchRule(window=2, margin=0.0, evidence_z=0.0, costs={"mtp": 1.2, "ddtree": 2.0},
+                      targets=("raw", "ddtree"))
+    watch = SwitchWatch(rule, "mtp")
+    for accepted in (0.0, 0.0):
+        watch.record(accepted)
+    assert watch.choice() is None or watch.choice() == "raw"  # ddtree's window is still empty
+    for depth in (4.0, 4.0):
+        watch.record_probe("ddtree", depth)
+    # mtp: 1 token per 1.2 raw steps; ddtree: 5 per 2: ddtree gains most
+    assert watch.choice() == "ddtree"
+    assert watch.choice(("raw",)) == "raw"
+    watch.switched("ddtree")
+    watch.record_probe("mtp", 1.0)
+    watch.record_probe("mtp", 1.0)
+    watch.record(0.0)
+    watch.record(0.0)
+    assert watch.choice() == "raw"    # mtp was left: only raw remains
