@@ -14,7 +14,6 @@ from engines.mtp import MTPEngine
 from engines.mtp_head import load_mtp_head
 from engines.raw import RawEngine
 from engines.runtime import load_runtime
-from engines.speculative import speculative_generate
 from tests.engine_helpers import PROMPTS, encode, run_engine
 
 GREEDY = SamplingParams(temperature=0.0)
