@@ -160,6 +160,10 @@ def load_runtime(
         engines["mtp"] = MTPEngine(bundle, load_mtp_head(bundle, mtp_weights))
     draft = Path(draft_dir) if draft_dir is not None else default_draft_dir(path)
     if draft is not None:
-        engines["ddtree"] = DDTreeEngine(bundle, load_drafter(draft, bundle), budget=tree_budget)
+        drafter = load_drafter(draft, bundle)
+        cfg = drafter.cfg
+        log.info("drafter %s: %d layers, block %d, target layers %s, mask token %d, %s", draft, cfg.num_hidden_layers,
+                 cfg.block_size, list(cfg.target_layer_ids), cfg.mask_token_id, cfg.rope.describe())
+        engines["ddtree"] = DDTreeEngine(bundle, drafter, budget=tree_budget)
     log.info("loaded %s with engines %s", path, ", ".join(engines))
     return Runtime(bundle, engines, model_id=path.name if path.name != "target" else path.parent.name)

@@ -45,10 +45,14 @@ def write_drafter_checkpoint(
     target_layer_ids: tuple[int, ...] = (0, 2),
     dtype: str = "float32",
     knobs: agree.AgreeKnobs | None = None,
+    rope_theta: float | None = None,
+    rope_scaling: dict | None = None,
+    schema: str = "flat",
 ) -> Path:
     """Write a z-lab-format DFlash drafter for the target in `target_dir`; returns its path.
 
-    Files: config.json (architectures DFlashDraftModel, model_type qwen3, dflash_config) and
+    Files: config.json (architectures DFlashDraftModel, model_type qwen3, dflash_config; RoPE in the
+    `schema` of either z-lab generation, optionally scaled, e.g. YaRN) and
     model.safetensors with fc, hidden_norm, norm and layers.i.* (Qwen3 norms: x·w, ≈ 1); no
     embedding or lm_head: the drafter uses the target's. variant "agree" (with an "agree"
     target) drafts the target's frequent token A at every block position.
@@ -59,7 +63,8 @@ def write_drafter_checkpoint(
     target = _target_spec(target_dir)
     if any(not 0 <= i < target.num_hidden_layers for i in target_layer_ids):
         raise ValueError(f"target_layer_ids {target_layer_ids} outside the target's {target.num_hidden_layers} layers")
-    spec = DrafterSpec(num_hidden_layers=num_layers, block_size=block_size, target_layer_ids=tuple(target_layer_ids))
+    spec = DrafterSpec(num_hidden_layers=num_layers, block_size=block_size, target_layer_ids=tuple(target_layer_ids),
+                       rope_theta=rope_theta, rope_scaling=rope_scaling, schema=schema)
     rng = np.random.default_rng(seed + 7919)  # distinct stream from a target with the same seed
     if variant == "random":
         params = random_init.drafter(rng, target.hidden_size, spec, out_scale=1.0)

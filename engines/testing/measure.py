@@ -9,6 +9,7 @@ engines, written straight from docs/design.md.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -125,6 +126,51 @@ class ReferenceMtpHead:
         return self.text.lm_head(mx.fast.rms_norm(u, self.norm, self.eps))
 
 
+def reference_rope_frequencies(config: dict) -> tuple[np.ndarray, float]:
+    """(inverse frequencies (head_dim/2,), attention factor) of a drafter config, from the published
+    formulas (transformers' default and YaRN RoPE), independent of mlx-lm's RoPE modules."""
+    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    base = float(config.get("rope_theta") or params["rope_theta"])
+    dim = config["head_dim"]
+    inv_freq = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    kind = params.get("rope_type") or params.get("type") or "default"
+    if kind == "default":
+        return inv_freq, 1.0
+    if kind == "linear":
+        return inv_freq / params["factor"], 1.0
+    assert kind == "yarn", kind
+    factor = float(params["factor"])
+    original = params.get("original_max_position_embeddings") or config["max_position_embeddings"]
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    if params.get("mscale") and params.get("mscale_all_dim"):
+        attention = mscale(factor, params["mscale"]) / mscale(factor, params["mscale_all_dim"])
+    else:
+        attention = mscale(factor)
+
+    def correction_dim(rotations: float) -> float:
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(correction_dim(params.get("beta_fast", 32))), 0)
+    high = min(math.ceil(correction_dim(params.get("beta_slow", 1))), dim - 1)
+    ramp = np.clip((np.arange(dim // 2) - low) / ((high - low) or 0.001), 0, 1)
+    extrapolation = 1 - ramp                       # high-frequency dims keep their frequency
+    inv_freq = (inv_freq / factor) * (1 - extrapolation) + inv_freq * extrapolation
+    return inv_freq, attention
+
+
+def reference_rope(x: mx.array, positions: np.ndarray, inv_freq: np.ndarray, attention: float) -> mx.array:
+    """Rotate-half RoPE of x (B, H, T, D) at `positions` (T,), scaled by the attention factor."""
+    angles = positions[:, None].astype(np.float64) * inv_freq[None]
+    cos = mx.array(np.concatenate([np.cos(angles)] * 2, axis=-1) * attention, dtype=mx.float32)
+    sin = mx.array(np.concatenate([np.sin(angles)] * 2, axis=-1) * attention, dtype=mx.float32)
+    half = x.shape[-1] // 2
+    rotated = mx.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
 class ReferenceDrafter:
     """The DFlash drafter forward of docs/design.md for one block, over an explicit context."""
 
@@ -137,7 +183,7 @@ class ReferenceDrafter:
         self.layer_ids = c["dflash_config"]["target_layer_ids"]
         self.mask_id = c["dflash_config"]["mask_token_id"]
         self.eps = c["rms_norm_eps"]
-        self.rope = nn.RoPE(c["head_dim"], traditional=False, base=c["rope_theta"])
+        self.inv_freq, self.attention_factor = reference_rope_frequencies(c)
         self.text = _text_model(model)
 
     def context(self, outputs: list[mx.array]) -> mx.array:
@@ -160,7 +206,8 @@ class ReferenceDrafter:
             q = mx.fast.rms_norm(q, w[pre + "self_attn.q_norm.weight"], eps).transpose(0, 2, 1, 3)
             k = mx.fast.rms_norm(k, w[pre + "self_attn.k_norm.weight"], eps).transpose(0, 2, 1, 3)
             v = v.transpose(0, 2, 1, 3)
-            q, k = self.rope(q, offset=p), self.rope(k)
+            q = reference_rope(q, np.arange(p, p + self.block_size), self.inv_freq, self.attention_factor)
+            k = reference_rope(k, np.arange(p + self.block_size), self.inv_freq, self.attention_factor)
             att = mx.fast.scaled_dot_product_attention(q, k, v, scale=hd**-0.5)  # non-causal
             x = x + att.transpose(0, 2, 1, 3).reshape(1, self.block_size, -1) @ w[pre + "self_attn.o_proj.weight"].T
             h = mx.fast.rms_norm(x, w[pre + "post_attention_layernorm.weight"], eps)

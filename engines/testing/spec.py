@@ -66,6 +66,10 @@ class DrafterSpec:
     intermediate_size: int = 128
     block_size: int = 4
     target_layer_ids: tuple[int, ...] = (0, 2)
+    rope_theta: float | None = None          # None: the target's
+    rope_scaling: dict | None = None         # e.g. {"rope_type": "yarn", "factor": 4.0, ...}
+    schema: str = "flat"                     # "flat" (top-level rope_theta, block_size) or "nested" (2026:
+                                             # rope_parameters, block_size only in dflash_config)
 
 
 def target_text_config(spec: TargetSpec, eos_token_id: int) -> dict:
@@ -129,7 +133,10 @@ def generation_config(eos_token_ids: list[int], pad_token_id: int) -> dict:
 
 
 def drafter_config(target: TargetSpec, drafter: DrafterSpec, mask_token_id: int) -> dict:
-    return {
+    if drafter.schema not in ("flat", "nested"):
+        raise ValueError(f"schema must be 'flat' or 'nested', got {drafter.schema!r}")
+    theta = drafter.rope_theta if drafter.rope_theta is not None else target.rope_theta
+    config = {
         "architectures": ["DFlashDraftModel"],
         "model_type": "qwen3",
         "hidden_size": target.hidden_size,
@@ -140,14 +147,12 @@ def drafter_config(target: TargetSpec, drafter: DrafterSpec, mask_token_id: int)
         "head_dim": drafter.head_dim,
         "hidden_act": "silu",
         "rms_norm_eps": target.rms_norm_eps,
-        "rope_theta": target.rope_theta,
         "max_position_embeddings": target.max_position_embeddings,
         "vocab_size": target.vocab_size,
         "attention_bias": False,
         "tie_word_embeddings": False,
         "num_target_layers": target.num_hidden_layers,
         "layer_types": ["full_attention"] * drafter.num_hidden_layers,
-        "block_size": drafter.block_size,
         "dflash_config": {
             "block_size": drafter.block_size,
             "target_layer_ids": list(drafter.target_layer_ids),
@@ -155,3 +160,11 @@ def drafter_config(target: TargetSpec, drafter: DrafterSpec, mask_token_id: int)
         },
         "torch_dtype": "float32",
     }
+    if drafter.schema == "flat":  # the layout of the z-lab releases before June 2026
+        config["rope_theta"] = theta
+        config["block_size"] = drafter.block_size
+        if drafter.rope_scaling:
+            config["rope_scaling"] = dict(drafter.rope_scaling)
+    else:                         # transformers 5 / June 2026: everything RoPE under rope_parameters
+        config["rope_parameters"] = {"rope_type": "default", **(drafter.rope_scaling or {}), "rope_theta": theta}
+    return config
