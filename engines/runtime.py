@@ -125,6 +125,13 @@ class Runtime:
             log.exception("engine %s failed", engine)
             raise EngineFailure(engine, exc) from exc
 
+    def end_thread(self) -> None:
+        """MLX 0.32 keeps streams and compile caches per thread and no longer frees them at exit on
+        its own: a thread that ran MLX work must clear its streams before it ends, or their
+        destructors run during interpreter shutdown and abort the process (exit 134)."""
+        mx.synchronize()   # nothing of this thread's may still be running on a stream
+        mx.clear_streams()
+
     def memory_bytes(self) -> dict[str, int]:
         return {
             "parameters": self.bundle.parameter_bytes(),

@@ -47,6 +47,7 @@ class FakeBackend:
     # observations
     calls: list[dict] = field(default_factory=list)
     threads: set[int] = field(default_factory=set)
+    ended_threads: list[int] = field(default_factory=list)
     steps_after_cancel: list[int] = field(default_factory=list)
     steps_run: list[int] = field(default_factory=list)
     started: threading.Event = field(default_factory=threading.Event)
@@ -68,6 +69,9 @@ class FakeBackend:
 
     def memory_bytes(self) -> dict[str, int]:
         return {"active": 0, "peak": 0}
+
+    def end_thread(self) -> None:
+        self.ended_threads.append(threading.get_ident())
 
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, engine: str, cancel: CancelToken,

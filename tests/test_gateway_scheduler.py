@@ -170,6 +170,10 @@ def test_all_backend_calls_run_on_the_one_worker_thread():
         worker = app.state.gateway.scheduler.worker_thread
         assert backend.threads == {worker.ident}
         assert worker is not threading.main_thread() and worker is not server.thread
+        assert backend.ended_threads == []
+    # on shutdown the worker ends its model work itself, on its own thread, before it exits (MLX
+    # frees per-thread streams only when that thread asks: Runtime.end_thread)
+    assert not worker.is_alive() and backend.ended_threads == [worker.ident]
 
 
 def test_engine_failure_mid_stream_is_an_in_stream_error_then_done():

@@ -153,3 +153,70 @@ def test_sigterm_lets_a_short_stream_finish(tmp_path):
         _assert_state_saved(gateway)
     finally:
         gateway.close()
+
+
+def _serve_and_stop(model_dir: Path, extra: list[str], cycles: int, log_dir: Path) -> list[tuple[int, str]]:
+    """Start `switchyard serve` on `model_dir`, optionally run requests (every engine, some still in
+    flight), SIGTERM it, and collect (exit status, log tail) per cycle."""
+    results = []
+    for cycle in range(cycles):
+        port = free_port()
+        log_path = log_dir / f"serve-{model_dir.parent.name}-{cycle}.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gateway.cli", "serve", "--model", str(model_dir), "--port", str(port),
+                 "--log-level", "warning", *extra],
+                cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT)
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            while proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    if httpx.get(base + "/health", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.05)
+            body = {"prompt": "def f(x):", "max_tokens": 24, "temperature": 0}
+            threads = []
+            if cycle % 3 == 1:      # compiled tree/chain verifies and async drafts ran on the worker
+                for engine in ("mtp", "ddtree"):
+                    httpx.post(base + "/v1/completions", json={**body, "engine": engine}, timeout=60)
+            elif cycle % 3 == 2:    # SIGTERM while generations are in flight
+                threads = [threading.Thread(target=lambda e=e: httpx.post(
+                    base + "/v1/completions", json={**body, "max_tokens": 200, "engine": e}, timeout=60))
+                    for e in ("ddtree", "mtp")]
+                for thread in threads:
+                    thread.start()
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=60)
+            for thread in threads:
+                thread.join(timeout=60)
+        results.append((code, log_path.read_text()[-1500:]))
+    return results
+
+
+def test_every_stop_of_a_real_server_exits_zero(tmp_path):
+    """20 start/stop cycles of `switchyard serve` on a float32 and on a 4-bit generated family (MTP
+    head + DFlash drafter): every stop must exit 0 (launchd/systemd would record anything else as a
+    crash), whatever ran on the worker thread before it."""
+    from mlx_lm import convert
+
+    from engines.testing import write_drafter_checkpoint, write_target_checkpoint
+
+    f32 = write_target_checkpoint(tmp_path / "f32" / "target", seed=0, variant="agree")
+    q4 = tmp_path / "q4" / "target"   # like an mlx-community conversion: mtp.* stripped, head from the original
+    convert(str(f32), mlx_path=str(q4), quantize=True, q_bits=4, q_group_size=32)
+    for target in (f32, q4):
+        write_drafter_checkpoint(target.parent / "drafter", f32, seed=0, variant="agree")
+    families = {"f32": (f32, []), "q4": (q4, ["--mtp-weights", str(f32)])}
+    outcomes: dict[str, list[tuple[int, str]]] = {}
+    runners = [threading.Thread(target=lambda n=n, t=t, x=x: outcomes.__setitem__(n, _serve_and_stop(t, x, 20, tmp_path)))
+               for n, (t, x) in families.items()]
+    for runner in runners:
+        runner.start()
+    for runner in runners:
+        runner.join()
+    for name, results in outcomes.items():
+        assert len(results) == 20
+        failures = [(i, code, tail) for i, (code, tail) in enumerate(results) if code != 0]
+        assert not failures, f"{name}: {failures[:2]}"

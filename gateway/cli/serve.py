@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 from pathlib import Path
 
 from gateway.config import GatewayConfig
@@ -134,9 +136,26 @@ def serve(args: argparse.Namespace) -> int:
     app = create_app(runtime, router=router, config=config)
     try:
         router.start()
-        return run_server(app, config, log_level=args.log_level)
+        code = run_server(app, config, log_level=args.log_level)
     finally:
         router.close()
+    runtime.end_thread()  # the main thread loaded the model: its MLX streams must go too
+    leave_process(code)
+
+
+def leave_process(code: int) -> None:
+    """End `switchyard serve` once the drain is over and the router state is saved.
+
+    Without interpreter finalization: MLX 0.32 keeps compile caches (which own Python objects) and
+    streams per thread, and their C++ destructors can run after the interpreter is gone
+    (ml-explore/mlx#4347, #4327): a clean stop then died with "terminate called without an active
+    exception", exit 134, which launchd and systemd record as a crash. Every thread that did MLX
+    work has already cleared its streams (Runtime.end_thread); nothing is left for atexit to do.
+    """
+    logging.shutdown()   # flush and close every log handler
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def bind_engine_options(store, runtime) -> None:

@@ -77,8 +77,10 @@ class Ticket:
 
 
 class Scheduler:
-    def __init__(self, max_queue: int, retry_after_seconds: int = 1, request_timeout: float | None = None):
+    def __init__(self, max_queue: int, retry_after_seconds: int = 1, request_timeout: float | None = None,
+                 on_exit: Callable[[], None] | None = None):
         self.max_queue = max_queue
+        self._on_exit = on_exit   # run on the worker thread as its last act (Backend.end_thread)
         self.retry_after_seconds = retry_after_seconds
         self.request_timeout = request_timeout   # seconds from admission; None = unlimited
         self._waiting: collections.deque[Ticket] = collections.deque()
@@ -205,6 +207,12 @@ class Scheduler:
                 self._serve(ticket)
         except BaseException as exc:  # noqa: BLE001 - a dead worker must be reported, whatever killed it
             self._die(exc)
+        finally:
+            if self._on_exit is not None:
+                try:
+                    self._on_exit()
+                except Exception:  # noqa: BLE001
+                    log.exception("worker exit hook failed")
 
     def _serve(self, ticket: Ticket) -> None:
         work = None
