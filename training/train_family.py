@@ -89,7 +89,7 @@ def train_target(args, streams, device) -> tuple[torch.nn.Module, object, dict]:
 @torch.no_grad()
 def eval_target(target, heldout, args, device) -> dict:
     result = {}
-    for domain in DOMAINS:
+    for domain in [d for d in DOMAINS if d in heldout]:
         windows = eval_windows(heldout[domain], args.seq, args.eval_tokens)
         if len(windows) == 0:
             continue
@@ -176,7 +176,7 @@ def train_mtp(args, target, config, streams, device) -> tuple[MtpHead, dict]:
 @torch.no_grad()
 def eval_mtp(head, target, heldout, args, device) -> dict:
     result = {}
-    for domain in DOMAINS:
+    for domain in [d for d in DOMAINS if d in heldout]:
         windows = eval_windows(heldout[domain], args.mtp_seq, args.eval_tokens // 2)
         if len(windows) == 0:
             continue
@@ -288,7 +288,7 @@ def train_drafter(args, target, streams, device) -> tuple[DFlashDrafter, dict]:
 def eval_drafter(drafter, target, capture, heldout, args, device) -> dict:
     rng = np.random.default_rng(123)
     result = {}
-    for domain in DOMAINS:
+    for domain in [d for d in DOMAINS if d in heldout]:
         windows = eval_windows(heldout[domain], args.drafter_seq, args.eval_tokens // 2)
         if len(windows) == 0:
             continue
@@ -307,8 +307,9 @@ def eval_drafter(drafter, target, capture, heldout, args, device) -> dict:
 
 # ------------------------------------------------------------------------------------------- main
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
+    """Every phase's options (distill.py adds its own to the same parser)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=HERE / "corpus" / "pack")
     parser.add_argument("--tokenizer", type=Path, default=HERE.parent / "models/switchyard-demo/target/tokenizer.json")
     parser.add_argument("--out", type=Path, required=True)
@@ -339,7 +340,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-docs", type=int, default=None)
     parser.add_argument("--drafter-init", type=Path, help="start the drafter from drafter-*.safetensors here")
     parser.add_argument("--skip-mtp", action="store_true", help="train only the drafter (with --target-shards)")
-    args = parser.parse_args()
+    return parser
+
+
+def finish_args(args: argparse.Namespace) -> argparse.Namespace:
+    """Configs of the family (tiny ones for a CPU smoke test)."""
     args.target_config = dict(fc.TARGET)
     args.drafter_config = json.loads(json.dumps(fc.DRAFTER))
     if args.tiny:
@@ -360,7 +365,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
-    args = parse_args()
+    args = finish_args(build_parser().parse_args())
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = True
     args.out.mkdir(parents=True, exist_ok=True)

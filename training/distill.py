@@ -1,0 +1,146 @@
+"""Distil the DFlash drafter on the target's OWN replies (demo family v2's drafter).
+
+At inference the drafter predicts what the target itself generates, not corpus text; a drafter
+trained teacher-forced on the corpus sees a different distribution of contexts. Here the frozen
+target answers chat prompts (greedy, and sampled at the shipped temperature and at 1.0), and the
+drafter is trained on those conversations with the same objective as train_family.py (KL to the
+target's distribution at every block position; anchors anywhere in the windows), starting from the
+shipped drafter.
+
+Prompts: classifier/data/prompts.jsonl (our own labelled prompt set; its `test` split is held out
+here too). Never the benchmark workloads (bench/workloads/), which measure the result.
+
+  cd training && python distill.py --out $OUT --target-shards ../models/switchyard-demo/target \\
+      --drafter-init ../models/switchyard-demo/drafter --prompts ../classifier/data/prompts.jsonl
+  python training/distill.py --tiny --out /tmp/d ...        # CPU smoke test (tiny sizes, few steps)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import family_config as fc
+from data import Stream
+from train_common import save_shards, seed_everything
+from train_family import build_parser, eval_drafter, finish_args, load_target, train_drafter
+
+HERE = Path(__file__).resolve().parent
+MODES = {  # name -> generate() sampling settings; the sampled ones use the shipped generation_config
+    "greedy": {"do_sample": False},
+    "t0.7": {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 40},
+    "t1.0": {"do_sample": True, "temperature": 1.0, "top_p": 0.95, "top_k": 20},
+}
+
+
+def load_prompts(path: Path, limit: int | None) -> list[dict]:
+    prompts = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for item in prompts:
+        item["messages"] = item.get("messages") or [{"role": "user", "content": item["text"]}]
+    rng = np.random.default_rng(0)
+    rng.shuffle(prompts)
+    return prompts[:limit]
+
+
+def encode_prompts(prompts: list[dict], tokenizer_dir: Path) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    texts = [tokenizer.apply_chat_template(p["messages"], add_generation_prompt=True, tokenize=False) for p in prompts]
+    return [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+
+
+@torch.no_grad()
+def generate(target, prompt_ids: list[list[int]], mode: dict, args, device, deadline: float) -> list[list[int]]:
+    """Replies (up to and including the first end-of-turn) for every prompt, batched by length."""
+    order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
+    replies: list[list[int] | None] = [None] * len(prompt_ids)
+    eos = [fc.IM_END_ID, fc.EOT_ID]
+    for start in range(0, len(order), args.gen_batch):
+        if time.time() > deadline:
+            break
+        rows = order[start:start + args.gen_batch]
+        width = max(len(prompt_ids[i]) for i in rows)
+        batch = torch.full((len(rows), width), fc.EOT_ID, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, i in enumerate(rows):  # left padding: every prompt ends where generation starts
+            batch[r, width - len(prompt_ids[i]):] = torch.tensor(prompt_ids[i])
+            mask[r, width - len(prompt_ids[i]):] = 1
+        with torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16):
+            out = target.generate(input_ids=batch.to(device), attention_mask=mask.to(device),
+                                  max_new_tokens=args.gen_tokens, eos_token_id=eos, pad_token_id=fc.EOT_ID, **mode)
+        for r, i in enumerate(rows):
+            reply = out[r, width:].tolist()
+            ends = [k for k, t in enumerate(reply) if t in eos]
+            replies[i] = reply[: ends[0] + 1] if ends else reply
+    return [r for r in replies if r is not None]
+
+
+def to_stream(sequences: list[list[int]]) -> Stream:
+    """Conversations back to back, each followed by <|endoftext|> (what the samplers read)."""
+    pieces, starts, offset = [], [], 0
+    for ids in sequences:
+        ids = list(ids) + [fc.EOT_ID]
+        starts.append(offset)
+        offset += len(ids)
+        pieces.append(np.asarray(ids, dtype=np.uint16))
+    return Stream(np.concatenate(pieces), np.asarray(starts, dtype=np.int64))
+
+
+def main() -> None:
+    parser = build_parser(__doc__)
+    parser.add_argument("--prompts", type=Path, default=HERE.parent / "classifier" / "data" / "prompts.jsonl")
+    parser.add_argument("--max-prompts", type=int, default=None)
+    parser.add_argument("--modes", default="greedy,t0.7,t1.0", help=f"comma list of {', '.join(MODES)}")
+    parser.add_argument("--gen-tokens", type=int, default=256)
+    parser.add_argument("--gen-batch", type=int, default=512)
+    parser.add_argument("--gen-seconds", type=float, default=240, help="generation budget (all modes)")
+    args = finish_args(parser.parse_args())
+    if args.tiny:
+        args.max_prompts, args.gen_tokens, args.gen_batch = args.max_prompts or 48, 24, 16
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.backends.cuda.matmul.allow_tf32 = True
+    args.out.mkdir(parents=True, exist_ok=True)
+    seed_everything(args.seed)
+    print(f"[setup] torch {torch.__version__} device {device}", flush=True)
+    target, _ = load_target(args, device)
+
+    prompts = load_prompts(args.prompts, args.max_prompts)
+    ids = encode_prompts(prompts, args.target_shards if (args.target_shards / "tokenizer.json").exists()
+                         else args.tokenizer.parent)
+    report: dict = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                    "prompts": len(prompts), "generation": {}}
+    conversations: dict[tuple[str, str], list[list[int]]] = {}
+    started, deadline = time.time(), time.time() + args.gen_seconds
+    modes = [m for m in args.modes.split(",") if m]
+    for n, mode in enumerate(modes):
+        mode_deadline = started + args.gen_seconds * (n + 1) / len(modes)   # every mode gets its share
+        replies = generate(target, ids, MODES[mode], args, device, min(mode_deadline, deadline))
+        for prompt, prompt_ids, reply in zip(prompts, ids, replies):
+            key = ("heldout" if prompt.get("split") == "test" else "train", prompt["label"])
+            conversations.setdefault(key, []).append(list(prompt_ids) + reply)
+        lengths = [len(r) for r in replies]
+        report["generation"][mode] = {"replies": len(replies), "mean_tokens": round(float(np.mean(lengths)), 1),
+                                      "seconds": round(time.time() - started, 1)}
+        print(f"[gen] {mode}: {len(replies)} replies, mean {np.mean(lengths):.0f} tokens, "
+              f"{time.time() - started:.0f}s", flush=True)
+
+    streams = {label: to_stream(seqs) for (split, label), seqs in conversations.items() if split == "train"}
+    heldout = {label: to_stream(seqs) for (split, label), seqs in conversations.items() if split == "heldout"}
+    for split, group in (("train", streams), ("heldout", heldout)):
+        for label, stream in sorted(group.items()):
+            print(f"[data] {split:7s} {label:10s} {len(stream.doc_starts):6d} conversations "
+                  f"{len(stream.tokens) / 1e6:6.2f}M tokens", flush=True)
+    drafter, report["drafter"], capture = train_drafter(args, target, streams, device)
+    report["drafter"]["heldout"] = eval_drafter(drafter, target, capture, heldout, args, device)
+    report["files"] = save_shards(drafter.state_dict(), args.out, "drafter")
+    (args.out / "report.json").write_text(json.dumps(report, indent=1))
+    print(f"[done] files {report['files']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
