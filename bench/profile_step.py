@@ -40,7 +40,7 @@ def profile_shape(bundle, shape: str, context_ids: list[int], trials: int) -> tu
     from engines.gdn import gdn_tree
     from engines.prefill import prefill
     from engines.sampling import Rng, choose, resolve
-    from engines.target import _attention_tree, commit, forward_tree, tree_mask
+    from engines.target import attention_tree, commit, forward_tree, tree_mask
     from engines.tree import TreeLayout
 
     layouts = {"decode (T=1)": None, "verify chain T=2": TreeLayout.chain(2), "verify chain T=5": TreeLayout.chain(5),
@@ -85,7 +85,7 @@ def profile_shape(bundle, shape: str, context_ids: list[int], trials: int) -> tu
                 elif layer.is_linear:
                     r, snapshots[i] = gdn_tree(layer.linear_attn, normed, layer_cache, layout)
                 else:
-                    r = _attention_tree(layer.self_attn, normed, layer_cache, layout, tree_attention_mask)
+                    r = attention_tree(layer.self_attn, normed, layer_cache, layout, tree_attention_mask)
                 t = _fence(timings, "GDN" if layer.is_linear else "attention", t, r, *(snapshots[i].state,) if i in snapshots else ())
                 h = h + r
                 h = h + layer.mlp(layer.post_attention_layernorm(h))

@@ -38,6 +38,12 @@ def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
+def export_drafter(shard_dir: Path, drafter_dir: Path, drafter_config: dict) -> None:
+    drafter_dir.mkdir(parents=True, exist_ok=True)
+    save_file(load_shards(shard_dir, "drafter"), str(drafter_dir / "model.safetensors"), metadata={"format": "pt"})
+    write_json(drafter_dir / "config.json", drafter_config)
+
+
 def export(shard_dir: Path, out: Path, tokenizer_dir: Path) -> None:
     report = json.loads((shard_dir / "report.json").read_text())
     target_config = report["args"]["target_config"]
@@ -60,8 +66,7 @@ def export(shard_dir: Path, out: Path, tokenizer_dir: Path) -> None:
         for name in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(tokenizer_dir / name, target_dir / name)
 
-    save_file(load_shards(shard_dir, "drafter"), str(drafter_dir / "model.safetensors"), metadata={"format": "pt"})
-    write_json(drafter_dir / "config.json", drafter_config)
+    export_drafter(shard_dir, drafter_dir, drafter_config)
     n_target = sum(v.numel() for k, v in weights.items() if not k.startswith("mtp."))
     n_mtp = sum(v.numel() for v in mtp.values())
     print(f"exported target {n_target / 1e6:.2f}M + mtp {n_mtp / 1e6:.2f}M params -> {target_dir}")
@@ -73,8 +78,15 @@ def main() -> None:
     parser.add_argument("--shards", type=Path, required=True)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--tokenizer-dir", type=Path, default=DEFAULT_OUT / "target")
+    parser.add_argument("--drafter-only", action="store_true", help="only drafter-* shards (distill.py): replace "
+                        "the drafter, keep the target")
     args = parser.parse_args()
-    export(args.shards, args.out, args.tokenizer_dir)
+    if args.drafter_only:
+        report = json.loads((args.shards / "report.json").read_text())
+        export_drafter(args.shards, args.out / "drafter", report["args"]["drafter_config"])
+        print(f"exported drafter -> {args.out / 'drafter'}")
+    else:
+        export(args.shards, args.out, args.tokenizer_dir)
 
 
 if __name__ == "__main__":
