@@ -115,7 +115,7 @@ def measure_costs(bundle, modes: list[str], context: int, trials: int) -> dict:
     times: dict[str, dict[str, list[float]]] = {m: {s: [] for s in SHAPES} for m in modes}
     for trial in range(trials + 2):  # two warm-up rounds: compile + JIT per mode and layout
         for mode in modes:
-            with using(enabled=mode != "reference", cuda_kernel=mode == "cuda"):
+            with using(enabled=mode != "reference", cuda_kernel=mode == "cuda", chunked_gdn=mode != "fast-levels"):
                 for shape in SHAPES:
                     started = time.perf_counter()
                     run_step(bundle, cache, shape, tokens)
@@ -146,7 +146,7 @@ def pieces(bundle, modes: list[str], context: int, trials: int) -> dict:
     ids = [(i * 7919 + 13) % (vocab - 16) + 8 for i in range(context)]
     out = {}
     for mode in modes:
-        with using(enabled=mode != "reference", cuda_kernel=mode == "cuda"):
+        with using(enabled=mode != "reference", cuda_kernel=mode == "cuda", chunked_gdn=mode != "fast-levels"):
             out[mode] = {s: {k: v * 1000 for k, v in profile_shape(bundle, s, ids, trials)[0].items()} for s in SHAPES}
     return out
 
@@ -154,7 +154,7 @@ def pieces(bundle, modes: list[str], context: int, trials: int) -> dict:
 def available_modes() -> list[str]:
     from engines.kernels import gdn_tree_cuda
 
-    return ["reference", "fast"] + (["cuda"] if gdn_tree_cuda.available() else [])
+    return ["reference", "fast-levels", "fast"] + (["cuda"] if gdn_tree_cuda.available() else [])
 
 
 def print_costs(title: str, costs: dict) -> None:
@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default=None, help="cast floating weights (float32, bfloat16)")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--trials", type=int, default=15)
-    parser.add_argument("--modes", default=None, help="comma list of reference,fast,cuda (default: all available)")
+    parser.add_argument("--modes", default=None, help="comma list of reference,fast-levels (compiled, recurrence one "
+                        "tree level at a time),fast (compiled, all slots at once),cuda (default: all available)")
     parser.add_argument("--pieces", action="store_true", help="also the fenced per-layer-kind breakdown")
     parser.add_argument("--piece-trials", type=int, default=5)
     parser.add_argument("--json", default=None, help="write the numbers here")

@@ -7,9 +7,10 @@ mlx-lm's own modules and its ops-reference step so results match a sequential de
 
 Paths (engines.kernels.fast_paths picks; the reference stays for tests and as the fallback):
 - reference: per-level Python loop over mlx-lm's `_gated_delta_step_ops`;
-- compiled: the same ops (conv windows, q/k norm, gates, every level of the recurrence, the gated
-  norm) traced once per tree layout with mx.compile, so elementwise work fuses into few kernels
-  and the Python graph is built once per layout, not per verify;
+- compiled: the same ops (conv windows, q/k norm, gates, the recurrence, the gated norm) traced once
+  per tree layout with mx.compile, so elementwise work fuses into few kernels and the Python graph
+  is built once per layout, not per verify; the recurrence runs for all slots at once
+  (`recurrence_chunked`: a few batched matmuls instead of a step per tree level);
 - CUDA: one launch for the whole tree recurrence (engines/kernels/gdn_tree_cuda.py).
 """
 
@@ -97,6 +98,49 @@ def recurrence_reference(q, k, v, g, beta, root_state, tree: TreeLayout) -> tupl
     return mx.stack(outputs), mx.stack(states)
 
 
+@lru_cache(maxsize=256)
+def _path_masks(tree: TreeLayout) -> tuple[mx.array, mx.array]:
+    """(T, T) float masks: ancestor-or-self, and strict ancestor (row = slot, column = ancestor)."""
+    inclusive = tree.visibility.astype("float32")
+    strict = inclusive.copy()
+    strict[range(tree.size), range(tree.size)] = 0.0
+    return mx.array(inclusive), mx.array(strict)
+
+
+def recurrence_chunked(q, k, v, g, beta, root_state, tree: TreeLayout) -> tuple[mx.array, mx.array]:
+    """The same recurrence as `recurrence_reference`, for every slot at once (no loop over levels).
+
+    Unrolled along a slot's root path P(t) (its ancestors and itself), with G_t = prod of the
+    gates on P(t) and S0 the root state:
+        S_t     = G_t S0 + sum_{j in P(t)} (G_t / G_j) d_j k_j^T
+        d_t     = beta_t (v_t - G_t S0 k_t - sum_{j in P(t), j != t} (G_t / G_j) (k_j . k_t) d_j)
+        y_t     = S_t q_t
+    The d_t solve a unit lower-triangular system (I + A) D = B (parents come before children),
+    and A is nilpotent, so (I + A)^-1 = (I - A)(I + A^2)(I + A^4)... exactly: a few batched
+    matmuls instead of one step per tree level. Equal to the loop up to float32 rounding.
+    """
+    inclusive, strict = _path_masks(tree)
+    T = tree.size
+    log_g = mx.log(mx.maximum(g, 1e-30))                       # (T, Hv); gates are in (0, 1]
+    L = (inclusive @ log_g).T                                  # (Hv, T): log G_t along the root path
+    gap = L[:, :, None] - L[:, None, :]                        # (Hv, T, T): log G_t / G_j
+    decay = mx.exp(mx.minimum(gap, 0.0)) * inclusive            # j in P(t): G_t / G_j <= 1, else 0
+    kh, qh, vh = k.transpose(1, 0, 2), q.transpose(1, 0, 2), v.transpose(1, 0, 2)   # (Hv, T, D)
+    s0 = root_state[0]                                          # (Hv, Dv, Dk)
+    G = mx.exp(L)[:, :, None]                                   # (Hv, T, 1)
+    bt = beta.T[:, :, None]                                     # (Hv, T, 1)
+    A = bt * (decay * strict) * (kh @ kh.transpose(0, 2, 1))   # (Hv, T, T), strictly lower
+    rhs = bt * (vh - G * (kh @ s0.transpose(0, 2, 1)))          # (Hv, T, Dv)
+    d, power = rhs - A @ rhs, A
+    for _ in range(max(0, (T - 1).bit_length() - 1)):           # (I - A)(I + A^2)(I + A^4)... applied to rhs
+        power = power @ power
+        d = d + power @ d
+    y = G * (qh @ s0.transpose(0, 2, 1)) + (decay * (qh @ kh.transpose(0, 2, 1))) @ d      # (Hv, T, Dv)
+    # every slot's state: G_t S0 + sum_j decay[t, j] d_j k_j^T
+    states = G[..., None] * s0[:, None] + (decay[..., None] * d[:, None, :, :]).transpose(0, 1, 3, 2) @ kh[:, None]
+    return y.transpose(1, 0, 2), states.transpose(1, 0, 2, 3)
+
+
 def _prepare(shape: GdnShape, qkv, b, a, conv_state, windows, conv_weight, A_log, dt_bias):
     """Conv windows forked along the tree, q/k/v, gates. qkv: (T, C); conv_state: (1, kernel-1, C)."""
     T = qkv.shape[0]
@@ -124,13 +168,14 @@ def _gated_norm(shape: GdnShape, y, z, norm_weight):
 
 
 @lru_cache(maxsize=128)
-def _compiled_ops(shape: GdnShape, tree: TreeLayout):
+def _compiled_ops(shape: GdnShape, tree: TreeLayout, chunked: bool = True):
     """Everything between the input projections and out_proj, traced once for this layout."""
+    recurrence = recurrence_chunked if chunked else recurrence_reference
 
     def run(qkv, z, b, a, conv_state, root_state, windows, conv_weight, A_log, dt_bias, norm_weight):
         q, k, v, beta, g, conv = _prepare(shape, qkv, b, a, conv_state, windows, conv_weight, A_log, dt_bias)
         q, k = _repeat_heads(shape, q, k)
-        y, states = recurrence_reference(q, k, v, g, beta, root_state, tree)
+        y, states = recurrence(q, k, v, g, beta, root_state, tree)
         return _gated_norm(shape, y, z, norm_weight), conv, states
 
     return mx.compile(run)
@@ -177,7 +222,7 @@ def gdn_tree(module: nn.Module, x: mx.array, cache, tree: TreeLayout) -> tuple[m
         y, states = gdn_tree_cuda.gdn_tree_cuda(q, k, v, g, beta, root_state[0], parents_index(tree))
         y = _compiled_norm(shape)(y, z, module.norm.weight)
     else:
-        y, conv, states = _compiled_ops(shape, tree)(
+        y, conv, states = _compiled_ops(shape, tree, fast_paths.chunked_gdn)(
             qkv, z, b, a, conv_state, root_state, windows, *weights, module.norm.weight)
     out = module.out_proj(y.reshape(1, T, -1))
     return out, GdnSnapshot(conv=conv, state=states)

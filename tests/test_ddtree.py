@@ -41,8 +41,9 @@ def test_tree_verify_equals_sequential_paths(tiny_bundle, parents):
         ref_cache = bundle.make_cache()
         prefill(bundle, ref_cache, prompt, last_alone=True)
         ref = forward_causal(bundle, tokens[path], ref_cache, capture=(0, 2))
-        assert mx.abs(bundle.lm_head(ref.hidden[-1]) - tree_logits[slot]).max().item() <= 1e-5
-        assert mx.abs(ref.layer_outputs[2][-1] - out.layer_outputs[2][slot]).max().item() <= 1e-5
+        # float32 rounding only: the verify sums the recurrence in another order than a decode
+        assert mx.allclose(bundle.lm_head(ref.hidden[-1]), tree_logits[slot], rtol=1e-5, atol=1e-5).item()
+        assert mx.allclose(ref.layer_outputs[2][-1], out.layer_outputs[2][slot], rtol=1e-5, atol=1e-5).item()
     if layout.parents == TreeLayout.chain(layout.size).parents:
         return  # for a chain the causal verify IS the tree verify
     # negative control: a plain causal verify of the flattened tree is wrong
@@ -69,14 +70,16 @@ def test_commit_matches_fresh_forward(tiny_bundle, parents):
     sequence = mx.concatenate([mx.array(prompt, dtype=mx.uint32), tokens[mx.array(path)], follow])
     fresh_cache = bundle.make_cache()
     fresh = bundle.lm_head(forward_causal(bundle, sequence, fresh_cache).hidden[-1])
-    assert mx.abs(after - fresh).max().item() <= 1e-5
+    def close(a, b) -> bool:  # float32 rounding only (the verify sums the recurrence in another order)
+        return mx.allclose(a, b, rtol=1e-5, atol=1e-5).item()
+
+    assert close(after, fresh)
     for ours, ref in zip(cache, fresh_cache):
         if hasattr(ours, "offset"):
             assert ours.offset == ref.offset
-            assert mx.abs(ours.keys[..., : ours.offset, :] - ref.keys[..., : ref.offset, :]).max().item() <= 1e-5
+            assert close(ours.keys[..., : ours.offset, :], ref.keys[..., : ref.offset, :])
         else:
-            assert mx.abs(ours[0] - ref[0]).max().item() <= 1e-5
-            assert mx.abs(ours[1] - ref[1]).max().item() <= 1e-5
+            assert close(ours[0], ref[0]) and close(ours[1], ref[1])
 
 
 def test_tree_builder_is_brute_force_top_b():

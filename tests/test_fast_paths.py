@@ -73,6 +73,31 @@ def _cache_arrays(c) -> list[mx.array]:
     return [c[0], c[1]]
 
 
+@pytest.mark.parametrize("parents", TREES + [list(range(-1, 16)), [-1, 0, 0, 1, 1, 2, 2, 3, 4, 5]])
+@pytest.mark.parametrize("heads", [(4, 16, 8), (8, 64, 64), (2, 32, 128)])
+def test_chunked_recurrence_equals_the_level_loop(parents, heads):
+    """The all-slots-at-once form (path-unrolled delta rule, nilpotent triangular solve) against the
+    per-level loop: outputs and every slot's state, chains up to 17 slots and forked trees, random
+    gates (some near 0), betas and normalised keys, float32."""
+    tree = TreeLayout.from_parents(parents)
+    hv, dk, dv = heads
+    rng = np.random.default_rng(len(parents) * 7 + hv)
+    T = tree.size
+    k = rng.normal(size=(T, hv, dk)).astype(np.float32)
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    args = (
+        mx.array(rng.normal(size=(T, hv, dk)).astype(np.float32) * dk**-0.5), mx.array(k),
+        mx.array(rng.normal(size=(T, hv, dv)).astype(np.float32)),
+        mx.array(np.concatenate([rng.uniform(0.001, 1.0, size=(T, hv - 1)), np.full((T, 1), 1.0)], 1).astype(np.float32)),
+        mx.array(rng.uniform(0.0, 1.0, size=(T, hv)).astype(np.float32)),
+        mx.array(rng.normal(size=(1, hv, dv, dk)).astype(np.float32)),
+    )
+    y_ref, states_ref = gdn.recurrence_reference(*args, tree)
+    y, states = gdn.recurrence_chunked(*args, tree)
+    assert y.shape == y_ref.shape and states.shape == states_ref.shape
+    assert _max_diff(y, y_ref) <= TOL and _max_diff(states, states_ref) <= TOL
+
+
 def test_compiled_recurrence_is_cached_per_layout(bundle):
     layout = TreeLayout.from_parents([-1, 0, 0, 1])
     shape = gdn.GdnShape.of(bundle.layers[0].linear_attn)

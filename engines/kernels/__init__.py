@@ -2,7 +2,8 @@
 
 `fast_paths` is the one switch the engines read: `enabled` (compiled per-layout GDN/attention
 pieces, cached index arrays), `cuda_kernel` (the one-launch tree GDN kernel on MLX-CUDA) and
-`ops_attention` (matmul attention for multi-query verifies/drafts on MLX-CUDA, kernels/attention.py).
+`ops_attention` (matmul attention for multi-query verifies/drafts on MLX-CUDA, kernels/attention.py)
+and `chunked_gdn` (the compiled GDN recurrence for all slots at once instead of one tree level at a time).
 Benchmarks flip it to measure before/after in one process; tests flip it to compare paths.
 """
 
@@ -18,17 +19,20 @@ class FastPaths:
     enabled: bool = True
     cuda_kernel: bool = True
     ops_attention: bool | None = None   # None: automatic (multi-query on MLX-CUDA); tests force it
+    chunked_gdn: bool = True
 
 
 fast_paths = FastPaths()
 
 
 @contextmanager
-def using(enabled: bool = True, cuda_kernel: bool = True, ops_attention: bool | None = None) -> Iterator[FastPaths]:
+def using(enabled: bool = True, cuda_kernel: bool = True, ops_attention: bool | None = None,
+          chunked_gdn: bool = True) -> Iterator[FastPaths]:
     """Temporarily choose the paths (restores the previous choice on exit)."""
-    previous = (fast_paths.enabled, fast_paths.cuda_kernel, fast_paths.ops_attention)
-    fast_paths.enabled, fast_paths.cuda_kernel, fast_paths.ops_attention = enabled, cuda_kernel, ops_attention
+    previous = (fast_paths.enabled, fast_paths.cuda_kernel, fast_paths.ops_attention, fast_paths.chunked_gdn)
+    (fast_paths.enabled, fast_paths.cuda_kernel, fast_paths.ops_attention,
+     fast_paths.chunked_gdn) = enabled, cuda_kernel, ops_attention, chunked_gdn
     try:
         yield fast_paths
     finally:
-        fast_paths.enabled, fast_paths.cuda_kernel, fast_paths.ops_attention = previous
+        fast_paths.enabled, fast_paths.cuda_kernel, fast_paths.ops_attention, fast_paths.chunked_gdn = previous
