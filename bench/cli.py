@@ -32,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sampled", action="store_true",
                    help="also run sampled (temperature 1.0, top-p 0.95, top-k 20) after greedy")
     p.add_argument("--sampled-only", action="store_true", help="only the sampled mode")
+    p.add_argument("--sampled-defaults", action="store_true",
+                   help="sample with the model's generation_config (what a client that sets nothing gets) "
+                        "instead of temperature 1.0, top-p 0.95, top-k 20")
     p.add_argument("--model", metavar="DIR", default=None, help="target model dir (default: the embedded model)")
     p.add_argument("--draft", metavar="DIR", default=None, help="DFlash drafter dir (default: beside the target)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
@@ -69,7 +72,7 @@ def bench(args: argparse.Namespace) -> int:
         modes=modes, per_class=args.per_class, model=args.model, draft=args.draft, dtype=args.dtype, out=Path(args.out),
         seed=args.seed, anchor=not args.no_anchor, http_raw=not args.no_http_raw, http_auto=not args.no_http_auto, policy=args.policy,
         use_labels=args.labels, warmup_study=args.warmup_study, warmup_passes=args.warmup_passes,
-        plots=not args.no_plots, blas_probe=args.blas_probe, command="switchyard " + shlex.join(sys.argv[1:]),
+        plots=not args.no_plots, blas_probe=args.blas_probe, sampled_defaults=args.sampled_defaults, command="switchyard " + shlex.join(sys.argv[1:]),
     )
     results = run_bench(config)
     print(f"wrote {Path(args.out) / 'report.md'} and results.json"

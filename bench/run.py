@@ -33,7 +33,7 @@ log = logging.getLogger("switchyard.bench")
 FIXED_ENGINES: tuple[str, ...] = ("raw", "mtp", "ddtree", DFLASH)
 ALL_ENGINES: tuple[str, ...] = FIXED_ENGINES + ("auto",)
 ANCHOR, RAW_HTTP, AUTO, AUTO_HTTP = "anchor", "raw@http", "auto", "auto@http"
-SAMPLED = dict(temperature=1.0, top_p=0.95, top_k=20)
+SAMPLED = dict(temperature=1.0, top_p=0.95, top_k=20)   # --sampled-setting fixed (comparable across models)
 
 
 @dataclass
@@ -58,15 +58,23 @@ class BenchConfig:
     warmup_passes: int = 3
     plots: bool = True
     blas_probe: bool = False
+    sampled_defaults: bool = False     # sampled mode at the model's generation_config (what clients get)
     command: str = ""
     extra: dict = field(default_factory=dict)
 
 
-def sampling_params(mode: str, max_tokens: int, prompt_id: str, repeat: int) -> SamplingParams:
+def sampling_params(mode: str, max_tokens: int, prompt_id: str, repeat: int,
+                    sampled: dict = SAMPLED) -> SamplingParams:
     if mode == "greedy":
         return SamplingParams(temperature=0.0, max_tokens=max_tokens)
     seed = zlib.crc32(f"{prompt_id}/{repeat}".encode()) & 0x7FFFFFFF  # same seed for every lane
-    return SamplingParams(**SAMPLED, seed=seed, max_tokens=max_tokens)
+    return SamplingParams(**sampled, seed=seed, max_tokens=max_tokens)
+
+
+def model_defaults(generation) -> dict:
+    """What a client that sets no sampling fields gets: the model's generation_config."""
+    return dict(temperature=generation.temperature, top_p=generation.top_p, top_k=generation.top_k,
+                min_p=generation.min_p)
 
 
 def lanes_for(config: BenchConfig, loaded: tuple[str, ...]) -> list[str]:
@@ -148,6 +156,8 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
     app = create_app(model.runtime, router=http_router)
     ids = {p.id: model.runtime.encode_chat(list(p.messages)) for p in prompts}
     lanes = lanes_for(config, loaded)
+    sampled = model_defaults(model.runtime.bundle.generation) if config.sampled_defaults else SAMPLED
+    config.extra["sampled_params"] = sampled
     records: list[RequestRecord] = []
     with LoopbackGateway(app) as gateway:
         runner = LaneRunner(model, gateway.port, router)
@@ -155,7 +165,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         for mode in config.modes:
             for repeat in range(config.repeats):
                 for index, prompt in enumerate(prompts):
-                    params = sampling_params(mode, config.max_tokens, prompt.id, repeat)
+                    params = sampling_params(mode, config.max_tokens, prompt.id, repeat, sampled)
                     shift = index % len(lanes)
                     for lane in lanes[shift:] + lanes[:shift]:
                         records.append(runner.run(lane, prompt, ids[prompt.id], params, mode, repeat))
@@ -208,7 +218,7 @@ def _config_json(config: BenchConfig, classifier_name: str, lanes: list[str]) ->
         "workload": config.workload, "engines": list(config.engines), "lanes": lanes,
         "dtype": config.dtype or "checkpoint", "max_tokens": config.max_tokens, "repeats": config.repeats,
         "modes": list(config.modes),
-        "per_class": config.per_class, "seed": config.seed, "sampled_params": SAMPLED,
+        "per_class": config.per_class, "seed": config.seed, "sampled_params": SAMPLED,  # extra overrides
         "policy": config.policy or "<built-in defaults>", "classifier": classifier_name,
         "command": config.command, **config.extra,
     }
