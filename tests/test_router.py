@@ -488,12 +488,15 @@ def test_switch_rule_targets_and_probing_follow_the_decision():
     ruled = router.choose(_request("structured"))
     assert ruled.reason == "rule" and ruled.switch.targets == ("raw",) and ruled.switch.probe_steps == 0
     assert router.choose(_request("code", queue_depth=10)).switch is None
-    raw_router = _router({**NO_EXPLORE, "priors": {c: {"mtp": {"accepted": 0.0}, "ddtree": {"accepted": 0.0}}
-                                                    for c in ("code", "prose", "structured")}})
+    raw_router = _router({**NO_EXPLORE, "switching": {"probe_steps": 10},
+                          "priors": {c: {"mtp": {"accepted": 0.0}, "ddtree": {"accepted": 0.0}}
+                                     for c in ("code", "prose", "structured")}})
     raw_pick = raw_router.choose(_request("prose"))
     assert raw_pick.engine == "raw" and set(raw_pick.switch.targets) == {"mtp", "ddtree"}
-    no_probe = _router({**NO_EXPLORE, "switching": {"probe_steps": 0}}).choose(_request("code"))
-    assert no_probe.switch.targets == ("raw",) and no_probe.switch.probe_steps == 0
+    default = _router(NO_EXPLORE).choose(_request("code"))     # probing is off by default
+    assert default.switch.targets == ("raw",) and default.switch.probe_steps == 0
+    assert _router(NO_EXPLORE | {"priors": raw_router.store.policy.model_dump()["priors"]}).choose(
+        _request("prose")).switch is None                      # raw with nothing to probe: no rule
 
 
 def test_probes_teach_the_monitor_acceptance_but_probing_steps_are_not_timed():

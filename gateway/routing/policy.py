@@ -128,7 +128,9 @@ class SwitchingPolicy(_Strict):
     probed on the tokens the request produces; the fallback section's evidence rule (window, margin,
     evidence_z) then decides whether the request moves to it (raw -> spec, mtp <-> ddtree)."""
 
-    probe_steps: int = Field(16, ge=0)   # 0: only the hand-off to raw
+    # Off by default: on the 2-core CPU with the demo family the probes' extra drafter/head forwards
+    # cost more than the switches won (BENCHMARKS.md section 0); enable where drafting is cheap.
+    probe_steps: int = Field(0, ge=0)    # 0: only the hand-off to raw
     probe_every: int = Field(2, ge=1)    # steps between DDTree probes (a drafter block each) in that phase
 
 
