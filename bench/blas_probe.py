@@ -74,58 +74,65 @@ def probe(model_dir: str | None, context: int = 256, trials: int = 7, decode_tok
     }
 
 
-def _child(model: str | None, preload: str | None, extra: list[str]) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+def _child(model: str | None, library: Path | None, extra: list[str]) -> dict:
+    from gateway.cli.blas import preload_env
+
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "SWITCHYARD_BLAS_REEXEC")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    if preload:
-        env["LD_PRELOAD"] = preload
+    if library is not None:
+        env = preload_env(library, env)
     command = [sys.executable, "-m", "bench.blas_probe", "--json", *extra] + (["--model", model] if model else [])
     out = subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def compare(model: str | None, extra: list[str]) -> dict:
-    from gateway.cli.blas import find_openblas
+def compare(model: str | None, extra: list[str], system: str | None = None) -> dict:
+    """The wheel's reference BLAS, the pip OpenBLAS (cmeel-openblas) and a system OpenBLAS (found, or
+    `system`), each in a child process of its own."""
+    from gateway.cli.blas import pip_openblas, system_openblas
 
-    library = find_openblas()
-    if library is None:
-        raise SystemExit("no OpenBLAS installed (Debian/Ubuntu: apt-get install libopenblas0-pthread)")
-    reference = _child(model, None, extra)
-    openblas = _child(model, str(library), extra)
-    return {
-        "library": str(library),
-        "reference": reference,
-        "openblas": openblas,
-        "decode_speedup": openblas["decode_tps"] / reference["decode_tps"],
-        "prefill_speedup": openblas["prefill_tps"] / reference["prefill_tps"],
-    }
+    libraries = {"reference (mlx wheel)": None}
+    if (pip := pip_openblas()) is not None:
+        libraries[f"OpenBLAS, pip ({pip})"] = pip
+    system_library = Path(system) if system else system_openblas()
+    if system_library is not None:
+        libraries[f"OpenBLAS, system ({system_library})"] = system_library
+    if len(libraries) == 1:
+        raise SystemExit("no OpenBLAS: pip install cmeel-openblas, or apt-get install libopenblas0-pthread")
+    rows = {name: _child(model, library, extra) for name, library in libraries.items()}
+    reference = rows["reference (mlx wheel)"]
+    return {"rows": rows, "decode_speedup": {n: r["decode_tps"] / reference["decode_tps"] for n, r in rows.items()},
+            "prefill_speedup": {n: r["prefill_tps"] / reference["prefill_tps"] for n, r in rows.items()}}
 
 
 def table(result: dict) -> str:
-    ref, ob = result["reference"], result["openblas"]
-    rows = [
-        "| BLAS | 1-token step ms | c(1) = t2/t1 | c(4) = t5/t1 | prefill tok/s | raw decode tok/s |",
-        "|---|---|---|---|---|---|",
+    lines = [
+        "| BLAS | 1-token step ms | c(1) = t2/t1 | c(4) = t5/t1 | prefill tok/s | raw decode tok/s | decode vs reference |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for name, r in (("reference (mlx wheel)", ref), (f"OpenBLAS ({result['library']})", ob)):
-        rows.append(f"| {name} | {r['step_ms']['1']:.2f} | {r['c1']:.2f} | {r['c4']:.2f} | {r['prefill_tps']:.0f} | "
-                    f"{r['decode_tps']:.1f} |")
-    rows.append(f"\nOpenBLAS / reference: decode {result['decode_speedup']:.2f}x, prefill {result['prefill_speedup']:.2f}x "
-                f"(model {ref['model']}, {ref.get('dtype', '')}, {ref['environment']['cpu']}, {ref['environment']['cores']} cores)")
-    return "\n".join(rows)
+    for name, r in result["rows"].items():
+        lines.append(f"| {name} | {r['step_ms']['1']:.2f} | {r['c1']:.2f} | {r['c4']:.2f} | {r['prefill_tps']:.0f} | "
+                     f"{r['decode_tps']:.1f} | {result['decode_speedup'][name]:.2f}x |")
+    first = next(iter(result["rows"].values()))
+    lines.append(f"\n(model {first['model']}, {first.get('dtype', '')}, {first['environment']['cpu']}, "
+                 f"{first['environment']['cores']} cores)")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="target dir (default: the embedded model)")
-    parser.add_argument("--compare", action="store_true", help="reference vs OpenBLAS in two child processes")
+    parser.add_argument("--compare", action="store_true",
+                        help="reference vs pip OpenBLAS vs system OpenBLAS, each in a child process")
+    parser.add_argument("--system", default=None, metavar="LIB", help="a system libopenblas.so.0 to compare with")
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--trials", type=int, default=7)
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None)
     parser.add_argument("--json", action="store_true", help="print JSON (last line)")
     args = parser.parse_args(argv)
     extra = ["--context", str(args.context), "--trials", str(args.trials)] + (["--dtype", args.dtype] if args.dtype else [])
-    result = compare(args.model, extra) if args.compare else probe(args.model, args.context, args.trials, dtype=args.dtype)
+    result = (compare(args.model, extra, args.system) if args.compare
+              else probe(args.model, args.context, args.trials, dtype=args.dtype))
     if args.json:
         print(json.dumps(result))
     elif args.compare:
