@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,29 @@ from mlx.utils import tree_flatten
 
 from contracts.errors import ModelLoadError
 
+from .checkpoint import read_config, text_config
+
 SUPPORTED_MODEL_TYPES = ("qwen3_5", "qwen3_5_moe")
+# Qwen3.5's multimodal RoPE layout keys: transformers' Qwen3_5TextConfig ignores them when it checks
+# rope_parameters, but a flat (un-nested) qwen3_5 config.json is checked by the top-level config class,
+# which does not, and every tokenizer load then warns about its own model's keys.
+_QWEN_MROPE_KEYS = {"mrope_section", "mrope_interleaved"}
+
+
+class _QwenMropeWarningFilter(logging.Filter):
+    """Drops exactly transformers' "Unrecognized keys in `rope_parameters`" warning when the keys it
+    names are only Qwen3.5's mrope keys (any other unrecognised key still warns)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith("Unrecognized keys in `rope_parameters`"):
+            return True
+        named = {key for key in _QWEN_MROPE_KEYS if repr(key) in message}
+        listed = message.rsplit(":", 1)[-1].count("'") // 2
+        return not (named and len(named) == listed)
+
+
+logging.getLogger("transformers.modeling_rope_utils").addFilter(_QwenMropeWarningFilter())
 
 
 @dataclass(frozen=True)
@@ -40,23 +63,6 @@ class GenerationDefaults:
             top_k=int(raw.get("top_k", 0) or 0),
             min_p=float(raw.get("min_p", 0.0) or 0.0),
         )
-
-
-def read_config(path: Path) -> dict[str, Any]:
-    file = path / "config.json"
-    if not path.is_dir():
-        raise ModelLoadError(f"model directory not found: {path}")
-    if not file.exists():
-        raise ModelLoadError(f"{path} has no config.json: not a model directory")
-    try:
-        return json.loads(file.read_text())
-    except json.JSONDecodeError as exc:
-        raise ModelLoadError(f"{file} is not valid JSON: {exc}") from exc
-
-
-def text_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The text-model part of a (possibly multimodal, nested) Qwen3.5 config."""
-    return {**config, **config.get("text_config", {})}
 
 
 class ModelBundle:

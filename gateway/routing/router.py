@@ -154,8 +154,9 @@ class AdaptiveRouter:
 
     def _warn_unloaded(self, policy: Policy) -> None:
         missing = [e for e in policy.engines.enabled() if e not in self._loaded]
-        if missing:
-            log.warning("policy enables engines that are not loaded: %s (their requests go elsewhere)", missing)
+        if missing:  # a warning when an operator's file asks for them; the built-in defaults enable all
+            level = logging.WARNING if self.store.path is not None else logging.INFO
+            log.log(level, "policy enables engines that are not loaded: %s (their requests go elsewhere)", missing)
 
     # --- classification -----------------------------------------------------------------------
     def classify(self, request: RouteRequest, policy: Policy) -> str:
@@ -381,6 +382,8 @@ class AdaptiveRouter:
                 arms = [measured.get(f"{klass}/{engine}"), measured.get(f"{klass}/{engine}/sampled")]
                 busiest = max((a for a in arms if a), key=lambda a: a["steps"], default={})
                 tps = busiest.get("tokens_per_second")
-                if tps is not None and math.isfinite(tps):
-                    rows.append((klass, engine, "measured_tokens_per_second", tps))
+                # NaN (Prometheus' "no value") until the arm has a timed step: the series exists from
+                # the first scrape, a panel shows a gap rather than "No data" or a false 0
+                rows.append((klass, engine, "measured_tokens_per_second",
+                             tps if tps is not None and math.isfinite(tps) else math.nan))
         return rows
