@@ -153,6 +153,32 @@ class GatewayMetrics:
             ["version", "python_version", "mlx_version", "mlx_lm_version"], registry=r,
         )
         self.build_info.labels(**build_info_labels()).set(1)
+        self._start_every_series()
+
+    def _start_every_series(self) -> None:
+        """Every labelled family at 0 for its known label values, so a fresh server's first scrape
+        already has each series a dashboard panel or alert queries (no "No data" until an event)."""
+        speculative = [e for e in ENGINE_NAMES if e != "raw"]
+        for engine in ENGINE_NAMES:
+            for histogram in (self.ttft, self.tpot, self.e2e, self.prefill_time, self.step_seconds):
+                histogram.labels(engine)
+            for klass in CLASSES:
+                for counter in (self.prompt_tokens, self.generation_tokens, self.steps, self.step_tokens):
+                    counter.labels(engine, klass)
+                for endpoint in ("chat_completions", "completions"):
+                    self.requests.labels(endpoint, engine, klass, "200")
+        for engine in speculative:
+            self.handoffs.labels(engine)
+            for klass in CLASSES:
+                for family in (self.drafts, self.draft_tokens, self.accepted_tokens, self.accepted_per_step):
+                    family.labels(engine, klass)
+            for index in range(MAX_DRAFT_POSITION):
+                self.position_drafted.labels(engine, position_label(index))
+                self.position_accepted.labels(engine, position_label(index))
+        for reason in FINISH_REASONS:
+            self.finish_reasons.labels(reason)
+        for endpoint in ("chat_completions", "completions"):
+            self.client_disconnects.labels(endpoint)
 
     # --- binding (create_app) ------------------------------------------------------------------
     def bind_scheduler(

@@ -11,6 +11,7 @@ from typing import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from contracts.names import CLASSES, ROUTE_REASONS
 from gateway.routing.router import AdaptiveRouter
 
 _GAUGE_HELP = {
@@ -48,7 +49,12 @@ class RouterCollector(Collector):
             "switchyard_route_decisions", "Routing decisions by class, engine and reason.",
             labels=["class", "engine", "reason"],
         )
-        for klass, engine, reason, count in self._router.decision_counts():
+        counts = {(k, e, r): n for k, e, r, n in self._router.decision_counts()}
+        for klass in CLASSES:   # every (class, enabled engine, reason) from the first scrape, at 0
+            for engine in self._router.store.policy.engines.enabled():
+                for reason in ROUTE_REASONS:
+                    counts.setdefault((klass, engine, reason), 0)
+        for (klass, engine, reason), count in sorted(counts.items()):
             decisions.add_metric([klass, engine, reason], count)
         yield decisions
 
