@@ -7,7 +7,6 @@ decoder-layer class. The head references the target's embed_tokens and lm_head.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import mlx.core as mx
@@ -18,11 +17,11 @@ from mlx_lm.models.cache import KVCache
 
 from contracts.errors import ModelLoadError
 
-from .bundle import ModelBundle, read_config, text_config
+from .bundle import ModelBundle
+from .checkpoint import MTP_PREFIX, is_mtp_tensor, mtp_layer_count, mtp_weight_files, read_config
 from .target import attention_tree
 from .tree import TreeLayout
 
-MTP_PREFIX = "mtp."
 _UNQUANTIZED = ("fc",)  # fc stays in full precision, like the norms
 
 
@@ -53,43 +52,15 @@ class MTPHead(nn.Module):
         return sum(v.nbytes for _, v in tree_flatten(self.parameters()))
 
 
-def mtp_layer_count(config: dict) -> int:
-    cfg = text_config(config)
-    return int(cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0)
-
-
-def _weight_files(directory: Path) -> list[Path]:
-    """Only the shards that hold mtp.* tensors (via the index), else every safetensors file."""
-    index = directory / "model.safetensors.index.json"
-    if index.exists():
-        weight_map: dict[str, str] = json.loads(index.read_text()).get("weight_map", {})
-        shards = sorted({shard for name, shard in weight_map.items() if MTP_PREFIX in name})
-        return [directory / shard for shard in shards]
-    return sorted(directory.glob("*.safetensors"))
-
-
-def has_mtp_tensors(source: Path) -> bool:
-    """Checks safetensors headers only (no tensor is read)."""
-    from safetensors import safe_open
-
-    files = [source] if source.is_file() else _weight_files(source)
-    for file in files:
-        with safe_open(str(file), framework="numpy") as handle:
-            if any(MTP_PREFIX in name for name in handle.keys()):
-                return True
-    return False
-
-
 def read_mtp_tensors(source: Path) -> dict[str, mx.array]:
     """`mtp.*` tensors from a checkpoint dir or a single sidecar .safetensors file, names
     normalised to be relative to the head (`fc.weight`, `layers.0.self_attn.q_proj.weight`, ...)."""
-    files = [source] if source.is_file() else _weight_files(source)
+    files = [source] if source.is_file() else mtp_weight_files(source)
     tensors: dict[str, mx.array] = {}
     for file in files:
         for name, value in mx.load(str(file)).items():
-            at = name.find(MTP_PREFIX)
-            if at >= 0 and (at == 0 or name[at - 1] == "."):
-                tensors[name[at + len(MTP_PREFIX):]] = value
+            if is_mtp_tensor(name):
+                tensors[name[name.find(MTP_PREFIX) + len(MTP_PREFIX):]] = value
     return tensors
 
 

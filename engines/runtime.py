@@ -10,35 +10,19 @@ from typing import Iterator, Sequence
 import mlx.core as mx
 
 from contracts.engine import CancelToken, Engine, GenerationChunk, SwitchRule
-from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError, ModelLoadError, SwitchyardError
+from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError, SwitchyardError
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle, load_bundle
+from .checkpoint import default_model_dir, has_mtp_tensors, mtp_layer_count
 from .ddtree import DDTreeEngine
 from .dflash import load_drafter
 from .mtp import MTPEngine
-from .mtp_head import has_mtp_tensors, load_mtp_head, mtp_layer_count
+from .mtp_head import load_mtp_head
 from .raw import RawEngine
 from .text import stream_text
 
 log = logging.getLogger("switchyard.runtime")
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEMO_FAMILY = REPO_ROOT / "models" / "switchyard-demo"
-
-
-def default_model_dir() -> Path:
-    """The embedded default model: $SWITCHYARD_MODEL, else the demo family shipped in models/."""
-    override = os.environ.get("SWITCHYARD_MODEL")
-    if override:
-        return Path(override)
-    if (DEMO_FAMILY / "target" / "config.json").exists():
-        return DEMO_FAMILY / "target"
-    raise ModelLoadError(
-        f"the embedded demo model is not at {DEMO_FAMILY} (install from a clone of the repository, "
-        "which ships it); or pass --model DIR / set SWITCHYARD_MODEL"
-    )
-
 
 def default_draft_dir(model_dir: Path) -> Path | None:
     """A drafter shipped beside the target (`<family>/drafter`), if any."""

@@ -29,8 +29,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "gateway.observability": ("contracts", "gateway.observability", "gateway.routing"),
     "gateway.http": ("contracts", "gateway.config", "gateway.http", "gateway.worker", "gateway.routing",
                      "gateway.observability"),
-    # the CLI wires everything; it reaches the engines only through engines.runtime (the Backend)
-    "gateway.cli": ("contracts", "gateway", "engines.runtime"),
+    # the CLI wires everything; it reaches the engines only through engines.runtime (the Backend) and
+    # the MLX-free checkpoint readers (`inspect`)
+    "gateway.cli": ("contracts", "gateway", "engines.runtime", "engines.checkpoint", "engines.checkpoint_info"),
     "gateway": ("gateway",),
     "bench": ("contracts", "engines", "gateway", "classifier", "bench"),
     "training": ("contracts", "engines", "training"),

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from contracts.errors import ModelLoadError
-from engines.dflash import DrafterConfig, load_drafter
+from engines.dflash import load_drafter
+from engines.dflash_config import DrafterConfig
 from engines.runtime import load_runtime
 from engines.testing import write_drafter_checkpoint
 from engines.testing.measure import ReferenceDrafter

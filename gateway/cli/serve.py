@@ -115,6 +115,7 @@ def serve(args: argparse.Namespace) -> int:
         except ModelLoadError as exc:
             return _fail(str(exc))
     console.print(f"Loaded [bold]{runtime.model_id}[/]; engines: {', '.join(runtime.engine_names)}", highlight=False)
+    _log_inspection(args)
     if config.api_keys:  # never the keys themselves
         console.print(f"API keys: {len(config.api_keys)}; /metrics {'needs a key' if config.protect_metrics else 'open'}; "
                       f"admin {'needs a key' if config.protect_admin else 'loopback or key'}", highlight=False)
@@ -156,6 +157,21 @@ def leave_process(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _log_inspection(args: argparse.Namespace) -> None:
+    """What `switchyard inspect` reports for this checkpoint, in the serve log."""
+    from engines.checkpoint import default_model_dir
+    from engines.checkpoint_info import inspect_checkpoint
+
+    log = logging.getLogger("switchyard.inspect")
+    try:
+        info = inspect_checkpoint(args.model or default_model_dir(), args.mtp_weights, args.draft)
+    except Exception as exc:  # noqa: BLE001 - a report, never a reason to stop serving
+        log.warning("could not inspect the checkpoint: %s", exc)
+        return
+    for line in info.lines():
+        log.info(line)
 
 
 def bind_engine_options(store, runtime) -> None:

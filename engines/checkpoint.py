@@ -1,0 +1,86 @@
+"""Reading checkpoint directories without loading a tensor: config.json, safetensors headers, the
+MTP head's shards. No MLX: `switchyard inspect` and the loaders share it."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+from contracts.errors import ModelLoadError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO_FAMILY = REPO_ROOT / "models" / "switchyard-demo"
+MTP_PREFIX = "mtp."
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def default_model_dir() -> Path:
+    """The embedded default model: $SWITCHYARD_MODEL, else the demo family shipped in models/."""
+    override = os.environ.get("SWITCHYARD_MODEL")
+    if override:
+        return Path(override)
+    if (DEMO_FAMILY / "target" / "config.json").exists():
+        return DEMO_FAMILY / "target"
+    raise ModelLoadError(
+        f"the embedded demo model is not at {DEMO_FAMILY} (install from a clone of the repository, "
+        "which ships it); or pass --model DIR / set SWITCHYARD_MODEL"
+    )
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    file = path / "config.json"
+    if not path.is_dir():
+        raise ModelLoadError(f"model directory not found: {path}")
+    if not file.exists():
+        raise ModelLoadError(f"{path} has no config.json: not a model directory")
+    try:
+        return json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{file} is not valid JSON: {exc}") from exc
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The text-model part of a (possibly multimodal, nested) Qwen3.5 config."""
+    return {**config, **config.get("text_config", {})}
+
+
+def mtp_layer_count(config: dict) -> int:
+    cfg = text_config(config)
+    return int(cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0)
+
+
+def safetensors_header(file: Path) -> dict[str, dict]:
+    """tensor name -> {"dtype", "shape", "data_offsets"} from a .safetensors file's JSON header."""
+    with open(file, "rb") as handle:
+        (size,) = struct.unpack("<Q", handle.read(8))
+        header = json.loads(handle.read(size))
+    header.pop("__metadata__", None)
+    return header
+
+
+def mtp_weight_files(directory: Path) -> list[Path]:
+    """Only the shards that hold mtp.* tensors (via the index), else every safetensors file."""
+    index = directory / INDEX_FILE
+    if index.exists():
+        weight_map: dict[str, str] = json.loads(index.read_text()).get("weight_map", {})
+        shards = sorted({shard for name, shard in weight_map.items() if MTP_PREFIX in name})
+        return [directory / shard for shard in shards]
+    return sorted(directory.glob("*.safetensors"))
+
+
+def is_mtp_tensor(name: str) -> bool:
+    at = name.find(MTP_PREFIX)
+    return at >= 0 and (at == 0 or name[at - 1] == ".")
+
+
+def mtp_tensor_names(source: Path) -> dict[str, Path]:
+    """mtp.* tensor name -> the file holding it, from headers only (a dir, or one sidecar file)."""
+    files = [source] if source.is_file() else mtp_weight_files(source)
+    return {name: file for file in files for name in safetensors_header(file) if is_mtp_tensor(name)}
+
+
+def has_mtp_tensors(source: Path) -> bool:
+    return bool(mtp_tensor_names(source))
