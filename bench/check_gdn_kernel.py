@@ -17,10 +17,10 @@ HEAD_SHAPES = [(4, 8, 64, 64), (16, 16, 128, 128), (16, 32, 128, 128)]   # (Hk, 
 
 def main() -> int:
     from engines.bundle import load_bundle
+    from engines.checkpoint import DEMO_FAMILY
     from engines.gdn import recurrence_reference
     from engines.kernels import gdn_tree_cuda, using
     from engines.prefill import prefill
-    from engines.runtime import DEMO_FAMILY
     from engines.target import forward_tree
     from engines.tree import TreeLayout
 

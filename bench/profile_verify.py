@@ -64,7 +64,7 @@ def load_model(name: str, dtype: str | None):
     if name in RANDOM_MODELS:
         return random_bundle(name, dtype or "bfloat16")
     from engines.bundle import load_bundle
-    from engines.runtime import DEMO_FAMILY
+    from engines.checkpoint import DEMO_FAMILY
 
     return load_bundle(DEMO_FAMILY / "target" if name == "demo" else name, dtype=dtype)
 

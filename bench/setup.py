@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.request_text import RequestText
+from engines.checkpoint import default_model_dir
 from engines.ddtree import DDTreeEngine
-from engines.runtime import Runtime, default_draft_dir, default_model_dir, load_runtime
+from engines.runtime import Runtime, default_draft_dir, load_runtime
 
 log = logging.getLogger("switchyard.bench")
 
