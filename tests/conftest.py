@@ -9,6 +9,22 @@ import pytest
 from engines.testing import write_drafter_checkpoint, write_target_checkpoint
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_home(tmp_path_factory):
+    """A fresh HOME for the whole run (served subprocesses inherit it): the default router state file
+    (~/.switchyard/router_state.json) and service files never touch, or are read from, the user's home."""
+    import os
+
+    home = tmp_path_factory.mktemp("home")
+    saved = os.environ.get("HOME")
+    os.environ["HOME"] = str(home)
+    yield home
+    if saved is None:
+        os.environ.pop("HOME", None)
+    else:
+        os.environ["HOME"] = saved
+
+
 @pytest.fixture(scope="session")
 def tiny_target(tmp_path_factory) -> Path:
     """Random Qwen3.5 target (3 GatedDeltaNet + 1 attention layer, MTP head), float32, HF layout."""
