@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
+from .chat import ChatPrompt, ReplyFormat, TokenLogprob, ToolCall
 from .sampling import SamplingParams
 
 
@@ -25,6 +27,7 @@ class StepResult:
     accepted_positions: list[bool] = field(default_factory=list)  # per draft position, accepted?
     probes: dict[str, list[float]] = field(default_factory=dict)  # engine -> probed alpha per would-be verify
     probing: bool = False      # the step also kept other engines in sync: its time is not the engine's cost
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # per emitted token, when the request asked
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ class Engine(Protocol):
         params: SamplingParams,
         cancel: CancelToken,
         switch: SwitchRule | None = None,
-        peers: Mapping[str, "Engine"] | None = None,
+        peers: Mapping[str, Engine] | None = None,
     ) -> Iterator[StepResult]:
         """Prefill, then yield one StepResult per step until cancelled or the caller stops. With a
         `switch` rule the request may move mid-way to raw or to one of the `peers` (the other
@@ -105,14 +108,19 @@ class Engine(Protocol):
 
 @dataclass
 class GenerationChunk:
-    """What the runtime hands the gateway per engine step: detokenized, stop/length applied once."""
+    """What the runtime hands the gateway per engine step: detokenized, stop/length applied once.
+    With a ReplyFormat the text is split: `text` is the answer, `reasoning` the thinking, and complete
+    tool calls come out as `tool_calls`."""
 
-    text: str                          # new text since the previous chunk ("" is allowed)
+    text: str                          # new answer text since the previous chunk ("" is allowed)
     token_ids: list[int]               # tokens this chunk accounts for (after truncation)
-    finish_reason: str | None = None   # None while running; "stop" | "length" | "cancelled" at the end
+    finish_reason: str | None = None   # None while running; "stop" | "length" | "cancelled" | "tool_calls"
     step: StepResult | None = None     # the engine step behind this chunk (None for the final marker)
     prompt_tokens: int = 0
     completion_tokens: int = 0         # running total
+    reasoning: str = ""                # new reasoning text
+    tool_calls: list[ToolCall] = field(default_factory=list)   # tool calls completed in this chunk
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # per token of token_ids, when asked
 
 
 class Backend(Protocol):
@@ -128,6 +136,11 @@ class Backend(Protocol):
 
     def encode_chat(self, messages: list[dict]) -> list[int]: ...
 
+    def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
+                    template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
+        """The chat template rendered (tools, thinking switches), and how its reply will read."""
+        ...
+
     def encode_prompt(self, prompt: str) -> list[int]: ...
 
     def generate(
@@ -137,8 +150,10 @@ class Backend(Protocol):
         engine: str,
         cancel: CancelToken,
         switch: SwitchRule | None = None,
+        reply: ReplyFormat | None = None,
     ) -> Iterator[GenerationChunk]:
-        """`engine` starts the request; with a `switch` rule it may hand over to another engine."""
+        """`engine` starts the request; with a `switch` rule it may hand over to another engine;
+        with `reply`, reasoning and tool calls are split out of the text."""
         ...
 
     def memory_bytes(self) -> dict[str, int]: ...

@@ -16,6 +16,17 @@ class SamplingParams:
     seed: int | None = None
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
+    # penalties on the target's logits (every engine applies them identically at every verified position)
+    presence_penalty: float = 0.0      # subtracted once from every token already generated
+    frequency_penalty: float = 0.0     # subtracted per occurrence among the generated tokens
+    repetition_penalty: float = 1.0    # divides positive / multiplies negative logits of prompt + generated tokens
+    logprobs: bool = False             # report each emitted token's log-probability
+    top_logprobs: int = 0              # and this many alternatives per position
+    grammar: str | None = None         # an output constraint (llguidance grammar), e.g. from a JSON schema
+
+    @property
+    def penalised(self) -> bool:
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
 
     @property
     def greedy(self) -> bool:

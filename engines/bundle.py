@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-import mlx.nn as nn
+from mlx import nn
 from mlx.utils import tree_flatten
 
 from contracts.errors import ModelLoadError
@@ -50,7 +50,7 @@ class GenerationDefaults:
     min_p: float = 0.0
 
     @classmethod
-    def from_dir(cls, path: Path) -> "GenerationDefaults":
+    def from_dir(cls, path: Path) -> GenerationDefaults:
         file = path / "generation_config.json"
         if not file.exists():
             return cls()
@@ -81,6 +81,11 @@ class ModelBundle:
         self.eos_token_ids: frozenset[int] = frozenset(int(t) for t in tokenizer.eos_token_ids)
 
     # -- shared pieces (engines reference these; nothing of the target is copied) ---------------
+    @property
+    def vocab_size(self) -> int:
+        """Width of the target's logits."""
+        return int(self.text_config["vocab_size"])
+
     @property
     def layers(self) -> list[nn.Module]:
         return self.language_model.layers

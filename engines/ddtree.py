@@ -5,8 +5,8 @@ with (docs/design.md "DDTree"). budget=1 is plain DFlash: the argmax chain over 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -95,7 +95,7 @@ class DDTreeEngine:
     def _features(self, layer_outputs: dict[int, mx.array], rows: mx.array | slice) -> list[mx.array]:
         return [layer_outputs[i][rows] for i in self.layer_ids]
 
-    def _propose(self, pending: int, context) -> "_Proposal":
+    def _propose(self, pending: int, context) -> _Proposal:
         """The drafter's block after `pending` and its per-depth top candidates, as a lazy graph."""
         cfg = self.drafter.cfg
         block = mx.array([pending] + [cfg.mask_token_id] * (cfg.block_size - 1), dtype=mx.uint32)
@@ -112,11 +112,11 @@ class DDTreeEngine:
         top_lp = mx.take_along_axis(candidate_lp, rank, axis=-1)
         return _Proposal(pending, budget, top_lp, order)
 
-    def _draft(self, proposal: "_Proposal") -> DraftTree:
+    def _draft(self, proposal: _Proposal) -> DraftTree:
         top_lp, order = np.array(proposal.top_logprobs), np.array(proposal.top_tokens)  # host sync
         return chain_tree(order) if proposal.budget == 1 else build_tree(top_lp, order, proposal.budget)
 
-    def start(self, request: Prefilled) -> "_TreeDrafting":
+    def start(self, request: Prefilled) -> _TreeDrafting:
         context = self.drafter.new_context(self.context_sink, self.context_window)
         self.drafter.add_context(self._features(request.out.layer_outputs, slice(None)), context)
         return _TreeDrafting(self, request, context)
@@ -147,6 +147,7 @@ class _TreeDrafting:
     def __init__(self, engine: DDTreeEngine, request: Prefilled, context):
         self.engine, self.cache, self.context = engine, request.cache, context
         self.cfg, self.rng, self.capture = request.cfg, request.rng, request.capture
+        self.processor = request.processor
         self.probe_every = max(1, request.probe_every)
         self.proposal: _Proposal | None = None
         self._probes: list[_Probe] = []   # trees proposed while another engine runs, awaiting tokens
@@ -161,8 +162,13 @@ class _TreeDrafting:
         ids = mx.array((pending,) + tree.tokens, dtype=mx.uint32)
         capture = tuple(sorted(set(engine.layer_ids) | set(self.capture if sync else ())))
         out = forward_tree(bundle, ids, tree.layout, self.cache, capture=capture)
-        # one target choice per node: argmax, or one sample from the processed distribution
-        choices = choose(bundle.lm_head(out.hidden), self.cfg, self.rng).tolist()
+        # one target choice per node: argmax, or one sample from the processed distribution; each node's
+        # penalties/constraint follow its own path (its ancestors' tokens after the pending one)
+        logits = bundle.lm_head(out.hidden)
+        if self.processor.active:
+            logits = self.processor.apply(logits, [[tree.tokens[s - 1] for s in tree.layout.path_to(slot)[1:]]
+                                                   for slot in range(tree.layout.size)])
+        choices = choose(logits, self.cfg, self.rng).tolist()
         path, bonus = walk(tree.layout, tree.tokens, choices)
         commit(bundle, self.cache, out, path)
         rows = mx.array(path)
@@ -179,6 +185,7 @@ class _TreeDrafting:
         return Cycle(
             emitted=emitted, drafted=len(tree.tokens), accepted=depth,
             accepted_positions=[d < depth for d in range(max(tree.layout.depths))], committed=committed,
+            logprobs=self.processor.logprobs(logits[rows], emitted),
         )
 
     def absorb(self, committed: Committed) -> list[float]:

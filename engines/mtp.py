@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
@@ -41,7 +41,7 @@ class MTPEngine:
                 mx.eval(parts[-1], head_cache.state)
         return parts[0] if len(parts) == 1 else mx.concatenate(parts)
 
-    def start(self, request: Prefilled) -> "_MTPDrafting":
+    def start(self, request: Prefilled) -> _MTPDrafting:
         return _MTPDrafting(self, request)
 
     def generate(
@@ -61,7 +61,7 @@ class _MTPDrafting:
 
     def __init__(self, engine: MTPEngine, request: Prefilled):
         self.engine, self.cache, self.cfg, self.rng = engine, request.cache, request.cfg, request.rng
-        self.capture = request.capture
+        self.capture, self.processor = request.capture, request.processor
         self.head_cache = KVCache()
         # head rows 0..n-1 pair H[t] with x[t+1]; the first generated token closes the last row
         next_tokens = mx.concatenate([request.prompt[1:], request.first.astype(mx.uint32)])
@@ -70,15 +70,22 @@ class _MTPDrafting:
 
     def cycle(self, pending: int, sync: bool) -> Cycle:
         bundle, cfg, rng = self.engine.bundle, self.cfg, self.rng
+        processor = self.processor
+        # the head drafts from the history row 0 of the verify has: the same processing keeps its
+        # proposals inside the constraint (the verify alone would keep the output exact either way)
+        draft_logits = processor.apply(self.draft_logits[None], [[]])[0] if processor.active else self.draft_logits
         if cfg.greedy:
-            draft_lp, draft = None, mx.argmax(self.draft_logits)
+            draft_lp, draft = None, mx.argmax(draft_logits)
         else:
-            draft_lp = log_probs(self.draft_logits, cfg)
+            draft_lp = log_probs(draft_logits, cfg)
             draft = rng.categorical(draft_lp)
         mx.async_eval(draft)  # the device runs the head while the host builds the verify graph
         verify_ids = mx.stack([mx.array(pending, dtype=mx.uint32), draft.astype(mx.uint32)])
         out = forward_tree(bundle, verify_ids, _VERIFY, self.cache, capture=self.capture if sync else ())
-        verdict = verify_one(draft, draft_lp, bundle.lm_head(out.hidden), cfg, rng)
+        target_logits = bundle.lm_head(out.hidden)
+        if processor.active:  # row 1 continues the history by the draft (a host read of the draft)
+            target_logits = processor.apply(target_logits, [[], [int(draft.item())]])
+        verdict = verify_one(draft, draft_lp, target_logits, cfg, rng)
         # the cycle's one host sync
         accepted, drafted, bonus = (int(v) for v in mx.stack(
             [verdict.accepted.astype(mx.int64), draft.astype(mx.int64), verdict.bonus.astype(mx.int64)]).tolist())
@@ -93,7 +100,8 @@ class _MTPDrafting:
             fed = [pending] + emitted[:-1]
             committed = Committed(fed, emitted, out.hidden[: len(path)],
                                   {i: h[: len(path)] for i, h in out.layer_outputs.items()})
-        return Cycle(emitted, drafted=1, accepted=accepted, accepted_positions=[bool(accepted)], committed=committed)
+        return Cycle(emitted, drafted=1, accepted=accepted, accepted_positions=[bool(accepted)], committed=committed,
+                     logprobs=processor.logprobs(target_logits[: len(path)], emitted))
 
     def absorb(self, committed: Committed) -> list[float]:
         """Head rows for positions another engine committed. The head's draft before each emitted

@@ -4,7 +4,7 @@ over to raw mid-way: it continues from any target cache plus the pending token."
 from __future__ import annotations
 
 import time
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import mlx.core as mx
 
@@ -13,6 +13,7 @@ from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
 from .prefill import prefill
+from .processing import TargetProcessor
 from .sampling import Rng, SamplerConfig, choose, resolve
 
 
@@ -24,9 +25,15 @@ def decode(
     rng: Rng,
     cancel: CancelToken,
     engine: str = "raw",
+    processor: TargetProcessor | None = None,
 ) -> Iterator[StepResult]:
     """Feed `pending` (not yet in the cache) and decode one token per step, pipelined: the next
-    step's graph is queued with async_eval before the host reads the current token."""
+    step's graph is queued with async_eval before the host reads the current token. A request whose
+    logits depend on the previous token on the host (penalties, a constraint, log-probabilities)
+    decodes one step at a time instead (`decode_each`)."""
+    if processor is not None and (processor.active or processor.params.logprobs):
+        yield from decode_each(bundle, cache, pending, cfg, rng, cancel, engine, processor)
+        return
 
     def step(token: mx.array) -> mx.array:
         logits = bundle.model(token.reshape(1, 1), cache=cache)[:, -1, :]
@@ -43,6 +50,23 @@ def decode(
         yield StepResult(tokens=[token], seconds=now - started, engine=engine)
         started = now
         current = following
+
+
+def decode_each(
+    bundle: ModelBundle, cache: list, pending: int, cfg: SamplerConfig, rng: Rng, cancel: CancelToken,
+    engine: str, processor: TargetProcessor,
+) -> Iterator[StepResult]:
+    """One token per step, each chosen from the processed target distribution."""
+    started = time.perf_counter()
+    while not cancel.cancelled:
+        logits = processor.apply(bundle.model(mx.array([[pending]], dtype=mx.uint32), cache=cache)[:, -1, :], [[]])
+        token = int(choose(logits, cfg, rng)[0].item())
+        logprobs = processor.logprobs(logits, [token])
+        processor.advance([token])
+        now = time.perf_counter()
+        yield StepResult(tokens=[token], seconds=now - started, engine=engine, logprobs=logprobs)
+        started = now
+        pending = token
 
 
 class RawEngine:
@@ -70,6 +94,7 @@ class RawEngine:
     def _generate(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken) -> Iterator[StepResult]:
         cfg = resolve(params, self.bundle.generation)
         rng = Rng(params.seed)
+        processor = TargetProcessor(params, prompt_ids, self.bundle.tokenizer, self.bundle.vocab_size)
         cache = self.bundle.make_cache()
         prefill(self.bundle, cache, prompt_ids[:-1])
-        yield from decode(self.bundle, cache, int(prompt_ids[-1]), cfg, rng, cancel)
+        yield from decode(self.bundle, cache, int(prompt_ids[-1]), cfg, rng, cancel, processor=processor)

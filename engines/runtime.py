@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any
 
 import mlx.core as mx
 
+from contracts.chat import ChatPrompt, ReplyFormat
 from contracts.engine import CancelToken, Engine, GenerationChunk, SwitchRule
 from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError, SwitchyardError
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle, load_bundle
+from .chat import chat_prompt
 from .checkpoint import default_model_dir, has_mtp_tensors, mtp_layer_count
 from .ddtree import DDTreeEngine
 from .dflash import load_drafter
 from .mtp import MTPEngine
 from .mtp_head import load_mtp_head
 from .raw import RawEngine
+from .reply import ReplySplitter, split_reply
 from .text import stream_text
 
 log = logging.getLogger("switchyard.runtime")
@@ -64,12 +68,11 @@ class Runtime:
         return self.bundle.generation.temperature
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
-        tokenizer = self.bundle.tokenizer
-        try:
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except Exception as exc:  # jinja errors for shapes the template rejects
-            raise InvalidRequestError(f"chat template cannot render these messages: {exc}", param="messages") from exc
-        return list(tokenizer.encode(text, add_special_tokens=False))
+        return self.chat_prompt(messages).ids
+
+    def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
+                    template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
+        return chat_prompt(self.bundle.tokenizer, messages, tools, tool_choice, template_kwargs)
 
     def encode_prompt(self, prompt: str) -> list[int]:
         return list(self.bundle.tokenizer.encode(prompt, add_special_tokens=False))
@@ -81,6 +84,7 @@ class Runtime:
         engine: str,
         cancel: CancelToken,
         switch: SwitchRule | None = None,
+        reply: ReplyFormat | None = None,
     ) -> Iterator[GenerationChunk]:
         if engine not in self.engines:
             raise EngineUnavailableError(
@@ -101,6 +105,8 @@ class Runtime:
             max_tokens=params.max_tokens, stops=params.stop, prompt_tokens=len(prompt_ids),
             cancelled=lambda: cancel.cancelled,
         )
+        if reply is not None:
+            chunks = split_reply(chunks, ReplySplitter(self.bundle.tokenizer, reply))
         try:
             yield from chunks
         except SwitchyardError:

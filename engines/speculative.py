@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Protocol, Sequence
+from typing import Protocol
 
 import mlx.core as mx
 
+from contracts.chat import TokenLogprob
 from contracts.engine import CancelToken, StepResult, SwitchRule
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
 from .prefill import prefill
+from .processing import TargetProcessor
 from .raw import decode
 from .sampling import Rng, SamplerConfig, choose, log_probs, resolve
 from .switching import SwitchWatch
@@ -84,6 +87,7 @@ class Cycle:
     accepted: int
     accepted_positions: list[bool] = field(default_factory=list)
     committed: Committed | None = None  # filled when other engines are being kept in sync
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # per emitted token, when asked
 
 
 class Drafting(Protocol):
@@ -108,6 +112,7 @@ class Prefilled:
     cfg: SamplerConfig
     rng: Rng
     capture: tuple[int, ...]     # layers every verify must capture while engines are kept in sync
+    processor: TargetProcessor   # penalties / constraint on every verified row; log-probabilities
     probe_every: int = 1         # steps between probes of engines whose probe is dear
 
 
@@ -122,14 +127,18 @@ class RawStepping:
     """Raw decoding as a Drafting, for the steps in which other engines are kept in sync (it must
     hand over the fed row's hidden state and captured layers). Otherwise raw runs `decode`."""
 
-    def __init__(self, bundle: ModelBundle, cache: list, cfg: SamplerConfig, rng: Rng, capture: tuple[int, ...]):
+    def __init__(self, bundle: ModelBundle, cache: list, cfg: SamplerConfig, rng: Rng, capture: tuple[int, ...],
+                 processor: TargetProcessor):
         self.bundle, self.cache, self.cfg, self.rng, self.capture = bundle, cache, cfg, rng, capture
+        self.processor = processor
 
     def cycle(self, pending: int, sync: bool) -> Cycle:
         out = forward_causal(self.bundle, mx.array([pending], dtype=mx.uint32), self.cache, self.capture)
-        token = int(choose(self.bundle.lm_head(out.hidden[-1:]), self.cfg, self.rng).item())
+        logits = self.processor.apply(self.bundle.lm_head(out.hidden[-1:]), [[]])
+        token = int(choose(logits, self.cfg, self.rng).item())
         committed = Committed([pending], [token], out.hidden, out.layer_outputs) if sync else None
-        return Cycle([token], drafted=0, accepted=0, committed=committed)
+        return Cycle([token], drafted=0, accepted=0, committed=committed,
+                     logprobs=self.processor.logprobs(logits, [token]))
 
     def absorb(self, committed: Committed) -> list[float]:
         return []
@@ -162,28 +171,33 @@ def speculative_generate(
     capture = tuple(sorted({i for e in live if e in engines for i in engines[e].capture}))
     probe_every = switch.probe_every if switch is not None else 1
 
+    processor = TargetProcessor(params, prompt_ids, bundle.tokenizer, bundle.vocab_size)
     prefilled = prefill(bundle, cache, prompt_ids, capture, last_alone=True)
-    first = choose(bundle.lm_head(prefilled.hidden[-1:]), cfg, rng)
+    first_logits = processor.apply(bundle.lm_head(prefilled.hidden[-1:]), [[]])
+    first = choose(first_logits, cfg, rng)
     request = Prefilled(cache, mx.array([int(t) for t in prompt_ids], dtype=mx.uint32), prefilled, first, cfg, rng,
-                        capture, probe_every)
+                        capture, processor, probe_every)
     states: dict[str, Drafting] = {e: engines[e].start(request) for e in live if e in engines}
     pending = int(first.item())
+    logprobs = processor.logprobs(first_logits, [pending])
+    processor.advance([pending])
     now = time.perf_counter()
-    yield StepResult(tokens=[pending], seconds=now - started, engine=running)
+    yield StepResult(tokens=[pending], seconds=now - started, engine=running, logprobs=logprobs)
     started = now
 
     watch = SwitchWatch(switch, running)
-    raw_stepping = RawStepping(bundle, cache, cfg, rng, capture)
+    raw_stepping = RawStepping(bundle, cache, cfg, rng, capture, processor)
     steps = 0
     while not cancel.cancelled:
         probing = steps < probe_steps and len(states) > (0 if running == "raw" else 1)
         if not probing and len(states) > 1:  # the probing phase is over: only raw stays reachable
             states = {running: states[running]} if running in states else {}
         if running == "raw" and not probing:
-            yield from decode(bundle, cache, pending, cfg, rng, cancel, engine="raw")
+            yield from decode(bundle, cache, pending, cfg, rng, cancel, engine="raw", processor=processor)
             return
         state = states[running] if running != "raw" else raw_stepping
         cycle = state.cycle(pending, sync=probing)
+        processor.advance(cycle.emitted)
         probes: dict[str, list[float]] = {}
         if probing:
             for engine, other in states.items():
@@ -197,6 +211,7 @@ def speculative_generate(
         yield StepResult(
             tokens=cycle.emitted, drafted=cycle.drafted, accepted=cycle.accepted, seconds=now - started,
             engine=running, accepted_positions=cycle.accepted_positions, probes=probes, probing=probing,
+            logprobs=cycle.logprobs,
         )
         started = now
         pending = cycle.emitted[-1]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from contracts.engine import GenerationChunk, StepResult
 
@@ -74,7 +75,7 @@ def stream_text(
                 text += matcher.flush()
             yield GenerationChunk(
                 text=text, token_ids=kept, finish_reason=finish, step=step,
-                prompt_tokens=prompt_tokens, completion_tokens=produced,
+                prompt_tokens=prompt_tokens, completion_tokens=produced, logprobs=step.logprobs[: len(kept)],
             )
             if finish is not None:
                 return

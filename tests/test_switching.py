@@ -15,6 +15,7 @@ from engines.dflash import load_drafter
 from engines.mtp import MTPEngine
 from engines.mtp_head import load_mtp_head
 from engines.prefill import prefill
+from engines.processing import TargetProcessor
 from engines.raw import RawEngine
 from engines.sampling import Rng, SamplerConfig
 from engines.speculative import Prefilled, RawStepping, speculative_generate
@@ -127,7 +128,8 @@ def _request(bundle, ids, capture, cfg):
     cache = bundle.make_cache()
     out = prefill(bundle, cache, ids, capture, last_alone=True)
     first = mx.argmax(bundle.lm_head(out.hidden[-1:]), axis=-1)
-    return Prefilled(cache, mx.array(ids, dtype=mx.uint32), out, first, cfg, Rng(0), capture)
+    processor = TargetProcessor(SamplingParams(temperature=0.0), ids, bundle.tokenizer, bundle.vocab_size)
+    return Prefilled(cache, mx.array(ids, dtype=mx.uint32), out, first, cfg, Rng(0), capture, processor)
 
 
 def test_absorbed_states_equal_fresh_ones(engines):
@@ -139,7 +141,7 @@ def test_absorbed_states_equal_fresh_ones(engines):
     capture = loaded["ddtree"].capture
     request = _request(bundle, ids, capture, cfg)
     states = {name: engine.start(request) for name, engine in loaded.items()}
-    raw = RawStepping(bundle, request.cache, cfg, request.rng, capture)
+    raw = RawStepping(bundle, request.cache, cfg, request.rng, capture, request.processor)
     sequence, pending = list(ids), int(request.first.item())
     for _ in range(10):
         cycle = raw.cycle(pending, sync=True)
@@ -168,7 +170,7 @@ def test_greedy_probes_are_the_acceptance_a_verify_would_give(engines):
     request = _request(bundle, ids, capture, cfg)
     mtp_state = loaded["mtp"].start(request)
     tree_state = loaded["ddtree"].start(request)
-    raw = RawStepping(bundle, request.cache, cfg, request.rng, capture)
+    raw = RawStepping(bundle, request.cache, cfg, request.rng, capture, request.processor)
     head_cache, head_rows = KVCache(), loaded["mtp"].head_rows
     sequence, pending = list(ids), int(request.first.item())
     mtp_probes, tree_probes = [], []

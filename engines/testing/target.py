@@ -55,6 +55,7 @@ def write_target_checkpoint(
     nested: bool = False,
     spec: TargetSpec | None = None,
     knobs: agree.AgreeKnobs | None = None,
+    chat: str = "plain",
 ) -> Path:
     """Write a Qwen3.5 text model directory that `mlx_lm.load` reads; returns its path.
 
@@ -67,6 +68,7 @@ def write_target_checkpoint(
         MTP head's norms already +1 (x·w), to test that the MTP loader does not shift twice.
     nested: write config under `text_config` and weights as `model.language_model.*`, the layout
         of the real multimodal Qwen3.5 uploads (mlx-lm maps both).
+    chat: "plain" (ChatML) or "qwen3.6" (the published template: tools, thinking; its tokens added).
     """
     if norms not in NORM_CONVENTIONS:
         raise ValueError(f"norms must be one of {NORM_CONVENTIONS}, got {norms!r}")
@@ -75,7 +77,7 @@ def write_target_checkpoint(
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
 
-    tokenizer = write_tokenizer(path, vocab_size=spec.vocab_size)
+    tokenizer = write_tokenizer(path, vocab_size=spec.vocab_size, chat=chat)
     if tokenizer.get_vocab_size() != spec.vocab_size:
         raise ValueError(f"tokenizer has {tokenizer.get_vocab_size()} tokens, spec wants {spec.vocab_size}")
     special_ids = [tokenizer.token_to_id(t) for t in SPECIAL_TOKENS]

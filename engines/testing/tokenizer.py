@@ -31,6 +31,11 @@ MASK = "<|mask|>"  # reserved for the DFlash drafter's block positions
 SPECIAL_TOKENS: tuple[str, ...] = (ENDOFTEXT, IM_START, IM_END, MASK)
 
 DEFAULT_VOCAB_SIZE = 1024
+# Qwen3.5/3.6 add these as single, non-special tokens (decoded into the text): thinking and tool calls.
+AGENT_TOKENS: tuple[str, ...] = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
+                                 "</tool_response>")
+TEMPLATES = Path(__file__).parent / "templates"
+CHAT_FORMATS = ("plain", "qwen3.6")
 
 # ChatML, as Qwen uses it (without the tool-calling and thinking branches).
 CHAT_TEMPLATE = (
@@ -41,8 +46,22 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(vocab_size: int = DEFAULT_VOCAB_SIZE) -> Tokenizer:
-    """Train the Qwen-style byte-level BPE on the shipped corpus. Special tokens get ids 0..3."""
+def chat_template(chat: str = "plain") -> str:
+    """"plain": ChatML only; "qwen3.6": the published Qwen3.6 template (tools, tool results,
+    thinking on by default), copied verbatim from the model's tokenizer config."""
+    if chat not in CHAT_FORMATS:
+        raise ValueError(f"chat must be one of {CHAT_FORMATS}, got {chat!r}")
+    return CHAT_TEMPLATE if chat == "plain" else (TEMPLATES / "qwen3_6.jinja").read_text()
+
+
+def _added_tokens(chat: str) -> list[AddedToken]:
+    agent = AGENT_TOKENS if chat == "qwen3.6" else ()
+    return [AddedToken(t, special=t in SPECIAL_TOKENS, normalized=False) for t in (*SPECIAL_TOKENS, *agent)]
+
+
+def build_tokenizer(vocab_size: int = DEFAULT_VOCAB_SIZE, chat: str = "plain") -> Tokenizer:
+    """Train the Qwen-style byte-level BPE on the shipped corpus. Special tokens get ids 0..3
+    (with chat "qwen3.6" the thinking and tool-call tokens follow them)."""
     tokenizer = Tokenizer(BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="",
                               fuse_unk=False, byte_fallback=False))
     tokenizer.normalizer = normalizers.NFC()
@@ -56,19 +75,19 @@ def build_tokenizer(vocab_size: int = DEFAULT_VOCAB_SIZE) -> Tokenizer:
         vocab_size=vocab_size,
         min_frequency=1,
         show_progress=False,
-        special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS],
+        special_tokens=_added_tokens(chat),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tokenizer.train_from_iterator(CORPUS.splitlines(keepends=True), trainer=trainer)
     return tokenizer
 
 
-def tokenizer_config(model_max_length: int = 32768) -> dict:
-    """tokenizer_config.json contents: ChatML template, <|im_end|> ends a turn, <|endoftext|> pads."""
+def tokenizer_config(model_max_length: int = 32768, chat: str = "plain") -> dict:
+    """tokenizer_config.json contents: the chat template, <|im_end|> ends a turn, <|endoftext|> pads."""
     added = {}
-    for index, token in enumerate(SPECIAL_TOKENS):
-        added[str(index)] = {"content": token, "lstrip": False, "normalized": False, "rstrip": False,
-                             "single_word": False, "special": True}
+    for index, token in enumerate(_added_tokens(chat)):
+        added[str(index)] = {"content": token.content, "lstrip": False, "normalized": False, "rstrip": False,
+                             "single_word": False, "special": token.special}
     return {
         "tokenizer_class": "Qwen2Tokenizer",
         "added_tokens_decoder": added,
@@ -82,17 +101,17 @@ def tokenizer_config(model_max_length: int = 32768) -> dict:
         "split_special_tokens": False,
         "add_prefix_space": False,
         "model_max_length": model_max_length,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template(chat),
     }
 
 
-def write_tokenizer(path: str | Path, vocab_size: int = DEFAULT_VOCAB_SIZE) -> Tokenizer:
+def write_tokenizer(path: str | Path, vocab_size: int = DEFAULT_VOCAB_SIZE, chat: str = "plain") -> Tokenizer:
     """Write tokenizer.json + tokenizer_config.json into `path`; returns the tokenizer."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(vocab_size)
+    tokenizer = build_tokenizer(vocab_size, chat)
     tokenizer.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n")
+    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(chat=chat), indent=2) + "\n")
     return tokenizer
 
 

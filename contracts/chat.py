@@ -1,0 +1,48 @@
+"""What a chat reply is made of beyond text: reasoning, tool calls, token log-probabilities, and
+how the prompt shapes the reply's start. No MLX; the gateway renders these as OpenAI/Anthropic JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str          # a JSON object, as the OpenAI API carries it
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    token: str
+    token_id: int
+    logprob: float
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One emitted token's log-probability under the target's distribution (after penalties and any
+    output constraint, before temperature), and the most likely alternatives at that position."""
+
+    token: str
+    token_id: int
+    logprob: float
+    top: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplyFormat:
+    """How to read the reply's text: reasoning blocks and tool calls in the chat template's syntax."""
+
+    tools: tuple[dict[str, Any], ...] = ()   # the request's tools (argument types for the parser)
+    parse_tools: bool = False                # tool_choice none, or no tools: tool-call markup stays text
+    opens_in_reasoning: bool = False         # the generation prompt already opened a thinking block
+    prefix: str = ""                         # reply text the prompt already holds (a forced tool call's start)
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    ids: list[int]
+    reply: ReplyFormat = field(default_factory=ReplyFormat)

@@ -1,0 +1,84 @@
+"""Rendering a chat through the model's own template: tools, tool calls and results in the history,
+thinking switches, and a tool call forced by tool_choice ("required" or a named function)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from contracts.chat import ChatPrompt, ReplyFormat
+from contracts.errors import InvalidRequestError
+
+
+def _template_messages(messages: list[dict]) -> list[dict]:
+    """Assistant tool calls carry their arguments as JSON strings in the API; templates iterate them
+    as mappings (`tool_call.arguments|items`)."""
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if calls:
+            message = dict(message)
+            parsed = []
+            for call in calls:
+                function = dict(call.get("function", {}))
+                arguments = function.get("arguments")
+                if isinstance(arguments, str):
+                    try:
+                        function["arguments"] = json.loads(arguments) if arguments.strip() else {}
+                    except json.JSONDecodeError as exc:
+                        raise InvalidRequestError(
+                            f"tool call {function.get('name')!r}: arguments are not a JSON object ({exc})",
+                            param="messages", code="invalid_tool_arguments") from exc
+                parsed.append({**call, "function": function})
+            message["tool_calls"] = parsed
+        out.append(message)
+    return out
+
+
+def _forced_call(tokenizer: Any, tool_choice: Any) -> str:
+    """The reply's first text when tool_choice forces a call, in the template's tool-call syntax."""
+    if tool_choice == "required":
+        return tokenizer.tool_call_start + "\n"
+    name = tool_choice["function"]["name"]
+    style = getattr(tokenizer.tool_parser, "__module__", "")
+    if style.endswith("qwen3_coder"):
+        return f"{tokenizer.tool_call_start}\n<function={name}>\n"
+    if style.endswith("json_tools"):
+        return f'{tokenizer.tool_call_start}\n{{"name": {json.dumps(name)}, "arguments": '
+    raise InvalidRequestError(f"this model's tool-call format ({style or 'unknown'}) cannot force a named "
+                              "function; use tool_choice \"required\"", param="tool_choice")
+
+
+def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
+                template_kwargs: dict[str, Any] | None = None) -> tuple[str, ReplyFormat]:
+    """The prompt text and how to read the reply. tool_choice "none" hides the tools (the model is
+    not offered them); "required" and named functions start the reply with the call's opening."""
+    kwargs = dict(template_kwargs or {})
+    offered = tools if tools and tool_choice != "none" else None
+    forced = offered is not None and tool_choice not in (None, "auto")
+    if offered and not tokenizer.has_tool_calling:
+        raise InvalidRequestError("this model's chat template has no tool-call format: tools are not supported",
+                                  param="tools", code="tools_unsupported")
+    if forced and tokenizer.has_thinking:
+        kwargs.setdefault("enable_thinking", False)   # the call starts the reply; no thinking block first
+    try:
+        text = tokenizer.apply_chat_template(_template_messages(messages), tools=offered, tokenize=False,
+                                             add_generation_prompt=True, **kwargs)
+    except InvalidRequestError:
+        raise
+    except Exception as exc:  # jinja errors for shapes the template rejects
+        raise InvalidRequestError(f"chat template cannot render these messages: {exc}", param="messages") from exc
+    prefix = _forced_call(tokenizer, tool_choice) if forced else ""
+    opens_in_reasoning = False
+    if tokenizer.has_thinking:
+        start, end = text.rfind(tokenizer.think_start), text.rfind(tokenizer.think_end)
+        opens_in_reasoning = start > end
+    reply = ReplyFormat(tools=tuple(offered or ()), parse_tools=offered is not None,
+                        opens_in_reasoning=opens_in_reasoning and not prefix, prefix=prefix)
+    return text + prefix, reply
+
+
+def chat_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
+                template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
+    text, reply = render_chat(tokenizer, messages, tools, tool_choice, template_kwargs)
+    return ChatPrompt(list(tokenizer.encode(text, add_special_tokens=False)), reply)

@@ -1,0 +1,125 @@
+"""What a request does to the target's logits before anything is chosen: penalties and an output
+constraint (llguidance), and the log-probabilities it reports.
+
+Every engine computes target logits for one or more rows at once (a decode step: 1 row; an MTP
+verify: 2; a DDTree verify: every tree node). Row r continues the request's emitted tokens by
+`paths[r]`, the draft tokens between the pending token and that row. Penalising and masking each
+row with its own history is what keeps speculation lossless under penalties and constraints: the
+target's distribution at every verified position is exactly the one a plain decode would use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from contracts.chat import TokenLogprob, TopLogprob
+from contracts.errors import InvalidRequestError
+from contracts.sampling import SamplingParams
+
+
+def _llguidance_tokenizer(tokenizer: Any, vocab: int):
+    """llguidance's view of the target's tokenizer (built once per tokenizer and vocabulary width)."""
+    cache = getattr(tokenizer, "_switchyard_llg", None)
+    if cache is not None and cache[0] == vocab:
+        return cache[1]
+    import llguidance.hf
+
+    hf = getattr(tokenizer, "_tokenizer", tokenizer)
+    llg = llguidance.hf.from_tokenizer(hf, n_vocab=vocab)
+    tokenizer._switchyard_llg = (vocab, llg)
+    return llg
+
+
+class TargetProcessor:
+    """One request's penalties and constraint, and the tokens it has emitted so far."""
+
+    def __init__(self, params: SamplingParams, prompt_ids: Sequence[int], tokenizer: Any, vocab: int):
+        self.params = params
+        self.tokenizer = tokenizer
+        self.vocab = vocab
+        self.counts = np.zeros(vocab, dtype=np.float32)         # generated tokens (presence, frequency)
+        self.seen = np.zeros(vocab, dtype=bool)                  # prompt + generated (repetition)
+        self.seen[[t for t in prompt_ids if 0 <= t < vocab]] = True
+        self.matcher = None
+        if params.grammar is not None:
+            import llguidance
+
+            self.matcher = llguidance.LLMatcher(_llguidance_tokenizer(tokenizer, vocab), params.grammar)
+            if self.matcher.is_error():
+                raise InvalidRequestError(f"response_format: {self.matcher.get_error()}", param="response_format")
+
+    @property
+    def active(self) -> bool:
+        return self.params.penalised or self.matcher is not None
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        """Tokens the request emitted (in order): they join every later row's history."""
+        for token in tokens:
+            if 0 <= token < self.vocab:
+                self.counts[token] += 1
+                self.seen[token] = True
+        if self.matcher is not None and tokens:
+            self.matcher.consume_tokens(list(tokens))
+
+    def apply(self, logits: mx.array, paths: Sequence[Sequence[int]]) -> mx.array:
+        """logits (R, V) float; row r continues the emitted tokens by paths[r]."""
+        if not self.active:
+            return logits
+        p = self.params
+        logits = logits.astype(mx.float32)
+        if p.penalised:
+            counts = np.repeat(self.counts[None], len(paths), axis=0)
+            seen = np.repeat(self.seen[None], len(paths), axis=0)
+            for row, path in enumerate(paths):
+                for token in path:
+                    counts[row, token] += 1
+                    seen[row, token] = True
+            if p.repetition_penalty != 1.0:
+                rep = mx.array(seen)
+                logits = mx.where(rep, mx.where(logits > 0, logits / p.repetition_penalty,
+                                                logits * p.repetition_penalty), logits)
+            c = mx.array(counts)
+            logits = logits - p.frequency_penalty * c - p.presence_penalty * (c > 0)
+        if self.matcher is not None:
+            logits = mx.where(mx.array(self._allowed(paths)), logits, -mx.inf)
+        return logits
+
+    def logprobs(self, logits: mx.array, tokens: Sequence[int]) -> list[TokenLogprob]:
+        """The emitted `tokens`' log-probabilities under processed `logits` rows (one row each), if asked."""
+        if not self.params.logprobs or not tokens:
+            return []
+        return token_logprobs(self.tokenizer, logits, tokens, self.params.top_logprobs)
+
+    def _allowed(self, paths: Sequence[Sequence[int]]) -> np.ndarray:
+        """(R, V) bool: the constraint's next-token set after each row's path."""
+        from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+        masks = allocate_token_bitmask(len(paths), self.vocab)
+        for row, path in enumerate(paths):
+            # a path the constraint rejects can never be accepted: any mask will do for its row
+            # (try_consume stops at the first rejected token without putting the matcher in error)
+            consumed = self.matcher.try_consume_tokens(list(path)) if path else 0
+            if consumed == len(path):
+                fill_next_token_bitmask(self.matcher, masks, row)
+            if consumed:
+                self.matcher.rollback(consumed)
+        bits = (masks[:, :, None] >> np.arange(32, dtype=np.int32)) & 1
+        return bits.reshape(len(paths), -1)[:, : self.vocab].astype(bool)
+
+
+def token_logprobs(tokenizer: Any, logits: mx.array, tokens: Sequence[int], top: int) -> list[TokenLogprob]:
+    """Log-probabilities of `tokens` under the (processed) target `logits` rows, with `top` alternatives."""
+    lp = logits.astype(mx.float32) - mx.logsumexp(logits.astype(mx.float32), axis=-1, keepdims=True)
+    chosen = np.array(mx.take_along_axis(lp, mx.array(list(tokens))[:, None], axis=-1)[:, 0])
+    tops: list[tuple[TopLogprob, ...]] = [()] * len(tokens)
+    if top > 0:
+        index = np.array(mx.argsort(-lp, axis=-1)[:, :top])
+        values = np.array(mx.take_along_axis(lp, mx.array(index), axis=-1))
+        tops = [tuple(TopLogprob(tokenizer.decode([int(t)]), int(t), float(v)) for t, v in zip(row_i, row_v))
+                for row_i, row_v in zip(index, values)]
+    return [TokenLogprob(tokenizer.decode([int(t)]), int(t), float(v), tuple(alternatives))
+            for t, v, alternatives in zip(tokens, chosen, tops)]

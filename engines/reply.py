@@ -1,0 +1,125 @@
+"""A chat reply's text, split the way the model's chat template writes it: the thinking block,
+the answer, and tool calls (parsed by the tool parser mlx-lm picks from the chat template).
+
+The split runs on the detokenized text after stop sequences (mlx-lm's TextStateMachine, which
+holds back text that may be the start of a marker), so every engine's reply is read the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mlx_lm.generate import TextStateMachine
+
+from contracts.chat import ReplyFormat, ToolCall
+from contracts.engine import GenerationChunk
+
+log = logging.getLogger("switchyard.reply")
+
+
+@dataclass
+class ReplyPiece:
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+def _transitions(tokenizer: Any, reply: ReplyFormat) -> dict[str, list[tuple[str, str]]]:
+    transitions: dict[str, list[tuple[str, str]]] = {"normal": []}
+    if tokenizer.has_thinking:
+        transitions["normal"].append((tokenizer.think_start, "reasoning"))
+        transitions["reasoning"] = [(tokenizer.think_end, "normal")]
+    if reply.parse_tools and tokenizer.has_tool_calling:
+        transitions["normal"].append((tokenizer.tool_call_start, "tool"))
+        if tokenizer.has_thinking:   # a call may start before the thinking block is closed
+            transitions["reasoning"].append((tokenizer.tool_call_start, "tool"))
+        transitions["tool"] = [(tokenizer.tool_call_end, "normal")] if tokenizer.tool_call_end else []
+    return transitions
+
+
+class ReplySplitter:
+    """Feeds text, returns what of it is answer, reasoning and completed tool calls."""
+
+    def __init__(self, tokenizer: Any, reply: ReplyFormat):
+        self.tokenizer, self.reply = tokenizer, reply
+        self.machine = TextStateMachine(_transitions(tokenizer, reply))
+        start = "reasoning" if reply.opens_in_reasoning and tokenizer.has_thinking else "normal"
+        self.state = self.machine.make_state(start)
+        self.tool_text = ""
+        self.called = 0
+        self.pending_prefix = reply.prefix
+        self.answer_started = False   # the template puts blank lines after </think>: not part of the answer
+
+    def feed(self, text: str) -> ReplyPiece:
+        if self.pending_prefix:  # the forced start of a tool call is part of the reply, not of its output
+            text, self.pending_prefix = self.pending_prefix + text, ""
+        self.state, segments = TextStateMachine.split(self.state, text)
+        piece = ReplyPiece()
+        for index, (state, segment) in enumerate(segments):
+            closed = index < len(segments) - 1   # every segment but the last ended with a marker
+            self._take(piece, state, segment, closed)
+        return piece
+
+    def finish(self) -> ReplyPiece:
+        """The end of the generation: flush what was held back (an unterminated call stays text)."""
+        self.state, rest, state = TextStateMachine.flush(self.state)
+        piece = ReplyPiece()
+        self._take(piece, state, rest, closed=False)
+        if self.tool_text:   # a call the generation never closed: give the text back as it was
+            piece.text += self.tokenizer.tool_call_start + self.tool_text
+            self.tool_text = ""
+        return piece
+
+    def _take(self, piece: ReplyPiece, state: str | None, segment: str, closed: bool) -> None:
+        if state == "reasoning":
+            piece.reasoning += segment
+        elif state == "tool":
+            self.tool_text += segment
+            if closed:
+                text, self.tool_text = self.tool_text, ""
+                calls = self._parse(text)
+                if calls:
+                    piece.tool_calls.extend(calls)
+                else:  # not a call after all: the markup and all stay in the answer
+                    piece.text += self.tokenizer.tool_call_start + text + (self.tokenizer.tool_call_end or "")
+        else:
+            if not self.answer_started:
+                segment = segment.lstrip()
+                self.answer_started = bool(segment)
+            piece.text += segment
+
+    def _parse(self, text: str) -> list[ToolCall]:
+        try:
+            parsed = self.tokenizer.tool_parser(text.strip(), list(self.reply.tools) or None)
+        except Exception as exc:  # noqa: BLE001 - a malformed call is not a server error: keep it as text
+            log.info("tool call did not parse (%s): kept as text", exc)
+            return []
+        calls = parsed if isinstance(parsed, list) else [parsed]
+        out = []
+        for call in calls:
+            arguments = call.get("arguments", {})
+            self.called += 1
+            out.append(ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=str(call.get("name", "")),
+                                arguments=arguments if isinstance(arguments, str) else json.dumps(arguments)))
+        return out
+
+
+def split_reply(chunks: Iterator[GenerationChunk], splitter: ReplySplitter) -> Iterator[GenerationChunk]:
+    """The text stream's chunks with their text split into answer, reasoning and tool calls; a
+    generation that stopped after a tool call finishes with "tool_calls"."""
+    for chunk in chunks:
+        piece = splitter.feed(chunk.text)
+        if chunk.finish_reason is not None:
+            rest = splitter.finish()
+            piece = ReplyPiece(piece.text + rest.text, piece.reasoning + rest.reasoning,
+                               piece.tool_calls + rest.tool_calls)
+        finish = chunk.finish_reason
+        if finish == "stop" and splitter.called:
+            finish = "tool_calls"
+        yield replace(chunk, text=piece.text, reasoning=piece.reasoning, tool_calls=piece.tool_calls,
+                      finish_reason=finish)
