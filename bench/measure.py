@@ -146,7 +146,7 @@ def time_pipeline(backend, router, body: dict, record: RequestRecord) -> Request
     from gateway.config import GatewayConfig
     from gateway.http.request_spec import chat_spec, resolve_engine
     from gateway.http.schemas import ChatCompletionRequest
-    from gateway.worker.pipeline import Routed, run_request
+    from gateway.worker.pipeline import ChoiceStart, Routed, run_request
 
     request = ChatCompletionRequest.model_validate(body)
     spec = chat_spec(request, resolve_engine(request.engine, None, tuple(backend.engine_names)), GatewayConfig())
@@ -156,6 +156,8 @@ def time_pipeline(backend, router, body: dict, record: RequestRecord) -> Request
         if isinstance(item, Routed):
             record.route_engine, record.route_class = item.decision.engine, item.decision.klass
             record.route_reason, record.prompt_tokens = item.decision.reason, item.prompt_tokens
+            continue
+        if isinstance(item, ChoiceStart):
             continue
         arrivals.add(item.token_ids, item.step)
         finish = item.finish_reason or finish

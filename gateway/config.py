@@ -13,8 +13,9 @@ class GatewayConfig(BaseModel):
     # Requests allowed to wait behind the running one; one more gets 429 + Retry-After.
     max_queue: int = Field(16, ge=0)
     retry_after_seconds: int = Field(1, ge=1)
-    # max_tokens when a request does not say (OpenAI's chat default is "until the context ends").
-    default_max_tokens: int = Field(512, ge=1)
+    # max_tokens when a request does not say (OpenAI's chat default is "until the context ends"); always
+    # shortened to the room the prompt leaves in the context. Qwen3.6's card recommends ~32k output tokens.
+    default_max_tokens: int = Field(32768, ge=1)
     # Extra names accepted for `model` besides the served id, its directory name and "default".
     model_aliases: tuple[str, ...] = ()
     # Seconds uvicorn lets open streams finish on shutdown before closing them.
@@ -24,7 +25,10 @@ class GatewayConfig(BaseModel):
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     max_stop_sequences: int = Field(16, ge=1)
     max_stop_chars: int = Field(512, ge=1)           # per stop sequence (the detokenizer holds this much back)
-    max_tokens_limit: int = Field(8192, ge=1)        # largest max_tokens / max_completion_tokens accepted
+    max_tokens_limit: int | None = Field(None, ge=1)  # largest max_tokens accepted; None: the model's context length
+    max_choices: int = Field(8, ge=1)                 # largest `n` (choices are generated one after another)
+    # Origins allowed to call the API from a browser (CORS); empty = no CORS headers, ["*"] = any.
+    allowed_origins: tuple[str, ...] = ()
     max_messages: int = Field(4096, ge=1)            # chat messages per request
     # Wall-clock budget of one request from admission (queue wait included), checked between engine
     # steps; past it the generation stops and the client gets a 504 (in-stream error event for SSE).

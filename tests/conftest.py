@@ -68,3 +68,18 @@ def tiny_agree_bundle(tiny_agree_target):
     from engines.bundle import load_bundle
 
     return load_bundle(tiny_agree_target)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_chat_target(tmp_path_factory) -> Path:
+    """`tiny_target`'s shape with Qwen3.6's published chat template (tools, tool results, thinking
+    on by default) and its <think>/<tool_call>/<tool_response> tokens."""
+    return write_target_checkpoint(tmp_path_factory.mktemp("tiny_qwen_chat"), seed=0, variant="random",
+                                   chat="qwen3.6")
+
+
+@pytest.fixture(scope="session")
+def qwen_chat_tokenizer(tiny_qwen_chat_target):
+    from mlx_lm.utils import load_tokenizer
+
+    return load_tokenizer(tiny_qwen_chat_target)

@@ -11,11 +11,13 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Any
 
 import uvicorn
 
+from contracts.chat import ChatPrompt, ReplyFormat
 from contracts.engine import CancelToken, GenerationChunk, StepResult, SwitchRule
 from contracts.errors import EngineFailure, InvalidRequestError
 from contracts.sampling import SamplingParams
@@ -44,6 +46,9 @@ class FakeBackend:
     fatal_after_steps: int | None = None  # raise FatalWorkerError (kills the worker)
     gate: threading.Event | None = None  # when set, generate() waits for it before the first step
     poll_cancel: bool = True             # False: ignore the CancelToken (tests the gateway's own stop)
+    # a real mlx-lm tokenizer: chats render through its template and replies are split (reasoning,
+    # tool calls) exactly as the runtime does; `reply` is then the model's raw text
+    tokenizer: Any = None
     # observations
     calls: list[dict] = field(default_factory=list)
     threads: set[int] = field(default_factory=set)
@@ -52,10 +57,23 @@ class FakeBackend:
     steps_run: list[int] = field(default_factory=list)
     started: threading.Event = field(default_factory=threading.Event)
     encoded: list[str] = field(default_factory=list)
+    chats: list[dict] = field(default_factory=list)
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
         self.threads.add(threading.get_ident())
         return self._encode(fake_chat_template(messages))
+
+    def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
+                    template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
+        self.chats.append({"messages": messages, "tools": tools, "tool_choice": tool_choice,
+                           "template_kwargs": template_kwargs})
+        if self.tokenizer is None:
+            return ChatPrompt(self.encode_chat(messages))
+        from engines.chat import render_chat
+
+        text, reply = render_chat(self.tokenizer, messages, tools, tool_choice, template_kwargs)
+        self.threads.add(threading.get_ident())
+        return ChatPrompt(self._encode(text), reply)
 
     def encode_prompt(self, prompt: str) -> list[int]:
         self.threads.add(threading.get_ident())
@@ -75,10 +93,22 @@ class FakeBackend:
 
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, engine: str, cancel: CancelToken,
-        switch: SwitchRule | None = None,
+        switch: SwitchRule | None = None, reply: ReplyFormat | None = None,
+    ) -> Iterator[GenerationChunk]:
+        chunks = self._generate(prompt_ids, params, engine, cancel, switch, reply)
+        if reply is None or self.tokenizer is None:
+            return chunks
+        from engines.reply import ReplySplitter, split_reply
+
+        return split_reply(chunks, ReplySplitter(self.tokenizer, reply))
+
+    def _generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, engine: str, cancel: CancelToken,
+        switch: SwitchRule | None, reply: ReplyFormat | None,
     ) -> Iterator[GenerationChunk]:
         self.threads.add(threading.get_ident())
-        self.calls.append({"prompt_ids": list(prompt_ids), "params": params, "engine": engine, "switch": switch})
+        self.calls.append({"prompt_ids": list(prompt_ids), "params": params, "engine": engine, "switch": switch,
+                           "reply": reply})
         self.started.set()
         if self.gate is not None:
             self.gate.wait(timeout=30)
@@ -162,7 +192,7 @@ class LiveServer:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
-    def __enter__(self) -> "LiveServer":
+    def __enter__(self) -> LiveServer:
         self.thread.start()
         deadline = time.monotonic() + 20
         while not self.server.started:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, settings
 
 from gateway.config import GatewayConfig
 from gateway.http.openapi import build_openapi
-from tests.fuzz_checks import CHECKS, fuzz_config, positive_data_acceptance
+from tests.fuzz_checks import CHECKS, fuzz_config, positive_data_accepted
 
 MAX_EXAMPLES = 25
 CONFIG = GatewayConfig(max_tokens_limit=8, max_body_bytes=64 * 1024, request_timeout_seconds=60)
@@ -37,5 +37,5 @@ def runtime_server(tiny_target, tiny_drafter):
 @schema.parametrize()
 @settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_real_runtime_survives_fuzzed_requests(case, runtime_server):
-    checks = [c for c in CHECKS if c is not positive_data_acceptance]
+    checks = [c for c in CHECKS if c is not positive_data_accepted]
     case.call_and_validate(base_url=runtime_server.base_url, checks=checks, timeout=60)

@@ -109,7 +109,8 @@ def test_default_max_tokens_and_defaults_left_to_model(env):
     server, client, backend, router = env
     client.chat.completions.create(model="default", messages=MESSAGES)
     params = backend.calls[-1]["params"]
-    assert params.max_tokens == 512
+    # unasked: up to the context's end (the default 32768 shortened to the room the prompt leaves)
+    assert params.max_tokens == backend.context_length - len(backend.calls[-1]["prompt_ids"])
     assert params.temperature is None and params.top_p is None and params.seed is None
 
 

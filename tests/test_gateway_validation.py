@@ -39,17 +39,32 @@ def assert_error(response: httpx.Response, status: int, param: str | None = "__a
 
 
 REJECTED_CHAT_FIELDS = [
-    ({"n": 2}, "n"),
+    ({"n": 9}, "n"),                                   # over the server's max_choices (8)
+    ({"n": 0}, "n"),
     ({"logit_bias": {"42": 5}}, "logit_bias"),
-    ({"presence_penalty": 0.5}, "presence_penalty"),
-    ({"frequency_penalty": -1}, "frequency_penalty"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ({"presence_penalty": 2.5}, "presence_penalty"),
+    ({"frequency_penalty": -3}, "frequency_penalty"),
+    ({"repetition_penalty": 0}, "repetition_penalty"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objectx"}}}},
+     "response_format.json_schema.schema"),
+    ({"response_format": {"type": "yaml"}}, "response_format.type"),
+    ({"tools": [{"type": "function", "function": {"name": "has space"}}]}, "tools.0.function.name"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]},
+     "tools.0.function.parameters"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}]},
+     "tools"),
+    ({"tools": [{"type": "code_interpreter"}]}, "tools.0.type"),
     ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice"),
+    ({"tool_choice": "sometimes"}, "tool_choice"),
     ({"functions": [{"name": "f"}]}, "functions"),
-    ({"logprobs": True}, "logprobs"),
-    ({"top_logprobs": 3}, "top_logprobs"),
+    ({"logprobs": "yes"}, "logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"reasoning_effort": "extreme"}, "reasoning_effort"),
+    ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs"),
+    ({"messages": [{"role": "tool", "content": "42"}]}, "messages.0.tool_call_id"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"stop": [""]}, "stop"),
     ({"temperature": -0.1}, "temperature"),
@@ -67,8 +82,8 @@ REJECTED_CHAT_FIELDS = [
     ({"messages": "hi"}, "messages"),
     ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages.0.content"),
-    ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "messages.0.tool_calls"),
-    ({"messages": [{"role": "user"}]}, "messages.0"),
+    ({"messages": [{"role": "user", "content": "x", "tool_calls": [{"function": {"name": "f"}}]}]}, "messages.0.tool_calls"),
+    ({"messages": [{"role": "user"}]}, "messages.0.content"),
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages.0.content.0.text"),
     ({"frobnicate": True}, "frobnicate"),
 ]
@@ -106,7 +121,8 @@ REJECTED_COMPLETION_FIELDS = [
     ({"echo": True}, "echo"),
     ({"suffix": "x"}, "suffix"),
     ({"best_of": 3}, "best_of"),
-    ({"n": 4}, "n"),
+    ({"n": 9}, "n"),
+    ({"logprobs": 6}, "logprobs"),
     ({"messages": [{"role": "user", "content": "x"}]}, "messages"),
 ]
 
@@ -193,7 +209,7 @@ def test_wrong_method_is_405(server, method, path):
 def test_openai_client_raises_typed_errors(server):
     client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
     with pytest.raises(openai.BadRequestError) as bad:
-        client.chat.completions.create(model="default", messages=[{"role": "user", "content": "x"}], n=3)
+        client.chat.completions.create(model="default", messages=[{"role": "user", "content": "x"}], n=30)
     assert bad.value.body["param"] == "n"
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])

@@ -28,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "else as stored (default: %(default)s)")
     p.add_argument("--tree-budget", type=int, default=4, metavar="N", help="DDTree budget (default: %(default)s; a --policy file's engines.ddtree.budget overrides it, live)")
     p.add_argument("--policy", metavar="FILE", default=None, help="router policy YAML (reloads on change)")
+    p.add_argument("--model-alias", action="append", default=[], metavar="NAME",
+                   help="another name clients may send as `model` (repeatable; e.g. the model names a coding "
+                        "agent asks for)")
     p.add_argument("--max-queue", type=int, default=GatewayConfig().max_queue, metavar="N",
                    help="requests allowed to wait behind the running one; more get 429 (default: %(default)s)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -42,9 +45,16 @@ def _register_limits_and_auth(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, metavar="N",
                    help="largest request body; more gets 413 (default: %(default)s)")
     g.add_argument("--max-tokens-limit", type=int, default=d.max_tokens_limit, metavar="N",
-                   help="largest max_tokens a request may ask for; more gets 400 (default: %(default)s)")
+                   help="largest max_tokens a request may ask for; more gets 400 (default: the model's context "
+                        "length)")
     g.add_argument("--default-max-tokens", type=int, default=d.default_max_tokens, metavar="N",
-                   help="max_tokens when a request does not say (default: %(default)s)")
+                   help="max_tokens when a request does not say, shortened to the room the prompt leaves in "
+                        "the context (default: %(default)s)")
+    g.add_argument("--max-choices", type=int, default=d.max_choices, metavar="N",
+                   help="largest `n` a request may ask for (default: %(default)s)")
+    g.add_argument("--allowed-origins", default="", metavar="LIST",
+                   help="comma-separated origins browsers may call the API from (CORS), e.g. "
+                        "http://localhost:3000; '*' allows any (default: none)")
     g.add_argument("--max-stop-sequences", type=int, default=d.max_stop_sequences, metavar="N",
                    help="stop sequences per request (default: %(default)s)")
     g.add_argument("--max-messages", type=int, default=d.max_messages, metavar="N",
@@ -71,7 +81,8 @@ def _config_from_args(args: argparse.Namespace) -> GatewayConfig:
     return GatewayConfig(
         host=args.host, port=args.port, max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
         max_tokens_limit=args.max_tokens_limit, default_max_tokens=args.default_max_tokens,
-        max_stop_sequences=args.max_stop_sequences, max_messages=args.max_messages,
+        max_stop_sequences=args.max_stop_sequences, max_messages=args.max_messages, max_choices=args.max_choices,
+        allowed_origins=tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip()),
         request_timeout_seconds=args.request_timeout or None, api_keys=keys,
         protect_metrics=not args.open_metrics, protect_admin=not args.open_admin,
     )
@@ -128,7 +139,8 @@ def serve(args: argparse.Namespace) -> int:
         bind_engine_options(router.store, runtime)
     # `model` may also name the directory as given on the command line (path, resolved path, dir name)
     given = Path(args.model) if args.model else None
-    aliases = tuple(sorted({args.model, str(given.resolve()), given.name})) if given else ()
+    names = {args.model, str(given.resolve()), given.name} if given else set()
+    aliases = tuple(sorted(names | set(args.model_alias)))
     config = config.model_copy(update={"model_aliases": aliases})
 
     from gateway.http.app import create_app

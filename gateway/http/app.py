@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -19,12 +20,18 @@ from gateway.worker.errors import WorkerError
 from gateway.worker.scheduler import Scheduler
 
 from .admission import BodyBudget, body_slots
+from .anthropic import messages
 from .auth import ApiKeyMiddleware
 from .errors import APIError, from_exception
 from .generate import chat_completions, completions
 from .openapi import build_openapi
+from .responses_api import responses
 from .state import GatewayState, model_names
 from .views import admin_reload, get_model, health, list_models, metrics, openapi_schema, router_stats
+
+# headers a browser client may read (the route taken, the request id, the queue's Retry-After)
+EXPOSED_HEADERS = ("X-Switchyard-Engine", "X-Switchyard-Class", "X-Switchyard-Route-Reason", "X-Request-Id",
+                   "Retry-After")
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -85,6 +92,8 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
@@ -102,7 +111,10 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
     app.state.gateway = state
     app.state.body_budget = BodyBudget(body_slots(config.max_queue), config.retry_after_seconds)
     app.state.openapi = build_openapi(config, tuple(backend.engine_names), tuple(state.model_names))
-    if config.api_keys:  # outermost: a request without a valid key never reaches a handler
+    if config.api_keys:  # a request without a valid key never reaches a handler
         app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, protect_metrics=config.protect_metrics,
                            protect_admin=config.protect_admin)
+    if config.allowed_origins:  # outermost: browsers' preflights are answered before the key check
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.allowed_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["*"], expose_headers=list(EXPOSED_HEADERS), max_age=600)
     return app

@@ -11,8 +11,8 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -94,10 +94,15 @@ class KeyChecker:
 
 
 def bearer_token(scope: Scope) -> str | None:
+    """The key a client presents: `Authorization: Bearer <key>` (OpenAI clients) or `x-api-key: <key>`
+    (Anthropic clients)."""
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
             return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    for name, value in scope.get("headers", ()):
+        if name == b"x-api-key" and value.strip():
+            return value.decode("latin-1").strip()
     return None
 
 
@@ -107,7 +112,8 @@ def client_is_loopback(scope: Scope) -> bool:
 
 
 _ENDPOINT_LABELS = (("/v1/chat/completions", "chat_completions"), ("/v1/completions", "completions"),
-                    ("/v1/models", "models"), ("/metrics", "metrics"))
+                    ("/v1/messages", "messages"), ("/v1/responses", "responses"), ("/v1/models", "models"),
+                    ("/metrics", "metrics"))
 
 
 def _count_refusal(scope: Scope, status: int) -> None:

@@ -50,8 +50,15 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 _UNION_TAGS = ("str", "list[str]", "list[TextPart]", "list[any]", "function-after", "function-before")
 
 
+def _is_union_tag(part: Any) -> bool:
+    """pydantic names the member of a union it tried (`literal[...]`, a model's class name, ...)
+    inside the error's location; the client's field path has no such parts."""
+    return isinstance(part, str) and (part in _UNION_TAGS or part.startswith(("literal[", "function-", "list[", "dict["))
+                                      or part[:1].isupper())
+
+
 def _path(loc: tuple[Any, ...]) -> list[str]:
-    return [str(p) for p in loc if not (isinstance(p, str) and p in _UNION_TAGS)]
+    return [str(p) for p in loc if not _is_union_tag(p)]
 
 
 def _loc_to_param(loc: tuple[Any, ...]) -> str | None:

@@ -1,31 +1,34 @@
-"""POST /v1/chat/completions and /v1/completions: validate, queue, then answer as JSON or SSE."""
+"""The generation endpoints' one flow: read and validate the body, translate it into a RequestSpec,
+queue it, then answer as JSON or as a stream — shaped by the endpoint's Renderer (OpenAI chat and
+completions, Anthropic messages, OpenAI responses all run this same pipeline)."""
 
 from __future__ import annotations
 
 import json
-import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from contracts.engine import GenerationChunk
-from gateway.observability.metrics import RequestMeter
 from gateway.routing.interface import RouteDecision
 from gateway.worker.errors import QueueFull, WorkerError, WorkerUnavailable
-from gateway.worker.pipeline import Routed, run_request
+from gateway.worker.pipeline import ChoiceStart, run_request
 from gateway.worker.scheduler import Ticket
+from gateway.worker.spec import RequestSpec
 
 from .disconnect import DisconnectWatcher
 from .errors import APIError, bad_request, from_exception, from_validation_error
+from .openai_render import OpenAIRenderer
+from .record import CLIENT_CLOSED, RequestRecord
+from .render import Renderer
 from .request_spec import chat_spec, completion_spec, resolve_engine
-from .responses import ResponseBuilder
 from .schemas import ChatCompletionRequest, CompletionRequest
-from .sse import DONE, SSEResponse, event
+from .sse import SSEResponse
 from .state import GatewayState
-
-CLIENT_CLOSED = 499  # nginx's "client closed request", used only in metrics
 
 
 def route_headers(decision: RouteDecision) -> dict[str, str]:
@@ -64,105 +67,95 @@ def parse(model: type[BaseModel], data: dict[str, Any]) -> Any:
         raise from_validation_error(exc) from None
 
 
-class RequestRecord:
-    """Timings, tokens and outcome of one generation, reported to the metrics once at the end."""
+def check_model(model: str | None, state: GatewayState) -> None:
+    if model is not None and model not in state.model_names:
+        raise APIError(
+            404, f"The model {model!r} does not exist; this server serves {state.backend.model_id!r}.",
+            param="model", code="model_not_found",
+        )
 
-    def __init__(self, state: GatewayState, endpoint: str):
-        self.state = state
-        self.endpoint = endpoint
-        self.started = time.perf_counter()
-        self.decision: RouteDecision | None = None
-        self.meter: RequestMeter | None = None
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-        self.finish_reason: str | None = None
-        self.first_token_s: float | None = None
-        self.text: list[str] = []
-        self._done = False
 
-    def routed(self, item: Routed) -> None:
-        self.decision = item.decision
-        self.prompt_tokens = item.prompt_tokens
-        self.meter = self.state.metrics.start_generation(item.decision, time.perf_counter() - self.started)
+def forced_engine(body_engine: str | None, request: Request, state: GatewayState) -> str | None:
+    return resolve_engine(body_engine, request.headers.get("x-switchyard-engine"), tuple(state.backend.engine_names))
 
-    def chunk(self, chunk: GenerationChunk) -> None:
-        if chunk.step is not None and self.meter is not None:
-            self.meter.step(chunk.step)  # per-step speculation metrics
-        if self.first_token_s is None and chunk.token_ids:
-            self.first_token_s = time.perf_counter() - self.started
-        self.completion_tokens = chunk.completion_tokens or (self.completion_tokens + len(chunk.token_ids))
-        if chunk.prompt_tokens:
-            self.prompt_tokens = chunk.prompt_tokens
-        if chunk.finish_reason is not None:
-            self.finish_reason = chunk.finish_reason
-        self.text.append(chunk.text)
 
-    def done(self, status: int, disconnected: bool = False) -> None:
-        if self._done:
-            return
-        self._done = True
-        metrics = self.state.metrics
-        engine = self.decision.engine if self.decision else None
-        klass = self.decision.klass if self.decision else None
-        if disconnected:
-            metrics.client_disconnects.labels(self.endpoint).inc()
-            status = CLIENT_CLOSED
-        metrics.count_request(self.endpoint, engine, klass, status)
-        if self.decision is not None:
-            finish = self.finish_reason if status == 200 else ("cancelled" if disconnected else "error")
-            metrics.count_generation(
-                self.decision.engine, self.decision.klass, self.prompt_tokens, self.completion_tokens,
-                finish, self.first_token_s, time.perf_counter() - self.started,
-            )
+@dataclass
+class Admitted:
+    """A validated request: what to run and how to answer."""
+
+    spec: RequestSpec
+    stream: bool
+    include_usage: bool
+    renderer: Renderer
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str                                                          # the metrics' endpoint label
+    translate: Callable[[dict[str, Any], Request, GatewayState], Admitted]  # raises APIError
+    error_response: Callable[[APIError], Response]                     # errors before a renderer exists
+
+
+def _openai_chat(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
+    req = parse(ChatCompletionRequest, data)
+    check_model(req.model, state)
+    spec = chat_spec(req, forced_engine(req.engine, request, state), state.config)
+    renderer = OpenAIRenderer(chat=True, model=state.backend.model_id, logprobs=spec.params.logprobs)
+    return Admitted(spec, req.stream, bool(req.stream_options and req.stream_options.include_usage), renderer)
+
+
+def _openai_completion(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
+    req = parse(CompletionRequest, data)
+    check_model(req.model, state)
+    spec = completion_spec(req, forced_engine(req.engine, request, state), state.config)
+    renderer = OpenAIRenderer(chat=False, model=state.backend.model_id, logprobs=req.logprobs is not None)
+    return Admitted(spec, req.stream, bool(req.stream_options and req.stream_options.include_usage), renderer)
+
+
+CHAT = Endpoint("chat_completions", _openai_chat, lambda err: err.response())
+COMPLETIONS = Endpoint("completions", _openai_completion, lambda err: err.response())
 
 
 async def chat_completions(request: Request) -> Response:
-    return await _generate(request, chat=True)
+    return await generate(request, CHAT)
 
 
 async def completions(request: Request) -> Response:
-    return await _generate(request, chat=False)
+    return await generate(request, COMPLETIONS)
 
 
-async def _admit(request: Request, state: GatewayState, chat: bool) -> tuple[Any, Ticket]:
+async def _admit(request: Request, state: GatewayState, endpoint: Endpoint) -> tuple[Admitted, Ticket]:
     """Read, validate and queue the request (raises APIError 400/404/413/415, QueueFull, WorkerUnavailable)."""
     if state.scheduler.full:  # no point reading a body that cannot be queued
         raise QueueFull(state.config.retry_after_seconds)
     with request.app.state.body_budget.slot():
         data = await read_json_object(request, state.config.max_body_bytes)
-    req = parse(ChatCompletionRequest if chat else CompletionRequest, data)
-    if req.model is not None and req.model not in state.model_names:
-        raise APIError(
-            404, f"The model {req.model!r} does not exist; this server serves {state.backend.model_id!r}.",
-            param="model", code="model_not_found",
-        )
-    forced = resolve_engine(req.engine, request.headers.get("x-switchyard-engine"), tuple(state.backend.engine_names))
-    spec = chat_spec(req, forced, state.config) if chat else completion_spec(req, forced, state.config)
-    backend, router = state.backend, state.router
+    admitted = endpoint.translate(data, request, state)
+    spec, backend, router = admitted.spec, state.backend, state.router
     ticket = state.scheduler.submit(lambda t: run_request(backend, router, spec, t.cancel_token, t.admitted_depth))
-    return req, ticket
+    return admitted, ticket
 
 
 async def _start(
-    ticket: Ticket, record: RequestRecord, watcher: DisconnectWatcher
-) -> Response | tuple[dict[str, str], GenerationChunk | None]:
+    ticket: Ticket, record: RequestRecord, watcher: DisconnectWatcher, renderer: Renderer
+) -> Response | tuple[dict[str, str], list[ChoiceStart | GenerationChunk]]:
     """Wait for the route and the first chunk, so errors raised before any output (prompt too long,
     engine unavailable, a failing prefill) are plain HTTP errors, for streams too."""
     headers: dict[str, str] = {}
-    first: GenerationChunk | None = None
+    early: list[ChoiceStart | GenerationChunk] = []
     try:
         routed = await ticket.next()
         record.routed(routed)
         headers = route_headers(routed.decision)
-        first = await ticket.next()
-        record.chunk(first)
+        while not early or isinstance(early[-1], ChoiceStart):
+            early.append(await ticket.next())
     except StopAsyncIteration:
         pass  # cancelled (client gone, server stopping) or nothing generated
     except Exception as exc:
         watcher.stop()
         err = from_exception(exc)
         record.done(err.status, disconnected=watcher.disconnected)
-        return err.response(headers)
+        return renderer.error_response(err, headers)
     if watcher.disconnected:
         watcher.stop()
         record.done(CLIENT_CLOSED, disconnected=True)
@@ -171,55 +164,56 @@ async def _start(
         watcher.stop()
         err = from_exception(WorkerUnavailable("The server is shutting down."))
         record.done(err.status)
-        return err.response()
-    return headers, first
+        return renderer.error_response(err)
+    return headers, early
 
 
-async def _generate(request: Request, chat: bool) -> Response:
+async def generate(request: Request, endpoint: Endpoint) -> Response:
     state: GatewayState = request.app.state.gateway
-    record = RequestRecord(state, "chat_completions" if chat else "completions")
+    record = RequestRecord(state, endpoint.name)
     try:
-        req, ticket = await _admit(request, state, chat)
+        admitted, ticket = await _admit(request, state, endpoint)
     except (APIError, WorkerError) as exc:
         err = from_exception(exc)
         record.done(err.status)
-        return err.response()
+        return endpoint.error_response(err)
     watcher = DisconnectWatcher(request.receive, ticket.cancel)
-    started = await _start(ticket, record, watcher)
+    renderer = admitted.renderer
+    started = await _start(ticket, record, watcher, renderer)
     if isinstance(started, Response):
         return started
-    headers, first = started
-    builder = ResponseBuilder(chat=chat, model=state.backend.model_id)
-    headers["X-Request-Id"] = builder.id
-    if req.stream:
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return _stream_response(ticket, first, record, watcher, builder, headers, include_usage)
-    return await _json_response(ticket, record, watcher, builder, headers)
+    headers, early = started
+    headers["X-Request-Id"] = renderer.id
+    if admitted.stream:
+        return _stream_response(ticket, early, record, watcher, renderer, headers, admitted.include_usage)
+    return await _json_response(ticket, early, record, watcher, renderer, headers)
 
 
 async def _json_response(
-    ticket: Ticket, record: RequestRecord, watcher: DisconnectWatcher, builder: ResponseBuilder, headers: dict[str, str]
+    ticket: Ticket, early: list[ChoiceStart | GenerationChunk], record: RequestRecord, watcher: DisconnectWatcher,
+    renderer: Renderer, headers: dict[str, str],
 ) -> Response:
+    for item in early:
+        record.take(item)
     try:
         async for item in ticket:
-            record.chunk(item)
+            record.take(item)
     except Exception as exc:
         err = from_exception(exc)
         record.done(err.status, disconnected=watcher.disconnected)
-        return err.response(headers)
+        return renderer.error_response(err, headers)
     finally:
         watcher.stop()
     if watcher.disconnected:
         record.done(CLIENT_CLOSED, disconnected=True)
         return Response(status_code=CLIENT_CLOSED)
     record.done(200)
-    body = builder.full("".join(record.text), record.finish_reason, record.prompt_tokens, record.completion_tokens)
-    return JSONResponse(body, headers=headers)
+    return JSONResponse(renderer.full(record), headers=headers)
 
 
 def _stream_response(
-    ticket: Ticket, first: GenerationChunk | None, record: RequestRecord, watcher: DisconnectWatcher,
-    builder: ResponseBuilder, headers: dict[str, str], include_usage: bool,
+    ticket: Ticket, early: list[ChoiceStart | GenerationChunk], record: RequestRecord, watcher: DisconnectWatcher,
+    renderer: Renderer, headers: dict[str, str], include_usage: bool,
 ) -> SSEResponse:
     outcome: dict[str, int] = {}  # the status of an in-stream error, for the metrics
 
@@ -228,33 +222,33 @@ def _stream_response(
         watcher.stop()
         record.done(outcome.get("status", 200), disconnected=watcher.disconnected)
 
-    return SSEResponse(_stream_frames(ticket, first, record, builder, include_usage, outcome), headers, on_close=close)
+    return SSEResponse(_stream_frames(ticket, early, record, renderer, include_usage, outcome), headers, on_close=close)
 
 
-def _content_frame(builder: ResponseBuilder, chunk: GenerationChunk | None) -> bytes | None:
-    if chunk is None or not (chunk.text or chunk.finish_reason is not None):
-        return None  # e.g. text held back while it may be the start of a stop sequence
-    return event(builder.content_chunk(chunk.text, chunk.finish_reason))
+def _frames(renderer: Renderer, record: RequestRecord, item: ChoiceStart | GenerationChunk) -> list[bytes]:
+    choice = record.take(item)
+    if isinstance(item, ChoiceStart):
+        return renderer.choice_started(choice)
+    return renderer.chunk(choice, item)
 
 
 async def _stream_frames(
-    ticket: Ticket, first: GenerationChunk | None, record: RequestRecord, builder: ResponseBuilder,
+    ticket: Ticket, early: list[ChoiceStart | GenerationChunk], record: RequestRecord, renderer: Renderer,
     include_usage: bool, status: dict[str, int],
 ) -> AsyncIterator[bytes]:
-    role = builder.role_chunk()
-    if role is not None:
-        yield event(role)
-    if (frame := _content_frame(builder, first)) is not None:
+    for frame in renderer.opening(record):
         yield frame
     try:
-        async for chunk in ticket:
-            record.chunk(chunk)
-            if (frame := _content_frame(builder, chunk)) is not None:
+        for item in early:
+            for frame in _frames(renderer, record, item):
                 yield frame
-        if include_usage:
-            yield event(builder.usage_chunk(record.prompt_tokens, record.completion_tokens))
-    except Exception as exc:  # mid-stream failure: an in-stream error event, then [DONE]
+        async for item in ticket:
+            for frame in _frames(renderer, record, item):
+                yield frame
+        frames = renderer.closing(record, include_usage)
+    except Exception as exc:  # mid-stream failure: an in-stream error event, then the end marker
         err = from_exception(exc)
         status["status"] = err.status
-        yield event(err.body())
-    yield DONE
+        frames = renderer.stream_error(err)
+    for frame in frames:
+        yield frame

@@ -14,15 +14,16 @@ from pydantic.json_schema import models_json_schema
 
 from gateway.config import GatewayConfig
 
-from . import schemas
+from . import anthropic_schemas, responses_schemas, schemas
 
 REF = "#/components/schemas/{model}"
 API_KEY_SCHEME = "ApiKey"
 
-_REQUESTS: tuple[type[BaseModel], ...] = (schemas.ChatCompletionRequest, schemas.CompletionRequest)
+_REQUESTS: tuple[type[BaseModel], ...] = (schemas.ChatCompletionRequest, schemas.CompletionRequest,
+                                           anthropic_schemas.MessagesRequest, responses_schemas.ResponsesRequest)
 _RESPONSES: tuple[type[BaseModel], ...] = (
     schemas.ChatCompletion, schemas.Completion, schemas.ModelList, schemas.ModelCard, schemas.ErrorResponse,
-    schemas.Health,
+    schemas.Health, anthropic_schemas.AnthropicErrorResponse,
 )
 
 # Statuses each kind of operation can answer with an error object.
@@ -32,6 +33,14 @@ _GENERATION_ERRORS = {
     "415": "Body is not JSON", "429": "Queue full (see Retry-After)", "500": "Engine failure",
     "503": "Model worker unavailable or shutting down", "504": "Request timeout",
 }
+# 400s for rules a JSON Schema cannot state, by `code` (the Anthropic endpoint says them in `message`)
+SEMANTIC_RULES = (
+    "Beyond the schema, a 400 answers: a tool_choice naming a function that is not among `tools` (code "
+    "unknown_tool); two tools with one name (duplicate_tool_name); a forced tool call together with a JSON "
+    "response_format (conflicting_constraints); a response schema the constraint library cannot compile "
+    "(invalid_json_schema); a conversation with nothing to answer (empty_conversation); a prompt plus "
+    "max_tokens over the model's context (context_length_exceeded)."
+)
 _READ_ERRORS = {"401": "Missing or wrong API key"}
 _ADMIN_ERRORS = {"401": "Missing or wrong API key", "403": "Not a loopback client and no API key",
                  "404": "No adaptive router / no policy file"}
@@ -46,13 +55,15 @@ def _json(model: type[BaseModel] | None, description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def _errors(statuses: dict[str, str]) -> dict[str, Any]:
-    return {status: _json(schemas.ErrorResponse, text) for status, text in statuses.items()}
+def _errors(statuses: dict[str, str], error: type[BaseModel] = schemas.ErrorResponse) -> dict[str, Any]:
+    return {status: _json(error, text) for status, text in statuses.items()}
 
 
-def _generation(summary: str, request: type[BaseModel], response: type[BaseModel], engine: dict[str, Any]) -> dict[str, Any]:
+def _generation(summary: str, request: type[BaseModel], response: type[BaseModel] | None, engine: dict[str, Any],
+                error: type[BaseModel] = schemas.ErrorResponse) -> dict[str, Any]:
     ok = _json(response, "The completion (JSON), or server-sent events when `stream` is true")
-    # one server-sent event: `data` is a JSON chunk, an error object, or "[DONE]"
+    # one server-sent event: `data` is a JSON chunk, an error object, or "[DONE]" (chat and completions);
+    # /v1/messages and /v1/responses name each event (`event:`) and send no [DONE]
     ok["content"]["text/event-stream"] = {"schema": {"type": "object", "required": ["data"],
                                                      "properties": {"data": {"type": "string"}}}}
     ok["headers"] = {name: {"schema": {"type": "string"}} for name in
@@ -60,13 +71,14 @@ def _generation(summary: str, request: type[BaseModel], response: type[BaseModel
     return {
         "post": {
             "summary": summary,
+            "description": SEMANTIC_RULES,
             "parameters": [{
                 "name": "X-Switchyard-Engine", "in": "header", "required": False,
                 "description": "Force an engine: raw | mtp | ddtree | auto (the body field `engine` wins)",
                 "schema": engine,
             }],
             "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(request)}}},
-            "responses": {"200": ok, **_errors(_GENERATION_ERRORS)},
+            "responses": {"200": ok, **_errors(_GENERATION_ERRORS, error)},
         }
     }
 
@@ -96,29 +108,30 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
     stop = {"type": "string", "minLength": 1, "maxLength": config.max_stop_chars}
     common = {
         "model": _nullable({"type": "string", "enum": sorted(models)}),
-        "max_tokens": _nullable({"type": "integer", "minimum": 1, "maximum": config.max_tokens_limit}),
+        # without --max-tokens-limit the ceiling is the room the prompt leaves in the context (a 400 past it)
+        "max_tokens": _nullable({"type": "integer", "minimum": 1, "maximum": config.max_tokens_limit or schemas.INT32_MAX}),
         "stop": {"anyOf": [stop, {"type": "array", "items": stop, "maxItems": config.max_stop_sequences},
                            {"type": "null"}], "default": None},
         "engine": _nullable({"type": "string", "pattern": _engine_pattern(engines)}),
-        "n": _one_of_values(1, None),
-        "presence_penalty": _one_of_values(0, None),
-        "frequency_penalty": _one_of_values(0, None),
+        "n": _nullable({"type": "integer", "minimum": 1, "maximum": config.max_choices}),
         "logit_bias": _nullable({"type": "object", "maxProperties": 0}),
-        "logprobs": _one_of_values(None, False, 0),
     }
     chat = defs["ChatCompletionRequest"]["properties"]
     chat.update(common)
     chat["max_completion_tokens"] = common["max_tokens"]
     chat["messages"]["maxItems"] = config.max_messages
-    chat["top_logprobs"] = _one_of_values(0, None)
-    for name in ("tools", "functions"):
-        chat[name] = _nullable({"type": "array", "maxItems": 0})
-    for name in ("tool_choice", "function_call"):
-        chat[name] = _one_of_values(None, "none")
-    defs["ResponseFormat"]["properties"]["type"] = {"type": "string", "const": "text"}
-    # content may be null only on assistant messages
-    defs["ChatMessage"]["if"] = {"properties": {"role": {"const": "assistant"}}}
-    defs["ChatMessage"]["else"] = {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}}
+    # a forced tool call needs tools (which one it names is checked by the server: code unknown_tool)
+    defs["ChatCompletionRequest"]["allOf"] = [{
+        "if": {"properties": {"tool_choice": {"anyOf": [{"const": "required"}, {"type": "object"}]}},
+               "required": ["tool_choice"]},
+        "then": {"properties": {"tools": {"type": "array", "minItems": 1}}, "required": ["tools"]},
+    }]
+    chat["functions"] = _nullable({"type": "array", "maxItems": 0})
+    chat["function_call"] = _one_of_values(None)
+    # a function's parameters: a JSON schema of an object (llguidance refuses malformed keywords)
+    defs["FunctionDefinition"]["properties"]["parameters"] = _nullable(
+        {"type": "object", "properties": {"type": {"const": "object"}}})
+    _honoured_translations(defs, common, stop, config)
     completion = defs["CompletionRequest"]["properties"]
     completion.update(common)
     text = {"type": "string", "minLength": 1}
@@ -126,6 +139,36 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
     completion["echo"] = _one_of_values(None, False)
     completion["suffix"] = _one_of_values(None, "")
     completion["best_of"] = _one_of_values(None, 1)
+
+
+def _forcing_needs_tools(forced: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"if": {"properties": {"tool_choice": forced}, "required": ["tool_choice"]},
+             "then": {"properties": {"tools": {"type": "array", "minItems": 1}}, "required": ["tools"]}}]
+
+
+def _honoured_translations(defs: dict[str, Any], common: dict[str, Any], stop: dict[str, Any],
+                           config: GatewayConfig) -> None:
+    """/v1/messages and /v1/responses run through the chat request: the same limits apply."""
+    messages = defs["MessagesRequest"]["properties"]
+    messages["model"] = {"type": "string", "enum": common["model"]["anyOf"][0]["enum"]}
+    messages["max_tokens"] = {"type": "integer", "minimum": 1, "maximum": config.max_tokens_limit or schemas.INT32_MAX}
+    messages["stop_sequences"] = _nullable({"type": "array", "items": stop, "maxItems": config.max_stop_sequences})
+    messages["engine"] = common["engine"]
+    messages["messages"]["maxItems"] = config.max_messages
+    defs["MessagesRequest"]["allOf"] = _forcing_needs_tools(
+        {"properties": {"type": {"enum": ["any", "tool"]}}, "required": ["type"]})
+    defs["AnthropicToolChoice"]["allOf"] = [{"if": {"properties": {"type": {"const": "tool"}}},
+                                             "then": {"required": ["name"], "properties": {"name": {"type": "string"}}}}]
+    responses = defs["ResponsesRequest"]["properties"]
+    responses["model"] = common["model"]
+    responses["max_output_tokens"] = common["max_tokens"]
+    responses["engine"] = common["engine"]
+    responses["previous_response_id"] = _one_of_values(None)
+    responses["background"] = _one_of_values(None, False)
+    defs["ResponsesRequest"]["allOf"] = _forcing_needs_tools({"anyOf": [{"const": "required"}, {"type": "object"}]})
+    defs["FunctionTool"]["properties"]["parameters"] = _nullable(
+        {"type": "object", "properties": {"type": {"const": "object"}}})
+    defs["AnthropicTool"]["properties"]["input_schema"] = {"type": "object", "properties": {"type": {"const": "object"}}}
 
 
 def build_openapi(
@@ -145,6 +188,11 @@ def build_openapi(
         "/v1/chat/completions": _generation("Chat completion", schemas.ChatCompletionRequest, schemas.ChatCompletion,
                                             engine_header),
         "/v1/completions": _generation("Text completion", schemas.CompletionRequest, schemas.Completion, engine_header),
+        "/v1/messages": _generation("Anthropic Messages API (thinking, text and tool_use blocks)",
+                                    anthropic_schemas.MessagesRequest, None, engine_header,
+                                    anthropic_schemas.AnthropicErrorResponse),
+        "/v1/responses": _generation("OpenAI Responses API (stateless: send the whole conversation as input)",
+                                     responses_schemas.ResponsesRequest, None, engine_header),
         "/v1/models": _get("The served model", _json(schemas.ModelList, "Models"), _READ_ERRORS),
         "/v1/models/{model}": _get("One model by name", _json(schemas.ModelCard, "The model"),
                                    {**_READ_ERRORS, "404": "Unknown model"}, parameters=[model_param]),

@@ -2,55 +2,74 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from contracts.request_text import from_messages, from_prompt
 from contracts.sampling import SamplingParams
 from gateway.config import GatewayConfig
 from gateway.worker.spec import RequestSpec
 
 from .errors import APIError, bad_request
-from .schemas import ChatCompletionRequest, CompletionRequest, _SamplingFields
+from .schemas import (
+    AssistantTurn,
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    NamedToolChoice,
+    JsonSchemaResponseFormat,
+    ResponseFormat,
+    ToolMessage,
+    _SamplingFields,
+)
 
 AUTO = "auto"
+# reasoning_effort -> the template's thinking switch (Qwen3.5/3.6 templates have on/off, no levels)
+THINKING_BY_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
 
 
-def _reject_common(req: _SamplingFields) -> None:
-    if req.n is not None and req.n != 1:
-        raise bad_request("Only n=1 is supported.", param="n", code="unsupported_value")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(req, name) not in (None, 0, 0.0):
-            raise bad_request(f"{name} is not supported (only 0).", param=name, code="unsupported_value")
+def _reject_common(req: _SamplingFields, config: GatewayConfig) -> None:
+    if req.n is not None and req.n > config.max_choices:
+        raise bad_request(f"n must be at most {config.max_choices} on this server (got {req.n}).", param="n",
+                          code="invalid_value")
     if req.logit_bias:
-        raise bad_request("logit_bias is not supported.", param="logit_bias", code="unsupported_parameter")
-    if req.logprobs not in (None, False):
-        raise bad_request("logprobs are not supported.", param="logprobs", code="unsupported_parameter")
+        raise bad_request("logit_bias is not supported (token ids are model-specific; use a response_format "
+                          "or penalties).", param="logit_bias", code="unsupported_parameter")
 
 
-def _reject_chat(req: ChatCompletionRequest) -> None:
-    _reject_common(req)
-    if req.top_logprobs not in (None, 0):
-        raise bad_request("top_logprobs is not supported.", param="top_logprobs", code="unsupported_parameter")
-    for name in ("tools", "functions"):
-        if getattr(req, name):
-            raise bad_request(f"{name} (tool calling) is not supported.", param=name, code="unsupported_parameter")
-    for name in ("tool_choice", "function_call"):
-        if getattr(req, name) not in (None, "none"):
-            raise bad_request(f"{name} is not supported.", param=name, code="unsupported_parameter")
-    if req.response_format is not None and req.response_format.type != "text":
-        raise bad_request(
-            f"response_format {req.response_format.type!r} is not supported; only 'text'.",
-            param="response_format",
-            code="unsupported_value",
-        )
+def _reject_chat(req: ChatCompletionRequest, config: GatewayConfig) -> None:
+    _reject_common(req, config)
+    for name in ("functions", "function_call"):
+        if getattr(req, name) not in (None, []):
+            raise bad_request(f"{name} is deprecated by OpenAI and not supported; send `tools` / `tool_choice`.",
+                              param=name, code="unsupported_parameter")
+    if req.tool_choice not in (None, "none", "auto") and not req.tools:
+        raise bad_request("a forced tool_choice needs `tools`.", param="tool_choice")
+    names = [tool.function.name for tool in req.tools or []]
+    if len(set(names)) != len(names):
+        raise bad_request("tool function names must be unique.", param="tools", code="duplicate_tool_name")
+    if isinstance(req.tool_choice, NamedToolChoice):
+        chosen = req.tool_choice.function.name
+        if chosen not in names:
+            raise bad_request(f"tool_choice names {chosen!r}, which is not among the tools ({', '.join(names)}).",
+                              param="tool_choice", code="unknown_tool")
+    forcing = req.tool_choice not in (None, "none", "auto")
+    if forcing and req.response_format is not None and req.response_format.type != "text":
+        raise bad_request("a forced tool call and a JSON response_format cannot both shape the reply.",
+                          param="response_format", code="conflicting_constraints")
 
 
-def _reject_completion(req: CompletionRequest) -> None:
-    _reject_common(req)
+def _reject_completion(req: CompletionRequest, config: GatewayConfig) -> None:
+    _reject_common(req, config)
     if req.echo:
-        raise bad_request("echo is not supported.", param="echo", code="unsupported_parameter")
+        raise bad_request("echo is not supported (the prompt's log-probabilities are not computed).", param="echo",
+                          code="unsupported_parameter")
     if req.suffix:
-        raise bad_request("suffix is not supported.", param="suffix", code="unsupported_parameter")
+        raise bad_request("suffix is not supported (the model has no fill-in-the-middle format).", param="suffix",
+                          code="unsupported_parameter")
     if req.best_of not in (None, 1):
-        raise bad_request("Only best_of=1 is supported.", param="best_of", code="unsupported_value")
+        raise bad_request("Only best_of=1 is supported (use n for several completions).", param="best_of",
+                          code="unsupported_value")
 
 
 def _stop_list(stop: str | list[str] | None, config: GatewayConfig) -> tuple[str, ...]:
@@ -65,16 +84,47 @@ def _stop_list(stop: str | list[str] | None, config: GatewayConfig) -> tuple[str
 
 
 def _max_tokens(asked: int | None, param: str, config: GatewayConfig) -> int:
-    """The request's max_tokens (over the server's cap -> 400), or the default, itself capped."""
+    """The request's max_tokens (over the server's cap -> 400; over the context -> 400 from the
+    runtime), or the default, which the worker shortens to the room left in the context."""
     if asked is None:
-        return min(config.default_max_tokens, config.max_tokens_limit)
-    if asked > config.max_tokens_limit:
+        return min(config.default_max_tokens, config.max_tokens_limit or config.default_max_tokens)
+    if config.max_tokens_limit is not None and asked > config.max_tokens_limit:
         raise bad_request(f"{param} must be at most {config.max_tokens_limit} on this server (got {asked}).",
                           param=param, code="invalid_value")
     return asked
 
 
-def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig) -> SamplingParams:
+def json_grammar(schema: dict[str, Any]) -> str:
+    """An llguidance grammar for JSON matching `schema`, written compactly: free whitespace would let
+    a sampled reply wander in blank space until max_tokens. A schema llguidance cannot compile is a
+    400 here, at the door, not an error mid-generation."""
+    import llguidance
+
+    guidance = schema.get("x-guidance")
+    options = {"whitespace_flexible": False, **(guidance if isinstance(guidance, dict) else {})}
+    try:
+        grammar = llguidance.grammar_from("json_schema", json.dumps({**schema, "x-guidance": options}))
+        problem = llguidance.LLMatcher.validate_grammar(grammar)
+    except (TypeError, ValueError) as exc:
+        problem = str(exc)
+    if problem:
+        raise bad_request(f"response_format: not a usable JSON schema: {problem}",
+                          param="response_format.json_schema.schema", code="invalid_json_schema")
+    return grammar
+
+
+def grammar_for(response_format: ResponseFormat | None) -> str | None:
+    """The grammar of a JSON response_format: any object, or the given schema."""
+    if response_format is None or response_format.type == "text":
+        return None
+    schema: dict[str, Any] = {"type": "object"}
+    if isinstance(response_format, JsonSchemaResponseFormat):
+        schema = response_format.json_schema.schema_ or {}
+    return json_grammar(schema)
+
+
+def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, logprobs: bool = False,
+              top_logprobs: int = 0, grammar: str | None = None) -> SamplingParams:
     return SamplingParams(
         temperature=req.temperature,
         top_p=req.top_p,
@@ -83,6 +133,12 @@ def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig) -> S
         seed=req.seed,
         max_tokens=max_tokens,
         stop=_stop_list(req.stop, config),
+        presence_penalty=req.presence_penalty or 0.0,
+        frequency_penalty=req.frequency_penalty or 0.0,
+        repetition_penalty=req.repetition_penalty or 1.0,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        grammar=grammar,
     )
 
 
@@ -106,25 +162,66 @@ def _engine_name(given: str | None, loaded: tuple[str, ...]) -> str | None:
     return name
 
 
+def template_message(message: ChatMessage) -> dict[str, Any]:
+    """One message as chat templates read it: developer -> system, tool calls with their arguments,
+    the tool result's call id, and the assistant's reasoning under the name Qwen's template uses."""
+    out: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role,
+                           "content": message.text()}
+    if message.name is not None:
+        out["name"] = message.name
+    if isinstance(message, ToolMessage):
+        out["tool_call_id"] = message.tool_call_id
+    if isinstance(message, AssistantTurn):
+        if message.tool_calls:
+            out["tool_calls"] = [{"id": call.id, "type": "function",
+                                  "function": {"name": call.function.name, "arguments": call.function.arguments}}
+                                 for call in message.tool_calls]
+        reasoning = message.reasoning_content if message.reasoning_content is not None else message.reasoning
+        if reasoning:
+            out["reasoning_content"] = reasoning
+    return out
+
+
+def _template_kwargs(req: ChatCompletionRequest) -> dict[str, Any]:
+    kwargs = dict(req.chat_template_kwargs or {})
+    if req.reasoning_effort is not None:
+        kwargs.setdefault("enable_thinking", THINKING_BY_EFFORT[req.reasoning_effort])
+        kwargs.setdefault("reasoning_effort", req.reasoning_effort)   # for templates that read it
+    if req.response_format is not None and req.response_format.type != "text":
+        kwargs.setdefault("enable_thinking", False)   # the constraint shapes the reply from its first token
+    return kwargs
+
+
 def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: GatewayConfig) -> RequestSpec:
-    _reject_chat(req)
+    _reject_chat(req, config)
     if len(req.messages) > config.max_messages:
         raise bad_request(f"At most {config.max_messages} messages are allowed per request.", param="messages")
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = _max_tokens(req.max_completion_tokens or req.max_tokens, param, config)
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in req.messages]
+    messages = [template_message(m) for m in req.messages]
+    tool_choice = req.tool_choice.model_dump() if isinstance(req.tool_choice, NamedToolChoice) else req.tool_choice
+    forcing = tool_choice not in (None, "none", "auto")
+    response_format = req.response_format.type if req.response_format else ("json_object" if forcing else None)
+    logprobs = bool(req.logprobs or req.top_logprobs)   # asking for alternatives implies the tokens' own
+    params = _sampling(req, max_tokens, config, logprobs=logprobs, top_logprobs=req.top_logprobs or 0,
+                       grammar=grammar_for(req.response_format))
     return RequestSpec(
         messages=messages,
         prompt=None,
-        params=_sampling(req, max_tokens, config),
+        params=params,
         forced_engine=forced_engine,
-        text=from_messages(messages, req.response_format.type if req.response_format else None),
+        text=from_messages(messages, response_format),
         max_tokens_defaulted=req.max_completion_tokens is None and req.max_tokens is None,
+        tools=[tool.model_dump(exclude_none=True) for tool in req.tools] if req.tools else None,
+        tool_choice=tool_choice,
+        template_kwargs=_template_kwargs(req),
+        n=req.n or 1,
+        parallel_tool_calls=req.parallel_tool_calls is not False,
     )
 
 
 def completion_spec(req: CompletionRequest, forced_engine: str | None, config: GatewayConfig) -> RequestSpec:
-    _reject_completion(req)
+    _reject_completion(req, config)
     prompt = req.prompt
     if isinstance(prompt, list):
         if len(prompt) != 1 or not isinstance(prompt[0], str):
@@ -132,11 +229,14 @@ def completion_spec(req: CompletionRequest, forced_engine: str | None, config: G
         prompt = prompt[0]
     if not prompt:
         raise bad_request("prompt must not be empty.", param="prompt")
+    logprobs = req.logprobs is not None
     return RequestSpec(
         messages=None,
         prompt=prompt,
-        params=_sampling(req, _max_tokens(req.max_tokens, "max_tokens", config), config),
+        params=_sampling(req, _max_tokens(req.max_tokens, "max_tokens", config), config, logprobs=logprobs,
+                         top_logprobs=req.logprobs or 0),
         forced_engine=forced_engine,
         text=from_prompt(prompt),
         max_tokens_defaulted=req.max_tokens is None,
+        n=req.n or 1,
     )

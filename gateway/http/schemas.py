@@ -3,9 +3,9 @@ are strict (no "5" for 5, no 1 for true), so what is accepted is exactly what /o
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 INT32_MAX = 2**31 - 1
 
@@ -20,6 +20,7 @@ def _whole_number(value: Any) -> Any:
 Int = Annotated[int, BeforeValidator(_whole_number)]
 # constraints before the validator, or pydantic writes them into the JSON schema as "ge"/"le"
 PositiveInt32 = Annotated[int, Field(ge=1, le=INT32_MAX), BeforeValidator(_whole_number)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=INT32_MAX), BeforeValidator(_whole_number)]
 
 
 class _Strict(BaseModel):
@@ -31,35 +32,128 @@ class TextPart(_Strict):
     text: str
 
 
-class ChatMessage(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart] | None = None
-    name: str | None = None
+def _text_parts_only(value: Any) -> Any:
+    """Say plainly why an image/audio part fails instead of pydantic's union-member noise."""
+    if isinstance(value, list):
+        for part in value:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind != "text":
+                raise ValueError(f"only text content parts are supported, got {kind!r}")
+    return value
 
-    @field_validator("content", mode="before")
+
+TOOL_NAME = r"^[A-Za-z0-9_.:-]{1,64}$"
+
+
+class FunctionDefinition(_Strict):
+    name: str = Field(pattern=TOOL_NAME)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None   # a JSON schema of an object
+    strict: bool | None = None
+
+    @field_validator("parameters")
     @classmethod
-    def _text_parts_only(cls, value: Any) -> Any:
-        # Say plainly why an image/audio part fails instead of pydantic's union-member noise.
-        if isinstance(value, list):
-            for part in value:
-                kind = part.get("type") if isinstance(part, dict) else None
-                if kind != "text":
-                    raise ValueError(f"only text content parts are supported, got {kind!r}")
+    def _object_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # the model reads the schema; nothing is decoded against it, so only its kind is checked
+        if value is not None and value.get("type", "object") != "object":
+            raise ValueError("a function's parameters must be a JSON schema of type 'object'")
         return value
 
-    @model_validator(mode="after")
-    def _content_required(self) -> "ChatMessage":
-        if self.content is None and self.role != "assistant":
-            raise ValueError(f"a {self.role} message needs content")
-        return self
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class FunctionName(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: FunctionName
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+class FunctionCall(_Strict):
+    name: str
+    arguments: str | dict[str, Any] = "{}"   # the API's JSON string (an object is accepted too)
+
+
+class ToolCallIn(_Strict):
+    """An assistant turn's tool call, as a client sends the history back."""
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+    index: Int | None = None   # streaming clients keep the delta's index
+
+
+class _Message(_Strict):
+    name: str | None = None
+
+    @field_validator("content", mode="before", check_fields=False)
+    @classmethod
+    def _text_parts(cls, value: Any) -> Any:
+        return _text_parts_only(value)
 
     def text(self) -> str:
         """Content as one string; text parts join with newlines (as vLLM does)."""
-        if self.content is None:
+        content = getattr(self, "content", None)
+        if content is None:
             return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "\n".join(part.text for part in self.content)
+        if isinstance(content, str):
+            return content
+        return "\n".join(part.text for part in content)
+
+
+class SystemMessage(_Message):
+    role: Literal["system", "developer"]
+    content: str | list[TextPart]
+
+
+class UserMessage(_Message):
+    role: Literal["user"]
+    content: str | list[TextPart]
+
+
+class AssistantTurn(_Message):
+    """An assistant turn of the history: text, tool calls, and the reasoning that led to them."""
+
+    role: Literal["assistant"]
+    content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    reasoning_content: str | None = None            # the thinking (vLLM / DeepSeek name)
+    reasoning: str | None = None                    # the same (OpenRouter / Ollama name)
+    # what the openai SDK's message objects carry when a client sends them back unchanged
+    refusal: str | None = None
+    annotations: list[Any] | None = None
+    audio: None = None
+    function_call: None = None
+
+
+class ToolMessage(_Message):
+    role: Literal["tool"]
+    content: str | list[TextPart]
+    tool_call_id: str
+
+
+_MESSAGE_TAGS = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
+
+
+def _message_tag(value: Any) -> str:
+    role = value.get("role") if isinstance(value, dict) else getattr(value, "role", None)
+    # an unknown role is reported by the user-message model as an invalid `role`
+    return _MESSAGE_TAGS.get(role, "User") if isinstance(role, str) else "User"
+
+
+ChatMessage = Annotated[
+    Union[Annotated[SystemMessage, Tag("System")], Annotated[UserMessage, Tag("User")],
+          Annotated[AssistantTurn, Tag("Assistant")], Annotated[ToolMessage, Tag("Tool")]],
+    Discriminator(_message_tag),
+]
 
 
 class StreamOptions(_Strict):
@@ -67,9 +161,45 @@ class StreamOptions(_Strict):
     include_obfuscation: bool | None = None  # OpenAI option; we never pad, so it is harmless
 
 
-class ResponseFormat(_Strict):
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: dict[str, Any] | None = None
+class JsonSchemaFormat(_Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    name: str = Field("response", pattern=TOOL_NAME)
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+
+class TextFormat(_Strict):
+    type: Literal["text"]
+
+
+class JsonObjectFormat(_Strict):
+    type: Literal["json_object"]
+
+
+class JsonSchemaResponseFormat(_Strict):
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaFormat
+
+
+_FORMAT_TAGS = {"text": "Text", "json_object": "JsonObject", "json_schema": "JsonSchema"}
+
+
+def _format_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return _FORMAT_TAGS.get(kind, "Text") if isinstance(kind, str) else "Text"
+
+
+ResponseFormat = Annotated[
+    Union[Annotated[TextFormat, Tag("Text")], Annotated[JsonObjectFormat, Tag("JsonObject")],
+          Annotated[JsonSchemaResponseFormat, Tag("JsonSchema")]],
+    Discriminator(_format_tag),
+]
+
+
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 
 
 class _SamplingFields(_Strict):
@@ -86,13 +216,13 @@ class _SamplingFields(_Strict):
     stream: bool = False
     stream_options: StreamOptions | None = None
     engine: str | None = None                # Switchyard: raw | mtp | ddtree | auto
-    # OpenAI fields accepted when harmless, rejected (gateway.validation) when they would change the result.
+    n: Annotated[int, Field(ge=1, le=INT32_MAX), BeforeValidator(_whole_number)] | None = None  # capped by the server
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)   # vLLM / mlx-lm extension; 1 = off
+    # OpenAI fields accepted when harmless, rejected (gateway.http.request_spec) when they would change the result.
     user: str | None = None
-    n: Int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
-    logprobs: Any = None
     metadata: dict[str, str] | None = None
     store: bool | None = None
     service_tier: str | None = None
@@ -100,20 +230,27 @@ class _SamplingFields(_Strict):
     prompt_cache_key: str | None = None
 
 
+TopLogprobs = Annotated[int, Field(ge=0, le=20), BeforeValidator(_whole_number)]
+
+
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: PositiveInt32 | None = None
     response_format: ResponseFormat | None = None
-    top_logprobs: Int | None = None
-    tools: list[Any] | None = None
-    tool_choice: Any = None
+    logprobs: bool | None = None
+    top_logprobs: TopLogprobs | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
-    functions: list[Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None   # vLLM / SGLang: e.g. {"enable_thinking": false}
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    functions: list[Any] | None = None         # deprecated by OpenAI: rejected with a pointer to `tools`
     function_call: Any = None
 
 
 class CompletionRequest(_SamplingFields):
     prompt: str | list[Any]
+    logprobs: Annotated[int, Field(ge=0, le=5), BeforeValidator(_whole_number)] | None = None  # legacy: top-N
     echo: bool | None = None
     suffix: str | None = None
     best_of: Int | None = None
@@ -128,16 +265,44 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+class FunctionCallOut(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+
+class TopLogprobOut(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprobOut(TopLogprobOut):
+    top_logprobs: list[TopLogprobOut]
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprobOut] | None
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    reasoning_content: str | None = None   # the thinking, under both names clients read
+    reasoning: str | None = None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletion(BaseModel):
@@ -150,16 +315,31 @@ class ChatCompletion(BaseModel):
     system_fingerprint: str | None = None
 
 
+class FunctionCallDelta(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCallDelta
+
+
 class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(BaseModel):
     index: int = 0
     delta: ChatDelta
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(BaseModel):
@@ -172,11 +352,20 @@ class ChatCompletionChunk(BaseModel):
     system_fingerprint: str | None = None
 
 
+class CompletionLogprobs(BaseModel):
+    """The legacy completions shape: parallel lists per token."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    text_offset: list[int]
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class Completion(BaseModel):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -11,8 +12,10 @@ from starlette.types import Receive, Scope, Send
 DONE = b"data: [DONE]\n\n"
 
 
-def event(payload: Any) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+def event(payload: Any, name: str | None = None) -> bytes:
+    """One frame; `name` adds an `event:` line (Anthropic and Responses streams name their events)."""
+    data = b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    return b"event: " + name.encode() + b"\n" + data if name else data
 
 
 class SSEResponse(Response):

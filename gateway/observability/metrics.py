@@ -14,7 +14,8 @@ Who calls what:
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -29,8 +30,9 @@ from .router_collector import RouterCollector
 
 disable_created_metrics()  # no *_created series: they double the series count and no panel uses them
 
-ENDPOINTS: tuple[str, ...] = ("chat_completions", "completions", "models", "health", "metrics", "other")
-FINISH_REASONS: tuple[str, ...] = ("stop", "length", "cancelled", "error")
+GENERATION_ENDPOINTS: tuple[str, ...] = ("chat_completions", "completions", "messages", "responses")
+ENDPOINTS: tuple[str, ...] = (*GENERATION_ENDPOINTS, "models", "health", "metrics", "other")
+FINISH_REASONS: tuple[str, ...] = ("stop", "length", "tool_calls", "cancelled", "error")
 NONE = "none"      # engine/class before a route was chosen
 OTHER = "other"    # any value outside the enum
 MAX_DRAFT_POSITION = 16  # draft positions beyond this share the label "16"
@@ -165,7 +167,7 @@ class GatewayMetrics:
             for klass in CLASSES:
                 for counter in (self.prompt_tokens, self.generation_tokens, self.steps, self.step_tokens):
                     counter.labels(engine, klass)
-                for endpoint in ("chat_completions", "completions"):
+                for endpoint in GENERATION_ENDPOINTS:
                     self.requests.labels(endpoint, engine, klass, "200")
         for engine in speculative:
             self.handoffs.labels(engine)
@@ -177,7 +179,7 @@ class GatewayMetrics:
                 self.position_accepted.labels(engine, position_label(index))
         for reason in FINISH_REASONS:
             self.finish_reasons.labels(reason)
-        for endpoint in ("chat_completions", "completions"):
+        for endpoint in GENERATION_ENDPOINTS:
             self.client_disconnects.labels(endpoint)
 
     # --- binding (create_app) ------------------------------------------------------------------
@@ -210,7 +212,7 @@ class GatewayMetrics:
             bounded(endpoint, ENDPOINTS), bounded(engine, ENGINE_NAMES), bounded(klass, CLASSES), status_label(status)
         ).inc()
 
-    def start_generation(self, decision: RouteDecision, queue_seconds: float) -> "RequestMeter":
+    def start_generation(self, decision: RouteDecision, queue_seconds: float) -> RequestMeter:
         """The worker started a request: record its queue time; the meter then takes its steps."""
         self.queue_time.observe(max(0.0, queue_seconds))
         return RequestMeter(self, decision)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Iterator
 
+from contracts.chat import ReplyFormat
 from contracts.engine import Backend, CancelToken, GenerationChunk
 from contracts.errors import InvalidRequestError
 from gateway.routing.interface import RouteDecision, Router, RouteRequest
@@ -23,10 +24,24 @@ class Routed:
     prompt_tokens: int
 
 
+@dataclass(frozen=True)
+class ChoiceStart:
+    """Precedes the chunks of each choice (n > 1 generates them one after another)."""
+
+    index: int
+
+
+def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[int], ReplyFormat | None]:
+    if spec.messages is None:
+        return backend.encode_prompt(spec.prompt or ""), None
+    prompt = backend.chat_prompt(spec.messages, spec.tools, spec.tool_choice, spec.template_kwargs)
+    return prompt.ids, prompt.reply
+
+
 def run_request(
     backend: Backend, router: Router, spec: RequestSpec, cancel: CancelToken, queue_depth: int
-) -> Iterator[Routed | GenerationChunk]:
-    prompt_ids = backend.encode_chat(spec.messages) if spec.messages is not None else backend.encode_prompt(spec.prompt or "")
+) -> Iterator[Routed | ChoiceStart | GenerationChunk]:
+    prompt_ids, reply = _prompt(backend, spec)
     params = spec.params
     room = backend.context_length - len(prompt_ids)
     if spec.max_tokens_defaulted and 0 < room < params.max_tokens:
@@ -43,10 +58,18 @@ def run_request(
     yield Routed(decision, len(prompt_ids))
     error: BaseException | None = None
     try:
-        for chunk in backend.generate(prompt_ids, params, decision.engine, cancel, switch=decision.switch):
-            if chunk.step is not None:
-                _safely(router.observe, decision, chunk.step)
-            yield chunk
+        for index in range(spec.n):
+            if cancel.cancelled:
+                break
+            yield ChoiceStart(index)
+            # each choice is its own sample: a fixed seed gives n different (reproducible) choices
+            choice_params = replace(params, seed=params.seed + index) if params.seed is not None else params
+            chunks = backend.generate(prompt_ids, choice_params, decision.engine, cancel, switch=decision.switch,
+                                      reply=reply)
+            for chunk in _one_call_at_most(chunks) if not spec.parallel_tool_calls else chunks:
+                if chunk.step is not None:
+                    _safely(router.observe, decision, chunk.step)
+                yield chunk
     except InvalidRequestError:
         raise  # the request's fault, not the engine's: no quarantine
     except Exception as exc:
@@ -56,9 +79,19 @@ def run_request(
         _safely(router.finished, decision, error)
 
 
+def _one_call_at_most(chunks: Iterator[GenerationChunk]) -> Iterator[GenerationChunk]:
+    """parallel_tool_calls: false — the first tool call is the reply's; later ones are dropped."""
+    called = False
+    for chunk in chunks:
+        if chunk.tool_calls:
+            calls, called = ([] if called else chunk.tool_calls[:1]), True
+            chunk = replace(chunk, tool_calls=calls)
+        yield chunk
+
+
 def _safely(fn, *args) -> None:
     """A monitor/router bug must not break the request being served; it is logged loudly."""
     try:
         fn(*args)
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.exception("router callback %s failed", getattr(fn, "__name__", fn))

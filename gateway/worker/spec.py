@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from contracts.request_text import RequestText
 from contracts.sampling import SamplingParams
@@ -12,9 +13,14 @@ from contracts.sampling import SamplingParams
 class RequestSpec:
     """Everything the worker needs for one generation, with no HTTP in it."""
 
-    messages: list[dict] | None      # chat: [{"role", "content"}]; None for a text completion
+    messages: list[dict] | None      # chat, as the chat template reads it; None for a text completion
     prompt: str | None               # completion prompt; None for chat
     params: SamplingParams
     forced_engine: str | None        # None = let the router decide
     text: RequestText                # what routing and the classifier read, split once at the edge
     max_tokens_defaulted: bool = False   # the request did not say: the worker may shorten it to fit the context
+    tools: list[dict] | None = None      # OpenAI function tools, offered through the chat template
+    tool_choice: Any = None              # "none" | "auto" | "required" | {"type": "function", "function": {...}}
+    template_kwargs: dict[str, Any] = field(default_factory=dict)   # chat template switches (enable_thinking...)
+    n: int = 1                           # choices, generated one after another
+    parallel_tool_calls: bool = True     # False: at most one tool call per choice

@@ -1,0 +1,214 @@
+"""POST /v1/messages: the Anthropic Messages API as a thin translation onto the chat pipeline —
+the request becomes an OpenAI chat request (same validation, engines, router, limits, auth and
+metrics), and the reply is shaped as a message with thinking, text and tool_use blocks, or as
+Anthropic's stream events (message_start, content_block_*, message_delta, message_stop)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from contracts.chat import ToolCall
+from contracts.engine import GenerationChunk
+
+from .anthropic_schemas import (
+    AnthropicMessage,
+    MessagesRequest,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from .errors import APIError
+from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse
+from .record import ChoiceReply, RequestRecord
+from .request_spec import chat_spec
+from .schemas import ChatCompletionRequest
+from .sse import event
+from .state import GatewayState
+
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "cancelled": "end_turn"}
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def error_body(err: APIError) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(err.status, "api_error"), "message": err.message}}
+
+
+def error_response(err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(err), status_code=err.status, headers={**err.headers, **(headers or {})})
+
+
+def _text(blocks: str | list[TextBlock] | None) -> str:
+    if blocks is None or isinstance(blocks, str):
+        return blocks or ""
+    return "\n".join(block.text for block in blocks)
+
+
+def _openai_messages(message: AnthropicMessage) -> list[dict[str, Any]]:
+    """One Anthropic turn as OpenAI messages: tool results become `tool` messages (before the user's
+    own text, in order); an assistant's thinking, text and tool_use blocks become one message."""
+    if isinstance(message.content, str):
+        return [{"role": message.role, "content": message.content}]
+    if message.role == "user":
+        out: list[dict[str, Any]] = []
+        texts = []
+        for block in message.content:
+            if isinstance(block, ToolResultBlock):
+                prefix = "Error: " if block.is_error else ""
+                out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": prefix + block.text()})
+            elif isinstance(block, TextBlock):
+                texts.append(block.text)
+        if texts:
+            out.append({"role": "user", "content": "\n".join(texts)})
+        return out
+    reply: dict[str, Any] = {"role": "assistant", "content": "\n".join(
+        b.text for b in message.content if isinstance(b, TextBlock))}
+    thinking = "".join(b.thinking for b in message.content if isinstance(b, ThinkingBlock))
+    if thinking:
+        reply["reasoning_content"] = thinking
+    calls = [{"id": b.id, "type": "function", "function": {"name": b.name, "arguments": json.dumps(b.input)}}
+             for b in message.content if isinstance(b, ToolUseBlock)]
+    if calls:
+        reply["tool_calls"] = calls
+    return [reply]
+
+
+def to_chat_request(req: MessagesRequest) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = []
+    if req.system:
+        messages.append({"role": "system", "content": _text(req.system)})
+    for message in req.messages:
+        messages.extend(_openai_messages(message))
+    if not any(m["role"] != "system" for m in messages):
+        raise APIError(400, "the conversation holds no text or tool result to answer.", param="messages",
+                       code="empty_conversation")
+    body: dict[str, Any] = {"model": req.model, "messages": messages, "max_tokens": req.max_tokens,
+                            "stream": req.stream, "engine": req.engine}
+    for name in ("temperature", "top_p", "top_k"):
+        if getattr(req, name) is not None:
+            body[name] = getattr(req, name)
+    if req.stop_sequences:
+        body["stop"] = req.stop_sequences
+    if req.tools:
+        body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                           "parameters": t.input_schema}} for t in req.tools]
+        for tool in body["tools"]:
+            if tool["function"]["description"] is None:
+                del tool["function"]["description"]
+    choice = req.tool_choice
+    if choice is not None:
+        if choice.type == "tool":
+            if choice.name is None:
+                raise APIError(400, "tool_choice type 'tool' needs a `name`.", param="tool_choice")
+            body["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
+        elif req.tools or choice.type != "none":
+            body["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[choice.type]
+        if choice.disable_parallel_tool_use:
+            body["parallel_tool_calls"] = False
+    if req.thinking is not None:   # absent: the template's default (Qwen3.6 thinks), as the model card says
+        body["chat_template_kwargs"] = {"enable_thinking": req.thinking.type != "disabled"}
+    return body
+
+
+def _tool_use(call: ToolCall) -> dict[str, Any]:
+    try:
+        arguments = json.loads(call.arguments) if call.arguments else {}
+    except json.JSONDecodeError:
+        arguments = {"arguments": call.arguments}
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
+
+
+@dataclass
+class AnthropicRenderer:
+    model: str
+    id: str = field(default_factory=lambda: "msg_" + uuid.uuid4().hex)
+    _open: str | None = None      # the kind of the content block being streamed
+    _index: int = -1              # its index
+
+    def full(self, record: RequestRecord) -> dict[str, Any]:
+        choice = record.choices[0] if record.choices else ChoiceReply(0)
+        content: list[dict[str, Any]] = []
+        if choice.reasoning_text:
+            content.append({"type": "thinking", "thinking": choice.reasoning_text, "signature": ""})
+        if choice.content:
+            content.append({"type": "text", "text": choice.content})
+        content.extend(_tool_use(call) for call in choice.tool_calls)
+        return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
+                "stop_reason": STOP_REASONS.get(choice.finish_reason or "stop", "end_turn"), "stop_sequence": None,
+                "usage": {"input_tokens": record.prompt_tokens, "output_tokens": record.completion_tokens}}
+
+    def choice_started(self, choice: ChoiceReply) -> list[bytes]:
+        return []
+
+    def opening(self, record: RequestRecord) -> list[bytes]:
+        message = {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
+                   "stop_reason": None, "stop_sequence": None,
+                   "usage": {"input_tokens": record.prompt_tokens, "output_tokens": 0}}
+        return [event({"type": "message_start", "message": message}, "message_start")]
+
+    def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
+        frames: list[bytes] = []
+        if chunk.reasoning:
+            frames += self._block("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+            frames.append(self._delta({"type": "thinking_delta", "thinking": chunk.reasoning}))
+        if chunk.text:
+            frames += self._block("text", {"type": "text", "text": ""})
+            frames.append(self._delta({"type": "text_delta", "text": chunk.text}))
+        for call in chunk.tool_calls:
+            frames += self._block("tool_use", {"type": "tool_use", "id": call.id, "name": call.name, "input": {}},
+                                  always_new=True)
+            frames.append(self._delta({"type": "input_json_delta", "partial_json": call.arguments or "{}"}))
+        return frames
+
+    def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
+        finish = record.finish_reason or "stop"
+        delta = {"type": "message_delta", "delta": {"stop_reason": STOP_REASONS.get(finish, "end_turn"),
+                                                    "stop_sequence": None},
+                 "usage": {"output_tokens": record.completion_tokens}}
+        return [*self._close(), event(delta, "message_delta"), event({"type": "message_stop"}, "message_stop")]
+
+    def stream_error(self, err: APIError) -> list[bytes]:
+        return [event(error_body(err), "error")]
+
+    def error_response(self, err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+        return error_response(err, headers)
+
+    def _block(self, kind: str, start: dict[str, Any], always_new: bool = False) -> list[bytes]:
+        if self._open == kind and not always_new:
+            return []
+        frames = self._close()
+        self._index += 1
+        self._open = kind
+        return [*frames, event({"type": "content_block_start", "index": self._index, "content_block": start},
+                               "content_block_start")]
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return event({"type": "content_block_delta", "index": self._index, "delta": delta}, "content_block_delta")
+
+    def _close(self) -> list[bytes]:
+        if self._open is None:
+            return []
+        self._open = None
+        return [event({"type": "content_block_stop", "index": self._index}, "content_block_stop")]
+
+
+def _translate(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
+    req = parse(MessagesRequest, data)
+    check_model(req.model, state)
+    chat = parse(ChatCompletionRequest, to_chat_request(req))
+    spec = chat_spec(chat, forced_engine(req.engine, request, state), state.config)
+    return Admitted(spec, req.stream, True, AnthropicRenderer(model=req.model))
+
+
+MESSAGES = Endpoint("messages", _translate, error_response)
+
+
+async def messages(request: Request) -> Response:
+    return await generate(request, MESSAGES)

@@ -1,0 +1,130 @@
+"""Anthropic Messages API request shapes (POST /v1/messages), as Claude-Code-style clients send them.
+Unknown fields are rejected; prompt-caching hints (`cache_control`) and citations are accepted and
+ignored (they never change the output)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .schemas import TOOL_NAME, FunctionDefinition, NonNegativeInt, PositiveInt32
+
+
+class _Anthropic(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TextBlock(_Anthropic):
+    type: Literal["text"]
+    text: str
+    cache_control: dict[str, Any] | None = None
+    citations: list[Any] | None = None
+
+
+class ToolUseBlock(_Anthropic):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+    cache_control: dict[str, Any] | None = None
+
+
+class ToolResultBlock(_Anthropic):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str | list[TextBlock] | None = None
+    is_error: bool | None = None
+    cache_control: dict[str, Any] | None = None
+
+    def text(self) -> str:
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        return "\n".join(part.text for part in self.content)
+
+
+class ThinkingBlock(_Anthropic):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str | None = None
+
+
+class RedactedThinkingBlock(_Anthropic):
+    type: Literal["redacted_thinking"]
+    data: str
+
+
+Block = Annotated[TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock,
+                  Field(discriminator="type")]
+BLOCK_TYPES = ("text", "tool_use", "tool_result", "thinking", "redacted_thinking")
+
+
+class AnthropicMessage(_Anthropic):
+    role: Literal["user", "assistant"]
+    content: str | list[Block]
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _known_blocks(cls, value: Any) -> Any:
+        if isinstance(value, list):   # say plainly why an image/document block fails
+            for block in value:
+                kind = block.get("type") if isinstance(block, dict) else None
+                if kind not in BLOCK_TYPES:
+                    raise ValueError(f"content blocks of type {kind!r} are not supported (text-only model); "
+                                     f"supported: {', '.join(BLOCK_TYPES)}")
+        return value
+
+
+class AnthropicTool(_Anthropic):
+    name: str = Field(pattern=TOOL_NAME)
+    description: str | None = None
+    input_schema: dict[str, Any]
+    type: Literal["custom"] | None = None
+    cache_control: dict[str, Any] | None = None
+
+    @field_validator("input_schema")
+    @classmethod
+    def _object_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # the same rule as an OpenAI function's parameters
+        return FunctionDefinition.model_validate({"name": "x", "parameters": value}).parameters or {}
+
+
+class AnthropicToolChoice(_Anthropic):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class ThinkingConfig(_Anthropic):
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: NonNegativeInt | None = None   # accepted; the thinking is not cut at a budget
+
+
+class MessagesRequest(_Anthropic):
+    model: str
+    max_tokens: PositiveInt32
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[TextBlock] | None = None
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: NonNegativeInt | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: AnthropicToolChoice | None = None
+    thinking: ThinkingConfig | None = None
+    metadata: dict[str, Any] | None = None
+    service_tier: str | None = None
+    engine: str | None = None   # Switchyard: raw | mtp | ddtree | auto
+
+
+class AnthropicErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class AnthropicErrorResponse(BaseModel):
+    """Every non-2xx body of /v1/messages: Anthropic's error object."""
+
+    type: Literal["error"] = "error"
+    error: AnthropicErrorDetail

@@ -1,0 +1,163 @@
+"""OpenAI chat.completion(.chunk) and text_completion bodies: answer, reasoning (as both
+`reasoning_content` and `reasoning`), tool calls (whole calls as `delta.tool_calls` entries the
+openai SDK accumulates by index), log-probabilities, several choices and usage."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from contracts.chat import TokenLogprob, ToolCall
+from contracts.engine import GenerationChunk
+
+from .errors import APIError
+from .record import ChoiceReply, RequestRecord
+from .schemas import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatDelta,
+    ChoiceLogprobs,
+    Completion,
+    CompletionChoice,
+    CompletionLogprobs,
+    FunctionCallDelta,
+    FunctionCallOut,
+    TokenLogprobOut,
+    ToolCallDelta,
+    ToolCallOut,
+    TopLogprobOut,
+    Usage,
+)
+from .sse import DONE, event
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> Usage:
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+
+
+def _bytes(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
+def chat_logprobs(tokens: list[TokenLogprob]) -> ChoiceLogprobs:
+    return ChoiceLogprobs(content=[
+        TokenLogprobOut(token=t.token, logprob=t.logprob, bytes=_bytes(t.token),
+                        top_logprobs=[TopLogprobOut(token=a.token, logprob=a.logprob, bytes=_bytes(a.token))
+                                      for a in t.top])
+        for t in tokens
+    ])
+
+
+def completion_logprobs(tokens: list[TokenLogprob], start: int = 0) -> CompletionLogprobs:
+    offsets, at = [], start
+    for t in tokens:
+        offsets.append(at)
+        at += len(t.token)
+    return CompletionLogprobs(tokens=[t.token for t in tokens], token_logprobs=[t.logprob for t in tokens],
+                              top_logprobs=[{a.token: a.logprob for a in t.top} for t in tokens],
+                              text_offset=offsets)
+
+
+def tool_calls_out(calls: list[ToolCall]) -> list[ToolCallOut] | None:
+    return [ToolCallOut(id=c.id, function=FunctionCallOut(name=c.name, arguments=c.arguments)) for c in calls] or None
+
+
+@dataclass
+class OpenAIRenderer:
+    """`chat` selects chat.completion(.chunk) vs text_completion; `logprobs` whether choices carry them."""
+
+    chat: bool
+    model: str
+    logprobs: bool = False
+    id: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+    _calls_sent: dict[int, int] = field(default_factory=dict)     # choice -> tool calls streamed so far
+    _text_sent: dict[int, int] = field(default_factory=dict)      # choice -> characters streamed (offsets)
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex
+
+    # ---- full body ----
+    def full(self, record: RequestRecord) -> dict[str, Any]:
+        u = usage(record.prompt_tokens, record.completion_tokens)
+        if self.chat:
+            choices = [ChatChoice(index=c.index, message=self._message(c), finish_reason=c.finish_reason,
+                                  logprobs=chat_logprobs(c.logprobs) if self.logprobs else None)
+                       for c in record.choices]
+            return ChatCompletion(id=self.id, created=self.created, model=self.model, choices=choices,
+                                  usage=u).model_dump()
+        texts = [CompletionChoice(index=c.index, text=c.content, finish_reason=c.finish_reason,
+                                  logprobs=completion_logprobs(c.logprobs) if self.logprobs else None)
+                 for c in record.choices]
+        return Completion(id=self.id, created=self.created, model=self.model, choices=texts, usage=u).model_dump()
+
+    @staticmethod
+    def _message(choice: ChoiceReply) -> AssistantMessage:
+        reasoning = choice.reasoning_text or None
+        content = choice.content
+        return AssistantMessage(content=content if content or not choice.tool_calls else None,
+                                reasoning_content=reasoning, reasoning=reasoning,
+                                tool_calls=tool_calls_out(choice.tool_calls))
+
+    # ---- stream ----
+    def opening(self, record: RequestRecord) -> list[bytes]:
+        return []
+
+    def choice_started(self, choice: ChoiceReply) -> list[bytes]:
+        """Chat choices open with the assistant role (and empty content), as OpenAI's do."""
+        if not self.chat:
+            return []
+        return [event(self._chunk(choice.index, ChatDelta(role="assistant", content=""), None, None))]
+
+    def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
+        has_output = chunk.text or chunk.reasoning or chunk.tool_calls or chunk.finish_reason is not None
+        if not has_output and not (self.logprobs and chunk.logprobs):
+            return []   # e.g. text held back while it may be the start of a stop sequence
+        logprobs = chunk.logprobs if self.logprobs else None
+        if not self.chat:
+            start = self._text_sent.get(choice.index, 0)
+            self._text_sent[choice.index] = start + len(chunk.text)
+            body = CompletionChoice(index=choice.index, text=chunk.text, finish_reason=chunk.finish_reason,
+                                    logprobs=completion_logprobs(logprobs, start) if logprobs is not None else None)
+            return [event(Completion(id=self.id, created=self.created, model=self.model,
+                                     choices=[body]).model_dump(exclude={"usage"}))]
+        first = self._calls_sent.get(choice.index, 0)
+        self._calls_sent[choice.index] = first + len(chunk.tool_calls)
+        calls = [ToolCallDelta(index=first + i, id=c.id, type="function",
+                               function=FunctionCallDelta(name=c.name, arguments=c.arguments))
+                 for i, c in enumerate(chunk.tool_calls)] or None
+        delta = ChatDelta(content=chunk.text or None, reasoning_content=chunk.reasoning or None,
+                          reasoning=chunk.reasoning or None, tool_calls=calls)
+        return [event(self._chunk(choice.index, delta, chunk.finish_reason, logprobs))]
+
+    def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
+        frames = []
+        if include_usage:
+            u = usage(record.prompt_tokens, record.completion_tokens)
+            body = (ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=[], usage=u)
+                    if self.chat else Completion(id=self.id, created=self.created, model=self.model, choices=[], usage=u))
+            frames.append(event(body.model_dump()))
+        return [*frames, DONE]
+
+    def stream_error(self, err: APIError) -> list[bytes]:
+        return [event(err.body()), DONE]
+
+    def error_response(self, err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+        return err.response(headers)
+
+    def _chunk(self, index: int, delta: ChatDelta, finish_reason: str | None,
+               logprobs: list[TokenLogprob] | None) -> dict[str, Any]:
+        choice = ChatChunkChoice(index=index, delta=delta, finish_reason=finish_reason,
+                                 logprobs=chat_logprobs(logprobs) if logprobs is not None else None)
+        chunk = ChatCompletionChunk(id=self.id, created=self.created, model=self.model,
+                                    choices=[choice]).model_dump(exclude={"usage"})
+        chunk["choices"][0]["delta"] = delta.model_dump(exclude_none=True)
+        return chunk

@@ -1,0 +1,37 @@
+"""How one API shapes a request's output: the full JSON body, the stream's frames, and its errors.
+Every generation endpoint runs the same pipeline; a Renderer is all that differs between them."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from starlette.responses import JSONResponse
+
+from contracts.engine import GenerationChunk
+
+from .errors import APIError
+from .record import ChoiceReply, RequestRecord
+
+
+class Renderer(Protocol):
+    id: str
+
+    def full(self, record: RequestRecord) -> dict[str, Any]: ...
+
+    def opening(self, record: RequestRecord) -> list[bytes]:
+        """Frames before any choice (a stream's start; the route and prompt size are known)."""
+        ...
+
+    def choice_started(self, choice: ChoiceReply) -> list[bytes]: ...
+
+    def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]: ...
+
+    def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
+        """Frames after the last chunk (usage, the end marker)."""
+        ...
+
+    def stream_error(self, err: APIError) -> list[bytes]:
+        """An error after the stream started: an error event, then the end marker."""
+        ...
+
+    def error_response(self, err: APIError, headers: dict[str, str] | None = None) -> JSONResponse: ...

@@ -1,0 +1,269 @@
+"""POST /v1/responses: the OpenAI Responses API as a thin translation onto the chat pipeline.
+`input` items become chat messages (function calls and their outputs included); the reply comes
+back as reasoning, message and function_call output items, or as the Responses stream events
+(response.created … response.output_text.delta … response.completed)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from contracts.engine import GenerationChunk
+
+from .errors import APIError, bad_request
+from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse
+from .record import ChoiceReply, RequestRecord
+from .request_spec import chat_spec
+from .responses_schemas import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    MessageItem,
+    NamedFunction,
+    ReasoningItem,
+    ResponsesRequest,
+)
+from .schemas import ChatCompletionRequest
+from .sse import event
+from .state import GatewayState
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if req.instructions:
+        messages.append({"role": "system", "content": req.instructions})
+    if isinstance(req.input, str):
+        return [*messages, {"role": "user", "content": req.input}]
+    reasoning = ""
+    for item in req.input:
+        if isinstance(item, ReasoningItem):
+            reasoning += item.text()
+        elif isinstance(item, MessageItem):
+            message: dict[str, Any] = {"role": item.role, "content": item.text()}
+            if item.role == "assistant" and reasoning:
+                message["reasoning_content"], reasoning = reasoning, ""
+            messages.append(message)
+        elif isinstance(item, FunctionCallItem):
+            call = {"id": item.call_id, "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and not reasoning:
+                last.setdefault("tool_calls", []).append(call)   # parallel calls of one turn
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+                if reasoning:
+                    messages[-1]["reasoning_content"], reasoning = reasoning, ""
+        elif isinstance(item, FunctionCallOutputItem):
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
+    return messages
+
+
+def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
+    if req.previous_response_id is not None:
+        raise bad_request("previous_response_id is not supported: this server stores no responses; send the "
+                          "whole conversation in `input` (store: false).", param="previous_response_id",
+                          code="unsupported_parameter")
+    if req.background:
+        raise bad_request("background responses are not supported.", param="background",
+                          code="unsupported_parameter")
+    body: dict[str, Any] = {"model": req.model, "messages": _messages(req), "stream": req.stream,
+                            "engine": req.engine}
+    if not any(m["role"] != "system" for m in body["messages"]):
+        raise bad_request("input holds no message to answer.", param="input", code="empty_conversation")
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "parallel_tool_calls"):
+        if getattr(req, name) is not None:
+            body[name] = getattr(req, name)
+    if req.max_output_tokens is not None:
+        body["max_tokens"] = req.max_output_tokens
+    if req.top_logprobs:
+        body["logprobs"], body["top_logprobs"] = True, req.top_logprobs
+    if req.tools:
+        body["tools"] = [{"type": "function", "function": t.model_dump(exclude={"type"}, exclude_none=True)}
+                         for t in req.tools]
+    if isinstance(req.tool_choice, NamedFunction):
+        body["tool_choice"] = {"type": "function", "function": {"name": req.tool_choice.name}}
+    elif req.tool_choice is not None and (req.tools or req.tool_choice == "none"):
+        body["tool_choice"] = req.tool_choice
+    if req.text is not None and req.text.format is not None:
+        body["response_format"] = req.text.format.response_format()
+    if req.reasoning is not None and req.reasoning.effort is not None:
+        body["reasoning_effort"] = req.reasoning.effort
+    return body
+
+
+@dataclass
+class _Item:
+    kind: str                 # "reasoning" | "message" | "function_call"
+    id: str
+    output_index: int
+    text: str = ""
+    call: Any = None
+
+
+@dataclass
+class ResponsesRenderer:
+    model: str
+    request: ResponsesRequest
+    id: str = field(default_factory=lambda: _new_id("resp"))
+    created_at: int = field(default_factory=lambda: int(time.time()))
+    _sequence: int = 0
+    _items: list[_Item] = field(default_factory=list)
+    _open: _Item | None = None
+
+    # ---- bodies ----
+    def _response(self, status: str, output: list[dict[str, Any]], record: RequestRecord | None) -> dict[str, Any]:
+        req = self.request
+        body: dict[str, Any] = {
+            "id": self.id, "object": "response", "created_at": self.created_at, "status": status,
+            "model": self.model, "output": output, "error": None, "incomplete_details": None,
+            "instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
+            "parallel_tool_calls": req.parallel_tool_calls is not False,
+            "temperature": req.temperature, "top_p": req.top_p,
+            "tool_choice": (req.tool_choice.model_dump() if isinstance(req.tool_choice, NamedFunction)
+                            else req.tool_choice or "auto"),
+            "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
+            "store": False, "metadata": req.metadata or {}, "usage": None,
+        }
+        if record is not None:
+            reasoning_tokens = 0
+            body["usage"] = {"input_tokens": record.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+                             "output_tokens": record.completion_tokens,
+                             "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+                             "total_tokens": record.prompt_tokens + record.completion_tokens}
+            if record.finish_reason == "length":
+                body["status"] = "incomplete"
+                body["incomplete_details"] = {"reason": "max_output_tokens"}
+        return body
+
+    @staticmethod
+    def _item_body(item: _Item, done: bool) -> dict[str, Any]:
+        status = "completed" if done else "in_progress"
+        if item.kind == "reasoning":
+            return {"type": "reasoning", "id": item.id, "summary": [],
+                    "content": [{"type": "reasoning_text", "text": item.text}] if done else [], "status": status}
+        if item.kind == "message":
+            content = [{"type": "output_text", "text": item.text, "annotations": [], "logprobs": []}] if done else []
+            return {"type": "message", "id": item.id, "role": "assistant", "status": status, "content": content}
+        call = item.call
+        return {"type": "function_call", "id": item.id, "call_id": call.id, "name": call.name,
+                "arguments": call.arguments if done else "", "status": status}
+
+    def full(self, record: RequestRecord) -> dict[str, Any]:
+        choice = record.choices[0] if record.choices else ChoiceReply(0)
+        items: list[_Item] = []
+        if choice.reasoning_text:
+            items.append(_Item("reasoning", _new_id("rs"), len(items), choice.reasoning_text))
+        if choice.content:
+            items.append(_Item("message", _new_id("msg"), len(items), choice.content))
+        for call in choice.tool_calls:
+            items.append(_Item("function_call", _new_id("fc"), len(items), call=call))
+        return self._response("completed", [self._item_body(i, True) for i in items], record)
+
+    # ---- stream ----
+    def _event(self, kind: str, **payload: Any) -> bytes:
+        self._sequence += 1
+        return event({"type": kind, "sequence_number": self._sequence, **payload}, kind)
+
+    def opening(self, record: RequestRecord) -> list[bytes]:
+        start = self._response("in_progress", [], None)
+        return [self._event("response.created", response=start), self._event("response.in_progress", response=start)]
+
+    def choice_started(self, choice: ChoiceReply) -> list[bytes]:
+        return []
+
+    def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
+        frames: list[bytes] = []
+        if chunk.reasoning:
+            frames += self._item("reasoning")
+            self._open.text += chunk.reasoning   # type: ignore[union-attr]
+            frames.append(self._event("response.reasoning_text.delta", item_id=self._open.id,  # type: ignore[union-attr]
+                                      output_index=self._open.output_index, content_index=0,  # type: ignore[union-attr]
+                                      delta=chunk.reasoning))
+        if chunk.text:
+            frames += self._item("message")
+            item = self._open
+            assert item is not None
+            item.text += chunk.text
+            frames.append(self._event("response.output_text.delta", item_id=item.id, output_index=item.output_index,
+                                      content_index=0, delta=chunk.text, logprobs=[]))
+        for call in chunk.tool_calls:
+            frames += self._item("function_call", call)
+            item = self._open
+            assert item is not None
+            frames.append(self._event("response.function_call_arguments.delta", item_id=item.id,
+                                      output_index=item.output_index, delta=call.arguments))
+        return frames
+
+    def _item(self, kind: str, call: Any = None) -> list[bytes]:
+        if self._open is not None and self._open.kind == kind and call is None:
+            return []
+        frames = self._close()
+        prefix = {"reasoning": "rs", "message": "msg", "function_call": "fc"}[kind]
+        item = _Item(kind, _new_id(prefix), len(self._items), call=call)
+        self._items.append(item)
+        self._open = item
+        frames.append(self._event("response.output_item.added", output_index=item.output_index,
+                                  item=self._item_body(item, False)))
+        if kind == "message":
+            frames.append(self._event("response.content_part.added", item_id=item.id,
+                                      output_index=item.output_index, content_index=0,
+                                      part={"type": "output_text", "text": "", "annotations": []}))
+        return frames
+
+    def _close(self) -> list[bytes]:
+        item, self._open = self._open, None
+        if item is None:
+            return []
+        where = {"item_id": item.id, "output_index": item.output_index}
+        frames = []
+        if item.kind == "reasoning":
+            frames.append(self._event("response.reasoning_text.done", **where, content_index=0, text=item.text))
+        elif item.kind == "message":
+            frames.append(self._event("response.output_text.done", **where, content_index=0, text=item.text,
+                                      logprobs=[]))
+            frames.append(self._event("response.content_part.done", **where, content_index=0,
+                                      part={"type": "output_text", "text": item.text, "annotations": []}))
+        else:
+            frames.append(self._event("response.function_call_arguments.done", **where,
+                                      arguments=item.call.arguments))
+        frames.append(self._event("response.output_item.done", output_index=item.output_index,
+                                  item=self._item_body(item, True)))
+        return frames
+
+    def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
+        frames = self._close()
+        body = self._response("completed", [self._item_body(i, True) for i in self._items], record)
+        kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
+        return [*frames, self._event(kind, response=body)]
+
+    def stream_error(self, err: APIError) -> list[bytes]:
+        failed = self._response("failed", [self._item_body(i, True) for i in self._items], None)
+        failed["error"] = {"code": err.code or err.type, "message": err.message}
+        return [self._event("error", code=err.code or err.type, message=err.message, param=err.param),
+                self._event("response.failed", response=failed)]
+
+    def error_response(self, err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+        return err.response(headers)
+
+
+def _translate(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
+    req = parse(ResponsesRequest, data)
+    check_model(req.model, state)
+    chat = parse(ChatCompletionRequest, to_chat_request(req))
+    spec = chat_spec(chat, forced_engine(req.engine, request, state), state.config)
+    return Admitted(spec, req.stream, True, ResponsesRenderer(model=state.backend.model_id, request=req))
+
+
+RESPONSES = Endpoint("responses", _translate, lambda err: err.response())
+
+
+async def responses(request: Request) -> Response:
+    return await generate(request, RESPONSES)

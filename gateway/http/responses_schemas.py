@@ -1,0 +1,168 @@
+"""OpenAI Responses API request shapes (POST /v1/responses), as Codex-style clients send them.
+The server keeps no responses (stateless: `store` is accepted, `previous_response_id` is not)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+
+from .schemas import TOOL_NAME, FunctionDefinition, JsonSchemaFormat, Penalty, PositiveInt32, TopLogprobs
+
+
+class _Responses(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ContentText(_Responses):
+    type: Literal["input_text", "output_text", "text"]
+    text: str
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+class MessageItem(_Responses):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[ContentText]
+    id: str | None = None
+    status: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_only(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for part in value:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind not in ("input_text", "output_text", "text"):
+                    raise ValueError(f"content parts of type {kind!r} are not supported (text-only model)")
+        return value
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
+
+
+class FunctionCallItem(_Responses):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputItem(_Responses):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[ContentText]
+    id: str | None = None
+    status: str | None = None
+
+    def text(self) -> str:
+        return self.output if isinstance(self.output, str) else "\n".join(p.text for p in self.output)
+
+
+class ReasoningItem(_Responses):
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[dict[str, Any]] = []
+    content: list[dict[str, Any]] | None = None
+    encrypted_content: str | None = None
+    status: str | None = None
+
+    def text(self) -> str:
+        parts = self.content or self.summary
+        return "".join(str(p.get("text", "")) for p in parts)
+
+
+def _item_kind(value: Any) -> str:
+    return (value.get("type") if isinstance(value, dict) else getattr(value, "type", None)) or "message"
+
+
+Item = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")] | Annotated[FunctionCallOutputItem, Tag("function_call_output")] | Annotated[ReasoningItem, Tag("reasoning")],
+                 Discriminator(_item_kind)]
+
+
+class FunctionTool(_Responses):
+    type: Literal["function"]
+    name: str = Field(pattern=TOOL_NAME)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _object_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return FunctionDefinition.model_validate({"name": "x", "parameters": value}).parameters
+
+
+class NamedFunction(_Responses):
+    type: Literal["function"]
+    name: str
+
+
+class ResponsesTextFormat(_Responses):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+    def response_format(self) -> dict[str, Any]:
+        if self.type != "json_schema":
+            return {"type": self.type}
+        schema = JsonSchemaFormat(name=self.name or "response", schema=self.schema_ or {}, strict=self.strict)
+        return {"type": "json_schema", "json_schema": schema.model_dump(by_alias=True, exclude_none=True)}
+
+
+class TextConfig(_Responses):
+    format: ResponsesTextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None   # accepted; no template switch for it
+
+
+class ReasoningConfig(_Responses):
+    effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None   # the full reasoning text is returned
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class ResponsesRequest(_Responses):
+    model: str | None = None
+    input: str | list[Item]
+    instructions: str | None = None
+    max_output_tokens: PositiveInt32 | None = None
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_logprobs: TopLogprobs | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    stream: bool = False
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    include: list[str] | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    service_tier: str | None = None
+    truncation: Literal["disabled"] | None = None   # "auto" would drop context silently: not offered
+    previous_response_id: str | None = None         # rejected: stateless server
+    background: bool | None = None                  # rejected when true
+    engine: str | None = None                       # Switchyard: raw | mtp | ddtree | auto
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _functions_only(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for tool in value:
+                kind = tool.get("type") if isinstance(tool, dict) else None
+                if kind != "function":
+                    raise ValueError(f"tools of type {kind!r} are not supported; only 'function' tools "
+                                     "(the client runs them)")
+        return value
