@@ -41,6 +41,18 @@ def fit_pipeline(train: LabelledSet, spec: FeatureSpec | None = None, c: float =
     return pipeline
 
 
+def fit_fold(train: LabelledSet, spec: FeatureSpec | None = None, c: float = REGULARISATION_C) -> Pipeline:
+    """Uncalibrated fit for evaluation folds: temperature scaling cannot change the argmax."""
+    pipeline = Pipeline([("features", RequestFeaturizer(spec)), ("model", LogisticRegression(C=c, max_iter=5000, tol=1e-6))])
+    with threadpool_limits(limits=1):
+        pipeline.fit(train.requests, train.labels)
+    return pipeline
+
+
+def predict_labels(pipeline: Pipeline, data: LabelledSet) -> list[str]:
+    return [str(label) for label in pipeline.predict(data.requests)]
+
+
 def export(pipeline: Pipeline, info: dict | None = None) -> LinearModel:
     """The fitted pipeline as plain arrays (what model.LinearModel computes with numpy)."""
     spec = pipeline.named_steps["features"].spec_
