@@ -30,7 +30,9 @@ def summary(records: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="download/unpack directory (outside the repo)")
+    parser.add_argument(
+        "--cache", type=Path, default=DEFAULT_CACHE, help="download/unpack directory (outside the repo)"
+    )
     parser.add_argument("--out", type=Path, default=REAL_DATASET)
     args = parser.parse_args(argv)
     records, fetched = build(args.cache)

@@ -116,7 +116,7 @@ def _print_report(report: dict) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from classifier.dataset_io import load_split
+    from classifier.dataset_io import load_split, read_labelled_jsonl
     from classifier.metrics import report
     from classifier.model import Classifier
     from contracts.names import CLASSES as LABELS
@@ -126,13 +126,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except ModelLoadError as exc:
         print(f"switchyard classifier: {exc}", file=sys.stderr)
         return EXIT_MODEL_ERROR
-    data = load_split(args.split, args.dataset)
+    try:
+        data = read_labelled_jsonl(Path(args.jsonl)) if args.jsonl else load_split(args.split, args.dataset)
+    except OSError as exc:
+        print(f"switchyard classifier: cannot read {args.jsonl}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except InvalidRequestError as exc:
+        print(f"switchyard classifier: {args.jsonl}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     probs = np.array([[p.probs[label] for label in LABELS] for p in map(classifier.predict, data.requests)])
     result = report(LABELS, data.labels, probs)
     if args.json:
         print(json.dumps(result))
     else:
         _print_report(result)
+    return 0
+
+
+def cmd_loso(args: argparse.Namespace) -> int:
+    from classifier.loso import markdown_table, run
+
+    result = run(args.only)
+    print(json.dumps(result) if args.json else markdown_table(result))
     return 0
 
 
@@ -158,12 +173,18 @@ def _add_commands(sub) -> None:
     predict.add_argument("--model", type=Path, default=None, help="model directory (default: the shipped model)")
     predict.set_defaults(func=_quiet_broken_pipe(cmd_predict))
 
-    evaluate = sub.add_parser("eval", help="accuracy, macro-F1 and confusion matrix on the held-out split")
+    evaluate = sub.add_parser("eval", help="accuracy, macro-F1 and confusion matrix (held-out split, or --jsonl FILE)")
+    evaluate.add_argument("--jsonl", default=None, help='labelled JSONL, one {"text" or "messages", "label"} per line')
     evaluate.add_argument("--model", type=Path, default=None)
     evaluate.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     evaluate.add_argument("--split", choices=("test", "train", "all"), default="test")
     evaluate.add_argument("--json", action="store_true", help="print the report as JSON")
     evaluate.set_defaults(func=_quiet_broken_pipe(cmd_eval))
+
+    loso = sub.add_parser("loso", help="leave-one-source-out evaluation over the real-prompt sources (~2 min)")
+    loso.add_argument("--json", action="store_true")
+    loso.add_argument("--only", nargs="*", default=(), help="evaluate only these held-out sources")
+    loso.set_defaults(func=_quiet_broken_pipe(cmd_loso))
 
     train = sub.add_parser("train", help="refit the model from the shipped prompt set (deterministic)")
     train.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)

@@ -90,7 +90,9 @@ def markdown_table(result: dict) -> str:
     pooled = result["pooled"]
     lines.append(f"| **mean over sources** | | | | **{result['mean_macro_f1']:.3f}** |")
     lines.append(f"| **worst** ({result['worst_source']}) | | | | **{result['worst_macro_f1']:.3f}** |")
-    lines.append(f"| pooled (all held-out predictions) | {pooled['n']} | | {pooled['accuracy']:.3f} | {pooled['macro_f1']:.3f} |")
+    lines.append(
+        f"| pooled (all held-out predictions) | {pooled['n']} | | {pooled['accuracy']:.3f} | {pooled['macro_f1']:.3f} |"
+    )
     return "\n".join(lines)
 
 

@@ -46,7 +46,9 @@ REAL_SOURCES: tuple[Source, ...] = (
 STRUCTURED_FENCES = frozenset({"json", "jsonl", "yaml", "yml", "csv", "tsv", "xml", "sql", "toml", "ini", "markdown"})
 _FENCE = re.compile(r"```([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _TABLE_LINE = re.compile(r"^\s*\|.*\|\s*$")
-_CODE_LINE = re.compile(r"^\s*(def |class |import |from \S+ import|#include|function |public |return |for \(|if \(|\$ |SELECT |CREATE TABLE)")
+_CODE_LINE = re.compile(
+    r"^\s*(def |class |import |from \S+ import|#include|function |public |return |for \(|if \(|\$ |SELECT |CREATE TABLE)"
+)
 CHATTERBOT_ONE_IN = 6  # prose dialogues kept: one in six (~850 of 5,000)
 WRITINGBENCH_ONE_IN = 3  # one query in three (~330 of 1,000): keeps the stored set small
 HALF = 3_000  # WritingBench queries paste whole reports; the model reads the first and last 3,000 anyway
@@ -132,8 +134,12 @@ def _lm_eval_samples(root: Path) -> Iterator[tuple[str, str, str]]:
                 continue
             samples = ((doc.get("fewshot_config") or {}).get("samples")) or []
             for sample in samples if isinstance(samples, list) else ():
-                question = sample.get("input") or sample.get("question") or sample.get("problem") or sample.get("json_schema")
-                target = sample.get("target") or sample.get("answer") or sample.get("solution") or sample.get("json_object")
+                question = (
+                    sample.get("input") or sample.get("question") or sample.get("problem") or sample.get("json_schema")
+                )
+                target = (
+                    sample.get("target") or sample.get("answer") or sample.get("solution") or sample.get("json_object")
+                )
                 if isinstance(question, str) and isinstance(target, str):
                     if "json_schema" in sample:  # jsonschema_bench: the ask is "a JSON object for this schema"
                         question = f"Generate a JSON object that satisfies this JSON schema:\n{question}"
@@ -160,7 +166,9 @@ def writingbench(root: Path) -> Iterator[dict]:
     for line in path.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         if _kept(f"writingbench:{row['index']}", WRITINGBENCH_ONE_IN):
-            yield _record(row["query"].strip(), "prose", "inspect-evals:writingbench", f"writingbench:{row['index']}", "source")
+            yield _record(
+                row["query"].strip(), "prose", "inspect-evals:writingbench", f"writingbench:{row['index']}", "source"
+            )
 
 
 _JINJA_BLOCK = re.compile(r"{%.*?%}", re.S)
@@ -234,7 +242,13 @@ def perl_faq(root: Path) -> Iterator[dict]:
             question, _, body = section.partition("\n")
             body_lines = [line for line in body.splitlines() if not line.startswith("=")]
             group = f"perlfaq:{path.stem}:{question.strip()}"
-            yield _record(question.strip(), label_reply(_indented_blocks_fenced(body_lines, 1)), "perl-doc:perlfaq", group, "reply")
+            yield _record(
+                question.strip(),
+                label_reply(_indented_blocks_fenced(body_lines, 1)),
+                "perl-doc:perlfaq",
+                group,
+                "reply",
+            )
 
 
 HARVESTERS: dict[str, Callable[[Path], Iterator[dict]]] = {
