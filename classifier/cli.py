@@ -154,7 +154,7 @@ def cmd_loso(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from classifier.train import train_and_save
 
-    info = train_and_save(args.dataset, args.out)
+    info = train_and_save(args.dataset, args.out, None if args.no_real else args.real)
     if args.json:
         print(json.dumps(info))
     else:
@@ -165,7 +165,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _add_commands(sub) -> None:
-    from classifier.dataset_io import DEFAULT_DATASET
+    from classifier.dataset_io import DEFAULT_DATASET, REAL_DATASET
     from classifier.model import MODEL_DIR
 
     predict = sub.add_parser("predict", help="classify JSON lines (text or OpenAI messages)")
@@ -189,6 +189,8 @@ def _add_commands(sub) -> None:
     train = sub.add_parser("train", help="refit the model from the shipped prompt set (deterministic)")
     train.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     train.add_argument("--out", type=Path, default=MODEL_DIR, help="where to write model.json + weights.npz")
+    train.add_argument("--real", type=Path, default=REAL_DATASET, help="real-prompt set added to the training split")
+    train.add_argument("--no-real", action="store_true", help="train on --dataset's train split alone")
     train.add_argument("--json", action="store_true")
     train.set_defaults(func=_quiet_broken_pipe(cmd_train))
 

@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from sklearn.metrics import accuracy_score, f1_score
@@ -50,7 +50,8 @@ def source_scores(truth: Sequence[str], predicted: Sequence[str]) -> dict:
     }
 
 
-def run(only: Sequence[str] = (), base: LabelledSet | None = None, real: LabelledSet | None = None) -> dict:
+def run(only: Sequence[str] = (), base: LabelledSet | None = None, real: LabelledSet | None = None,
+        **fit_options) -> dict:  # fmt: skip
     from classifier.train import fit_fold, predict_labels
 
     base = base if base is not None else template_base()
@@ -63,7 +64,7 @@ def run(only: Sequence[str] = (), base: LabelledSet | None = None, real: Labelle
         if only and name not in only:
             continue
         held = [s == name for s in real.sources]
-        model = fit_fold(base + real.subset([not h for h in held]))
+        model = fit_fold(base + real.subset([not h for h in held]), **fit_options)
         test = real.subset(held)
         predicted = predict_labels(model, test)
         per_source[name] = source_scores(test.labels, predicted)

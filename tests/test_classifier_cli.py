@@ -143,7 +143,7 @@ def test_train_then_eval_round_trip_on_a_small_dataset(tmp_path):
     dataset = tmp_path / "small.jsonl"
     dataset.write_text("".join(lines))
     model_dir = tmp_path / "model"
-    done = _run(["-m", "gateway.cli", "classifier", "train", "--dataset", str(dataset), "--out", str(model_dir), "--json"])
+    done = _run(["-m", "gateway.cli", "classifier", "train", "--dataset", str(dataset), "--out", str(model_dir), "--no-real", "--json"])
     assert done.returncode == 0, done.stderr
     trained = json.loads(done.stdout)
     assert trained["n_train"] == 120 and trained["n_test"] == 45

@@ -24,8 +24,8 @@ import glob
 import hashlib
 import json
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import yaml
 
@@ -44,7 +44,7 @@ REAL_SOURCES: tuple[Source, ...] = (
 )
 
 STRUCTURED_FENCES = frozenset({"json", "jsonl", "yaml", "yml", "csv", "tsv", "xml", "sql", "toml", "ini", "markdown"})
-_FENCE = re.compile(r"```([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
+_FENCE = re.compile(r"```([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _TABLE_LINE = re.compile(r"^\s*\|.*\|\s*$")
 _CODE_LINE = re.compile(
     r"^\s*(def |class |import |from \S+ import|#include|function |public |return |for \(|if \(|\$ |SELECT |CREATE TABLE)"
@@ -171,7 +171,7 @@ def writingbench(root: Path) -> Iterator[dict]:
             )
 
 
-_JINJA_BLOCK = re.compile(r"{%.*?%}", re.S)
+_JINJA_BLOCK = re.compile(r"{%.*?%}", re.DOTALL)
 _JINJA_VAR = re.compile(r"{{\s*([\w.]+)[^}]*}}")
 _DEMANDS_JSON = re.compile(r"\bJSON\b")
 
@@ -205,7 +205,7 @@ def _indented_blocks_fenced(lines: list[str], indent: int = 2) -> str:
     """reST/POD answer -> markdown-ish reply: indented (verbatim) paragraphs become fenced code."""
     out, block = [], []
     for line in lines + [""]:
-        if line.startswith(" " * indent) or line.startswith("\t") or (block and not line.strip()):
+        if line.startswith((" " * indent, "\t")) or (block and not line.strip()):
             block.append(line)
             continue
         if block:
@@ -215,7 +215,7 @@ def _indented_blocks_fenced(lines: list[str], indent: int = 2) -> str:
     return "\n".join(out)
 
 
-_RST_HEADING = re.compile(r"^(\S.*)\n([-=~^])\2{3,}\s*$", re.M)
+_RST_HEADING = re.compile(r"^(\S.*)\n([-=~^])\2{3,}\s*$", re.MULTILINE)
 
 
 def python_faq(root: Path) -> Iterator[dict]:
@@ -237,7 +237,7 @@ def python_faq(root: Path) -> Iterator[dict]:
 def perl_faq(root: Path) -> Iterator[dict]:
     """perlfaq1-9 (Artistic/GPL): each `=head2` question, labelled by its answer."""
     for path in sorted(Path(root).rglob("pod/perlfaq[1-9].pod")):
-        sections = re.split(r"^=head2\s+", path.read_text(encoding="utf-8", errors="replace"), flags=re.M)[1:]
+        sections = re.split(r"^=head2\s+", path.read_text(encoding="utf-8", errors="replace"), flags=re.MULTILINE)[1:]
         for section in sections:
             question, _, body = section.partition("\n")
             body_lines = [line for line in body.splitlines() if not line.startswith("=")]
