@@ -255,7 +255,8 @@ CUES: tuple[tuple[str, str], ...] = (
     ("question_mark", r"\?\s*$"),
     ("options", r"(?:^|\n)\s*\(?[a-e1-5][).]\s+\S|\boptions?:"),
 )  # fmt: skip
-_CUE_PATTERNS = tuple(re.compile(pattern, re.I | re.M) for _, pattern in CUES)
+# Case-insensitive by lowercasing the ask once: re.I over these word alternations costs ~2x the time.
+_CUE_PATTERNS = tuple(re.compile(pattern, re.M) for _, pattern in CUES)
 
 
 CUE_HEAD, CUE_TAIL = 600, 300
@@ -271,7 +272,7 @@ def cue_text(request: RequestText) -> str:
 
 
 def cue_values(request: RequestText) -> np.ndarray:
-    ask = cue_text(request)
+    ask = cue_text(request).lower()
     return np.array([1.0 if pattern.search(ask) else 0.0 for pattern in _CUE_PATTERNS])
 
 
