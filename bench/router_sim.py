@@ -120,14 +120,42 @@ class LabelFromUserText:
         return self._Prediction(request.user, {c: float(c == request.user) for c in CLASSES})
 
 
+class NoisyLabels:
+    """Fake classifier that mislabels a share of requests, as a real one does on unfamiliar styles.
+
+    A wrong label is given with a max probability drawn from `wrong_confidence`, a right one from
+    `right_confidence` (a calibrated classifier is mostly, not always, less sure when wrong: the
+    ranges overlap, so some wrong labels are confident and some right ones are not).
+    """
+
+    def __init__(self, error_rate: float = 0.4, seed: int = 0,
+                 right_confidence: tuple[float, float] = (0.5, 1.0),
+                 wrong_confidence: tuple[float, float] = (0.34, 0.7)):  # fmt: skip
+        self.error_rate = error_rate
+        self.right_confidence = right_confidence
+        self.wrong_confidence = wrong_confidence
+        self._rng = random.Random(seed)
+        self.mislabelled = 0
+
+    def predict(self, request: RequestText):
+        truth = request.user
+        wrong = self._rng.random() < self.error_rate
+        label = self._rng.choice([c for c in CLASSES if c != truth]) if wrong else truth
+        self.mislabelled += wrong
+        top = self._rng.uniform(*(self.wrong_confidence if wrong else self.right_confidence))
+        rest = (1.0 - top) / (len(CLASSES) - 1)
+        return LabelFromUserText._Prediction(label, {c: top if c == label else rest for c in CLASSES})
+
+
 def simulate(
     policy: Policy, world: SimWorld = DEFAULT_WORLD, requests_per_class: int = 300, burn_in: int = 100, seed: int = 0,
-    monitor: Monitor | None = None,
+    monitor: Monitor | None = None, classifier=None,
 ) -> dict[str, ClassResult]:
+    """`classifier`: LabelFromUserText (always right) unless given; results are keyed by the TRUE class."""
     rng = random.Random(seed)
     router = AdaptiveRouter(
         PolicyStore(policy=policy), monitor or Monitor(None, policy.monitor.ewma_alpha),
-        ("raw", "mtp", "ddtree"), LabelFromUserText(), rng=random.Random(seed + 1),
+        ("raw", "mtp", "ddtree"), classifier or LabelFromUserText(), rng=random.Random(seed + 1),
     )
     results = {klass: ClassResult() for klass in CLASSES}
     order = [klass for klass in CLASSES for _ in range(requests_per_class)]

@@ -116,7 +116,7 @@ def _print_report(report: dict) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from classifier.dataset_io import load_split
+    from classifier.dataset_io import load_split, read_labelled_jsonl
     from classifier.metrics import report
     from classifier.model import Classifier
     from contracts.names import CLASSES as LABELS
@@ -126,7 +126,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except ModelLoadError as exc:
         print(f"switchyard classifier: {exc}", file=sys.stderr)
         return EXIT_MODEL_ERROR
-    data = load_split(args.split, args.dataset)
+    try:
+        data = read_labelled_jsonl(Path(args.jsonl)) if args.jsonl else load_split(args.split, args.dataset)
+    except OSError as exc:
+        print(f"switchyard classifier: cannot read {args.jsonl}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except InvalidRequestError as exc:
+        print(f"switchyard classifier: {args.jsonl}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     probs = np.array([[p.probs[label] for label in LABELS] for p in map(classifier.predict, data.requests)])
     result = report(LABELS, data.labels, probs)
     if args.json:
@@ -136,10 +143,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_loso(args: argparse.Namespace) -> int:
+    from classifier.loso import markdown_table, run
+
+    result = run(args.only)
+    print(json.dumps(result) if args.json else markdown_table(result))
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from classifier.train import train_and_save
 
-    info = train_and_save(args.dataset, args.out)
+    info = train_and_save(args.dataset, args.out, None if args.no_real else args.real)
     if args.json:
         print(json.dumps(info))
     else:
@@ -150,7 +165,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _add_commands(sub) -> None:
-    from classifier.dataset_io import DEFAULT_DATASET
+    from classifier.dataset_io import DEFAULT_DATASET, REAL_DATASET
     from classifier.model import MODEL_DIR
 
     predict = sub.add_parser("predict", help="classify JSON lines (text or OpenAI messages)")
@@ -158,16 +173,24 @@ def _add_commands(sub) -> None:
     predict.add_argument("--model", type=Path, default=None, help="model directory (default: the shipped model)")
     predict.set_defaults(func=_quiet_broken_pipe(cmd_predict))
 
-    evaluate = sub.add_parser("eval", help="accuracy, macro-F1 and confusion matrix on the held-out split")
+    evaluate = sub.add_parser("eval", help="accuracy, macro-F1 and confusion matrix (held-out split, or --jsonl FILE)")
+    evaluate.add_argument("--jsonl", default=None, help='labelled JSONL, one {"text" or "messages", "label"} per line')
     evaluate.add_argument("--model", type=Path, default=None)
     evaluate.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     evaluate.add_argument("--split", choices=("test", "train", "all"), default="test")
     evaluate.add_argument("--json", action="store_true", help="print the report as JSON")
     evaluate.set_defaults(func=_quiet_broken_pipe(cmd_eval))
 
+    loso = sub.add_parser("loso", help="leave-one-source-out evaluation over the real-prompt sources (~2 min)")
+    loso.add_argument("--json", action="store_true")
+    loso.add_argument("--only", nargs="*", default=(), help="evaluate only these held-out sources")
+    loso.set_defaults(func=_quiet_broken_pipe(cmd_loso))
+
     train = sub.add_parser("train", help="refit the model from the shipped prompt set (deterministic)")
     train.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     train.add_argument("--out", type=Path, default=MODEL_DIR, help="where to write model.json + weights.npz")
+    train.add_argument("--real", type=Path, default=REAL_DATASET, help="real-prompt set added to the training split")
+    train.add_argument("--no-real", action="store_true", help="train on --dataset's train split alone")
     train.add_argument("--json", action="store_true")
     train.set_defaults(func=_quiet_broken_pipe(cmd_train))
 

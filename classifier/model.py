@@ -30,6 +30,15 @@ class Prediction:
     probs: dict[str, float]
     reason: str = "model"  # "model", or "response_format" when the rule decided
 
+    @property
+    def confidence(self) -> float:
+        """Probability of the predicted label (the calibrated max probability)."""
+        return max(self.probs.values())
+
+    def uncertain(self, threshold: float) -> bool:
+        """True when the class should not be trusted: the caller falls back to class-free evidence."""
+        return self.confidence < threshold
+
     def to_json(self) -> dict:
         return {"label": self.label, "probs": self.probs}
 

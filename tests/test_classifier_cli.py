@@ -98,6 +98,35 @@ def test_eval_reports_held_out_metrics():
     assert sum(map(sum, matrix)) == result["n"]
 
 
+def test_eval_jsonl_scores_any_labelled_file(tmp_path):
+    """`eval --jsonl` reads text or messages lines and counts every line in the confusion matrix."""
+    lines = [
+        {"text": "Write a Python function that returns the n-th Fibonacci number.", "label": "code"},
+        {"text": "Write a short essay about the history of tea.", "label": "prose"},
+        {"messages": [{"role": "user", "content": "List three fruits as a JSON array."}], "label": "structured"},
+        {"text": "Write a short essay about the history of tea.", "label": "code"},  # deliberately wrong
+    ]
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = _run(["-m", "gateway.cli", "classifier", "eval", "--jsonl", str(path), "--json"])
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["n"] == 4
+    matrix = result["confusion_matrix"]["rows_true_cols_predicted"]
+    assert sum(map(sum, matrix)) == 4
+    assert matrix[0][1] == 1  # the mislabelled essay: true code, predicted prose
+    assert result["accuracy"] == pytest.approx(0.75)
+    text = _run(["-m", "gateway.cli", "classifier", "eval", "--jsonl", str(path)])
+    assert text.returncode == 0 and "macro-F1=" in text.stdout and "confusion" in text.stdout
+
+
+def test_eval_jsonl_names_the_bad_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"text": "hello", "label": "prose"}) + "\n" + json.dumps({"text": "x", "label": "poetry"}) + "\n")
+    done = _run(["-m", "gateway.cli", "classifier", "eval", "--jsonl", str(path)])
+    assert done.returncode == 1 and "line 2" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_train_then_eval_round_trip_on_a_small_dataset(tmp_path):
     """`train` writes a loadable model whose `eval` reproduces the metrics `train` reported."""
     from classifier.dataset_io import DEFAULT_DATASET
@@ -114,7 +143,7 @@ def test_train_then_eval_round_trip_on_a_small_dataset(tmp_path):
     dataset = tmp_path / "small.jsonl"
     dataset.write_text("".join(lines))
     model_dir = tmp_path / "model"
-    done = _run(["-m", "gateway.cli", "classifier", "train", "--dataset", str(dataset), "--out", str(model_dir), "--json"])
+    done = _run(["-m", "gateway.cli", "classifier", "train", "--dataset", str(dataset), "--out", str(model_dir), "--no-real", "--json"])
     assert done.returncode == 0, done.stderr
     trained = json.loads(done.stdout)
     assert trained["n_train"] == 120 and trained["n_test"] == 45

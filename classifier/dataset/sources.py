@@ -136,14 +136,14 @@ def _deb_version(archive: Path) -> str:
     return out.stdout.strip()
 
 
-def fetch_all(cache: Path, apt_update: bool = True) -> dict[str, FetchedSource]:
+def fetch_all(cache: Path, apt_update: bool = True, sources: tuple[Source, ...] = SOURCES) -> dict[str, FetchedSource]:
     """Download (once) and unpack every source; returns them by package name."""
     downloads = cache / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     if apt_update and not any(downloads.glob("*.deb")):
         subprocess.run(["apt-get", "update", "-qq"], check=True)
     fetched: dict[str, FetchedSource] = {}
-    for source in SOURCES:
+    for source in sources:
         if source.kind == "deb":
             archive = _fetch_deb(source, downloads)
             version = _deb_version(archive)

@@ -33,6 +33,7 @@ class RouteDecision:
     predicted: dict[str, float] = field(default_factory=dict)  # engine -> predicted tok/s (for stats)
     policy_version: int = 0     # the policy snapshot this request was admitted with
     sampled: bool = False       # decoding mode: the monitor keeps greedy and sampled statistics apart
+    pooled: bool = False        # the class was uncertain: routed on, and learned into, engine-level statistics
 
 
 class Router(Protocol):

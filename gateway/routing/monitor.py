@@ -26,6 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from contracts.engine import StepResult
 from contracts.names import CLASSES, ENGINE_NAMES
 
+from .policy import POOLED_CLASS
+
 log = logging.getLogger(__name__)
 
 STATE_FORMAT_VERSION = 1
@@ -139,27 +141,34 @@ class Monitor:
         `timed=False` for a request's first step, whose wall time includes the prefill; a probing
         step's time also pays for keeping other engines in sync, so it is never timed either.
         """
-        if step.engine not in ENGINE_NAMES or klass not in CLASSES:
+        if step.engine not in ENGINE_NAMES or (klass not in CLASSES and klass != POOLED_CLASS):
             return
         timed = timed and not step.probing
+        # every step also feeds the pooled (engine-level) arm; an uncertain request feeds it alone
+        keys = (klass,) if klass == POOLED_CLASS else (klass, POOLED_CLASS)
         with self._lock:
-            for engine, probed in step.probes.items():
-                if engine in ENGINE_NAMES and engine != step.engine:
-                    probed_arm = self._state.arms.setdefault(_arm_key(klass, engine, sampled), ArmStats())
-                    for accepted in probed:
-                        probed_arm.accepted.update(float(accepted), self._weight)
-            arm = self._state.arms.setdefault(_arm_key(klass, step.engine, sampled), ArmStats())
-            arm.steps += 1
-            if step.drafted > 0:
-                arm.accepted.update(float(step.accepted), self._weight)
-                arm.drafted_total += step.drafted
-                arm.accepted_total += step.accepted
+            for key in keys:
+                self._fold_locked(key, step, timed, sampled)
             if timed and step.seconds > 0 and math.isfinite(step.seconds) and step.tokens:
-                arm.tokens.update(float(len(step.tokens)), self._weight)
-                arm.seconds.update(step.seconds, self._weight)
                 engine_seconds = self._state.engine_seconds.setdefault(step.engine, Ewma())
                 engine_seconds.update(step.seconds, self._weight)
             self._dirty = True
+
+    def _fold_locked(self, klass: str, step: StepResult, timed: bool, sampled: bool) -> None:
+        for engine, probed in step.probes.items():
+            if engine in ENGINE_NAMES and engine != step.engine:
+                probed_arm = self._state.arms.setdefault(_arm_key(klass, engine, sampled), ArmStats())
+                for accepted in probed:
+                    probed_arm.accepted.update(float(accepted), self._weight)
+        arm = self._state.arms.setdefault(_arm_key(klass, step.engine, sampled), ArmStats())
+        arm.steps += 1
+        if step.drafted > 0:
+            arm.accepted.update(float(step.accepted), self._weight)
+            arm.drafted_total += step.drafted
+            arm.accepted_total += step.accepted
+        if timed and step.seconds > 0 and math.isfinite(step.seconds) and step.tokens:
+            arm.tokens.update(float(len(step.tokens)), self._weight)
+            arm.seconds.update(step.seconds, self._weight)
 
     # --- predictions (worker thread) ------------------------------------------------------
     def predict(

@@ -17,6 +17,8 @@ from contracts.names import ENGINE_NAMES, RESPONSE_FORMATS
 ClassName = Literal["code", "prose", "structured"]
 EngineName = Literal["raw", "mtp", "ddtree"]
 ResponseFormat = Literal[RESPONSE_FORMATS]  # type: ignore[valid-type]
+# Statistics pooled over every class (the monitor's engine-level arms), used for uncertain classes.
+POOLED_CLASS = "all"
 SPECULATIVE_ENGINES: tuple[str, ...] = tuple(e for e in ENGINE_NAMES if e != "raw")
 
 
@@ -134,6 +136,15 @@ class SwitchingPolicy(_Strict):
     probe_every: int = Field(2, ge=1)    # steps between DDTree probes (a drafter block each) in that phase
 
 
+class ClassifierPolicy(_Strict):
+    """How far the router trusts the request classifier's label."""
+
+    # Below this calibrated max probability the class is "uncertain": the request is routed, and its
+    # steps are learned, on engine-level statistics pooled over all classes, so a likely-wrong label
+    # neither picks the engine nor pollutes that class's acceptance. 0 trusts every label.
+    uncertain_below: float = Field(0.6, ge=0, le=1)
+
+
 class QueuePolicy(_Strict):
     raw_above_depth: int = Field(4, ge=0)
 
@@ -156,6 +167,7 @@ class Policy(_Strict):
     rules: list[Rule] = Field(default_factory=list)
     fallback: FallbackPolicy = FallbackPolicy()
     switching: SwitchingPolicy = SwitchingPolicy()
+    classifier: ClassifierPolicy = ClassifierPolicy()
     queue: QueuePolicy = QueuePolicy()
     quarantine_seconds: float = Field(60.0, ge=0)
     state: StatePolicy = StatePolicy()
@@ -172,6 +184,9 @@ class Policy(_Strict):
         """(alpha, cost) priors for one arm; raw is (0, 1) by definition."""
         if engine == "raw":
             return 0.0, 1.0
+        if klass == POOLED_CLASS:  # the pooled arm starts from the classes' average belief
+            pairs = [self.prior(c, engine) for c in DEFAULT_ACCEPTED]
+            return sum(a for a, _ in pairs) / len(pairs), sum(c for _, c in pairs) / len(pairs)
         given = self.priors.get(klass, {}).get(engine, Prior())  # type: ignore[call-overload]
         accepted = given.accepted if given.accepted is not None else DEFAULT_ACCEPTED[klass][engine]
         cost = given.cost if given.cost is not None else self.engines.prior_cost(engine)

@@ -30,7 +30,7 @@ from contracts.request_text import RequestText
 
 from .interface import RouteDecision, RouteRequest
 from .monitor import ArmPrediction, Autosaver, Monitor
-from .policy import Policy
+from .policy import POOLED_CLASS, Policy
 from .policy_watch import PolicySnapshot, PolicyStore, ReloadResult
 
 log = logging.getLogger(__name__)
@@ -160,17 +160,25 @@ class AdaptiveRouter:
 
     # --- classification -----------------------------------------------------------------------
     def classify(self, request: RouteRequest, policy: Policy) -> str:
+        return self.classify_with_confidence(request, policy)[0]
+
+    def classify_with_confidence(self, request: RouteRequest, policy: Policy) -> tuple[str, bool]:
+        """(label, uncertain). Uncertain = the classifier's max probability is below the policy's
+        classifier.uncertain_below; the default class (no or failed classifier) is uncertain too."""
         if request.text.response_format in STRUCTURED_RESPONSE_FORMATS:
-            return "structured"
+            return "structured", False
         if self.classifier is None:
-            return policy.default_class
+            return policy.default_class, False  # an operator's fixed choice, not a guess
         try:
-            label = self.classifier.predict(request.text).label
+            prediction = self.classifier.predict(request.text)
         except Exception:  # routing must never fail a request; count and use the default class
             self._classifier_errors += 1
             log.exception("classifier failed; using default class %s", policy.default_class)
-            return policy.default_class
-        return label if label in CLASSES else policy.default_class
+            return policy.default_class, True
+        if prediction.label not in CLASSES:
+            return policy.default_class, True
+        confidence = max(prediction.probs.values(), default=0.0)
+        return prediction.label, confidence < policy.classifier.uncertain_below
 
     # --- predictions --------------------------------------------------------------------------
     def predict(self, klass: str, engine: str, policy: Policy, sampled: bool = False) -> ArmPrediction:
@@ -215,15 +223,16 @@ class AdaptiveRouter:
         snapshot = self.store.current()
         policy = snapshot.policy
         self._remember(snapshot)
-        klass = self.classify(request, policy)
+        klass, uncertain = self.classify_with_confidence(request, policy)
+        stats_class = POOLED_CLASS if uncertain else klass  # whose statistics route (and learn from) it
         enabled = policy.engines.enabled()
         mode = request.sampled
-        predictions = {engine: self.predict(klass, engine, policy, mode) for engine in enabled}
+        predictions = {engine: self.predict(stats_class, engine, policy, mode) for engine in enabled}
         predicted = {engine: p.tokens_per_second for engine, p in predictions.items()}
 
         def decide(engine: str, reason: str, with_switch: bool = True, probe: bool = True) -> RouteDecision:
             rule = self._switch_rule(engine, predictions, policy, healthy, probe) if with_switch else None
-            decision = RouteDecision(engine, klass, reason, rule, predicted, snapshot.version, mode)
+            decision = RouteDecision(engine, klass, reason, rule, predicted, snapshot.version, mode, uncertain)
             with self._lock:  # bounded labels: a forced engine name is whatever the client sent
                 self._decisions[(klass, engine if engine in ENGINE_NAMES else "other", reason)] += 1
             return decision
@@ -241,13 +250,13 @@ class AdaptiveRouter:
             if rule.when.matches(klass, request.prompt_tokens, request.text.response_format):
                 if rule.engine in healthy:  # the operator's choice: only the hand-off to raw may undo it
                     return decide(rule.engine, "rule", probe=False)
-                return decide("raw" if queue_deep else self._argmax((klass, mode), predicted, healthy, 0.0), "health")
+                return decide("raw" if queue_deep else self._argmax((stats_class, mode), predicted, healthy, 0.0), "health")
 
         with self._lock:
-            preferred = self._argmax((klass, mode), predicted, enabled, policy.monitor.switch_margin)
-            self._incumbent[(klass, mode)] = preferred
+            preferred = self._argmax((stats_class, mode), predicted, enabled, policy.monitor.switch_margin)
+            self._incumbent[(stats_class, mode)] = preferred
         if preferred not in healthy:
-            return decide("raw" if queue_deep else self._argmax((klass, mode), predicted, healthy, 0.0), "health")
+            return decide("raw" if queue_deep else self._argmax((stats_class, mode), predicted, healthy, 0.0), "health")
         if queue_deep:
             return decide("raw", "fallback", with_switch=False)  # busy: no probing, no speculation
 
@@ -255,7 +264,7 @@ class AdaptiveRouter:
         if exploration.kind == "epsilon" and len(healthy) > 1 and self._rng.random() < exploration.epsilon:
             return decide(self._rng.choice([e for e in healthy if e != preferred]), "explore")
         if exploration.kind == "thompson" and len(healthy) > 1:
-            sampled = self._thompson(klass, predictions, healthy)
+            sampled = self._thompson(stats_class, predictions, healthy)
             if sampled != preferred:
                 return decide(sampled, "explore")
         return decide(preferred, "monitor")
@@ -290,7 +299,8 @@ class AdaptiveRouter:
             if len(self._open_steps) > _MAX_OPEN_REQUESTS:
                 self._open_steps.popitem(last=False)
         # the first step's wall time includes the prefill: count its tokens, not its time
-        self.monitor.observe(decision.klass, step, timed=seen > 0, sampled=decision.sampled)
+        klass = POOLED_CLASS if decision.pooled else decision.klass
+        self.monitor.observe(klass, step, timed=seen > 0, sampled=decision.sampled)
 
     def finished(self, decision: RouteDecision, error: BaseException | None) -> None:
         with self._lock:

