@@ -6,7 +6,7 @@ carries over to a style it never saw. Generated template prompts never form a fo
 
 Labelling rules (documented in classifier/README.md, applied in `label_*` below):
 
-* reply rule — where the package ships a reply (AlpacaEval's reference outputs, ChatterBot's
+* reply rule — where the package ships a reply (ChatterBot's
   answers, lm-eval's few-shot targets), the label is what that reply *is*: `structured` when
   tables / JSON / YAML / CSV / SQL / XML make up >= 40 % of it (or the whole reply parses as JSON),
   `code` when other fenced or obviously-code blocks make up >= 25 %, otherwise `prose`;
@@ -33,7 +33,6 @@ from classifier.dataset.corpus import few_shot_prompts, verilog_tasks
 from classifier.dataset.sources import FetchedSource, Source, fetch_all
 
 REAL_SOURCES: tuple[Source, ...] = (
-    Source("pypi", "alpaca-eval", "0.6.6"),
     Source("pypi", "chatterbot-corpus", "1.3.3"),
     Source("pypi", "lm-eval", "0.4.13"),
     Source("pypi", "inspect-evals", "0.26.0"),
@@ -95,14 +94,6 @@ def _record(text: str, label: str, source: str, group: str, rule: str) -> dict:
 def _kept(group: str, one_in: int) -> bool:
     """Deterministic subsample (stable across runs and Python versions) of a very large source."""
     return int(hashlib.sha256(group.encode()).hexdigest()[:8], 16) % one_in == 0
-
-
-def alpaca_eval(root: Path) -> Iterator[dict]:
-    """AlpacaEval's 805 instructions with reference outputs; `dataset` names five origins."""
-    path = next(Path(root).rglob("example/outputs.json"))
-    for index, row in enumerate(json.loads(path.read_text())):
-        source = f"alpaca_eval:{row['dataset']}"
-        yield _record(row["instruction"].strip(), label_reply(row["output"]), source, f"{source}:{index}", "reply")
 
 
 def chatterbot(root: Path) -> Iterator[dict]:
@@ -252,7 +243,6 @@ def perl_faq(root: Path) -> Iterator[dict]:
 
 
 HARVESTERS: dict[str, Callable[[Path], Iterator[dict]]] = {
-    "alpaca-eval": alpaca_eval,
     "chatterbot-corpus": chatterbot,
     "lm-eval": lm_eval,
     "inspect-evals": writingbench,
