@@ -46,3 +46,6 @@ class ReplyFormat:
 class ChatPrompt:
     ids: list[int]
     reply: ReplyFormat = field(default_factory=ReplyFormat)
+    # token counts worth a prefix-cache snapshot: the conversation before the generation prompt, where
+    # the next turn's prompt leaves this one when the template rewrites the reply (dropped reasoning)
+    cache_points: tuple[int, ...] = ()

@@ -28,6 +28,7 @@ class StepResult:
     probes: dict[str, list[float]] = field(default_factory=dict)  # engine -> probed alpha per would-be verify
     probing: bool = False      # the step also kept other engines in sync: its time is not the engine's cost
     logprobs: list[TokenLogprob] = field(default_factory=list)  # per emitted token, when the request asked
+    cached_tokens: int = 0     # first step only: prompt tokens restored from the prefix cache
 
 
 @dataclass(frozen=True)
@@ -99,10 +100,12 @@ class Engine(Protocol):
         cancel: CancelToken,
         switch: SwitchRule | None = None,
         peers: Mapping[str, Engine] | None = None,
+        prefix: Any = None,
     ) -> Iterator[StepResult]:
         """Prefill, then yield one StepResult per step until cancelled or the caller stops. With a
         `switch` rule the request may move mid-way to raw or to one of the `peers` (the other
-        loaded speculative engines, which share the target)."""
+        loaded speculative engines, which share the target). `prefix` (engines.prefill.PrefixPlan)
+        lets the prefill resume from the prefix cache."""
         ...
 
 
@@ -121,6 +124,16 @@ class GenerationChunk:
     reasoning: str = ""                # new reasoning text
     tool_calls: list[ToolCall] = field(default_factory=list)   # tool calls completed in this chunk
     logprobs: list[TokenLogprob] = field(default_factory=list)  # per token of token_ids, when asked
+    cached_tokens: int = 0             # prompt tokens served from the prefix cache (first chunk)
+
+
+@dataclass(frozen=True)
+class PrefixHint:
+    """How a request may use the prefix cache: whose entries it may reuse (a tenant; "" when shared)
+    and token boundaries worth a snapshot besides the end of its prompt."""
+
+    scope: str = ""
+    points: tuple[int, ...] = ()
 
 
 class Backend(Protocol):
@@ -151,12 +164,18 @@ class Backend(Protocol):
         cancel: CancelToken,
         switch: SwitchRule | None = None,
         reply: ReplyFormat | None = None,
+        prefix: PrefixHint | None = None,
     ) -> Iterator[GenerationChunk]:
         """`engine` starts the request; with a `switch` rule it may hand over to another engine;
-        with `reply`, reasoning and tool calls are split out of the text."""
+        with `reply`, reasoning and tool calls are split out of the text; with `prefix`, the prompt's
+        longest cached prefix in that scope is reused and new snapshots are stored."""
         ...
 
     def memory_bytes(self) -> dict[str, int]: ...
+
+    def prefix_cache_stats(self) -> dict[str, float] | None:
+        """Lookups, hits, cached tokens, evictions, bytes and entries of the prefix cache (None: off)."""
+        ...
 
     def end_thread(self) -> None:
         """The last model call of a thread that did model work (the worker, and the main thread that

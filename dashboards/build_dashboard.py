@@ -193,6 +193,20 @@ def build() -> dict[str, Any]:
     d.panel("table", "Build", [(f"max by (version, python_version, mlx_version, mlx_lm_version) "
                                 f"({q('switchyard_build_info')})", "")], instant=True)
 
+    d.row("Prefix cache")
+    d.timeseries("Prefix cache hit ratio", [
+        (f"sum({rate('switchyard_prefix_cache_hits_total')}) / sum({rate('switchyard_prefix_cache_lookups_total')})"
+         " > -1", "hits / lookups")], "percentunit",
+        description="Prefills that resumed from a cached prompt prefix (chat and agent turns resend the history).")
+    d.timeseries("Cached prompt tokens / s", [
+        (f"sum({rate('switchyard_prefix_cache_cached_tokens_total')})", "cached"),
+        (f"sum({rate('switchyard_prompt_tokens_total')})", "all prompt tokens")], "short")
+    d.timeseries("Prefix cache size", [
+        (f"max({q('switchyard_prefix_cache_bytes')})", "held"),
+        (f"max({q('switchyard_prefix_cache_max_bytes')})", "limit")], "bytes")
+    d.timeseries("Prefix cache evictions / s", [
+        (f"sum({rate('switchyard_prefix_cache_evictions_total')})", "evictions")], "short")
+
     d.row("Policy")
     d.stat("Last reload OK", f"min({q('switchyard_policy_last_reload_ok')})", "bool_yes_no", w=6)
     d.stat("Since last good reload", f"time() - max({q('switchyard_policy_last_reload_success_timestamp_seconds')})",

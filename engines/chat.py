@@ -78,7 +78,22 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
     return text + prefix, reply
 
 
+def _history_point(tokenizer: Any, ids: list[int], messages: list[dict], tools: list[dict] | None,
+                   template_kwargs: dict[str, Any] | None) -> tuple[int, ...]:
+    """Where the conversation ends and the generation prompt begins, in tokens (when the prompt's
+    tokens really start with the conversation's: BPE may merge across the seam)."""
+    try:
+        history = tokenizer.apply_chat_template(_template_messages(messages), tools=tools, tokenize=False,
+                                                add_generation_prompt=False, **dict(template_kwargs or {}))
+    except Exception:  # noqa: BLE001 - some templates refuse to end on a user turn: no extra point
+        return ()
+    head = list(tokenizer.encode(history, add_special_tokens=False))
+    return (len(head),) if 0 < len(head) < len(ids) and ids[: len(head)] == head else ()
+
+
 def chat_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
                 template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
     text, reply = render_chat(tokenizer, messages, tools, tool_choice, template_kwargs)
-    return ChatPrompt(list(tokenizer.encode(text, add_special_tokens=False)), reply)
+    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    offered = tools if tools and tool_choice != "none" else None
+    return ChatPrompt(ids, reply, _history_point(tokenizer, ids, messages, offered, template_kwargs))

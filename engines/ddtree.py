@@ -16,6 +16,7 @@ from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
 from .dflash import DFlashDrafter
+from .prefill import PrefixPlan
 from .sampling import choose
 from .speculative import Committed, Cycle, Prefilled, SpeculativeEngine, speculative_generate
 from .target import commit, forward_tree
@@ -128,9 +129,10 @@ class DDTreeEngine:
         cancel: CancelToken,
         switch: SwitchRule | None = None,
         peers: Mapping[str, SpeculativeEngine] | None = None,
+        prefix: PrefixPlan | None = None,
     ) -> Iterator[StepResult]:
         engines = {**(peers or {}), self.name: self}
-        return speculative_generate(self.bundle, engines, self.name, prompt_ids, params, cancel, switch)
+        return speculative_generate(self.bundle, engines, self.name, prompt_ids, params, cancel, switch, prefix=prefix)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
 from .mtp_head import MTPHead
-from .prefill import chunk_slices
+from .prefill import PrefixPlan, chunk_slices
 from .sampling import log_probs
 from .speculative import Committed, Cycle, Prefilled, SpeculativeEngine, speculative_generate, verify_one
 from .target import commit, forward_tree
@@ -51,9 +51,10 @@ class MTPEngine:
         cancel: CancelToken,
         switch: SwitchRule | None = None,
         peers: Mapping[str, SpeculativeEngine] | None = None,
+        prefix: PrefixPlan | None = None,
     ) -> Iterator[StepResult]:
         engines = {**(peers or {}), self.name: self}
-        return speculative_generate(self.bundle, engines, self.name, prompt_ids, params, cancel, switch)
+        return speculative_generate(self.bundle, engines, self.name, prompt_ids, params, cancel, switch, prefix=prefix)
 
 
 class _MTPDrafting:

@@ -7,11 +7,14 @@ own cache over the same chunks (`chunk_slices`).
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
 from typing import Sequence
 
 import mlx.core as mx
 
 from .bundle import ModelBundle
+from .prefix_cache import PrefixCache
 from .target import ForwardOutput, forward_causal
 
 PREFILL_CHUNK = 2048
@@ -27,19 +30,65 @@ def chunk_slices(length: int, *, last_alone: bool = False, size: int = PREFILL_C
     return slices
 
 
+@dataclass(frozen=True)
+class PrefixPlan:
+    """A request's use of the prefix cache: its scope (tenant) and the boundaries worth a snapshot
+    besides the end of the prompt (e.g. the end of the conversation before the generation prompt,
+    where the next turn's prompt diverges when the template drops old reasoning)."""
+
+    store: PrefixCache
+    scope: str = ""
+    points: tuple[int, ...] = ()
+
+
+def _concat(parts: list[ForwardOutput], capture: tuple[int, ...]) -> ForwardOutput:
+    if len(parts) == 1:
+        return parts[0]
+    return ForwardOutput(hidden=mx.concatenate([p.hidden for p in parts]),
+                         layer_outputs={i: mx.concatenate([p.layer_outputs[i] for p in parts]) for i in capture})
+
+
 def prefill(
     bundle: ModelBundle, cache: list, tokens: Sequence[int], capture: tuple[int, ...] = (), last_alone: bool = False
 ) -> ForwardOutput | None:
     """Append `tokens` to `cache`. Returns every row's final hidden state and the outputs of the
     `capture` layers (None when `tokens` is empty)."""
-    ids = mx.array([int(t) for t in tokens], dtype=mx.uint32)
+    return prefill_cached(bundle, cache, tokens, capture, last_alone)[0]
+
+
+def prefill_cached(
+    bundle: ModelBundle, cache: list, tokens: Sequence[int], capture: tuple[int, ...] = (), last_alone: bool = False,
+    plan: PrefixPlan | None = None,
+) -> tuple[ForwardOutput | None, int]:
+    """`prefill`, and how many leading tokens came from the prefix cache. With a plan, the longest
+    cached prefix of the tokens (all but a last-alone row) is restored instead of computed, and
+    snapshots are stored at the plan's boundaries and at the end of those tokens: the state there
+    is the same whichever engine prefills, so one entry serves raw, mtp and ddtree."""
+    ids = [int(t) for t in tokens]
+    body = len(ids) - 1 if last_alone and ids else len(ids)
+    keep = tuple(sorted(set(capture) | set(plan.store.capture))) if plan is not None else capture
+    array = mx.array(ids, dtype=mx.uint32)
     parts: list[ForwardOutput] = []
-    for rows in chunk_slices(len(tokens), last_alone=last_alone):
-        parts.append(forward_causal(bundle, ids[rows], cache, capture))
+    start = 0
+    if plan is not None:
+        entry = plan.store.lookup(plan.scope, ids[:body])
+        if entry is not None:
+            cache[:] = copy.deepcopy(entry.cache)   # the store's snapshot is never handed out
+            parts.append(ForwardOutput(entry.hidden, dict(entry.layers)))
+            start = len(entry.tokens)
+    bounds = sorted({p for p in (plan.points if plan else ()) if start < p < body} | {body})
+    done = start
+    for bound in bounds:
+        for rows in chunk_slices(bound - done):
+            parts.append(forward_causal(bundle, array[done + rows.start : done + rows.stop], cache, keep))
+            mx.eval(parts[-1].hidden, [c.state for c in cache])
+        if plan is not None and bound > done:
+            out = parts[0] = _concat(parts, keep)
+            del parts[1:]
+            plan.store.insert(plan.scope, ids[:bound], cache, out.hidden,
+                              {i: out.layer_outputs[i] for i in plan.store.capture})
+        done = bound
+    if body < len(ids):   # the last row alone: its logits come from a one-row forward, like a decode step's
+        parts.append(forward_causal(bundle, array[body:], cache, keep))
         mx.eval(parts[-1].hidden, [c.state for c in cache])
-    if not parts:
-        return None
-    return ForwardOutput(
-        hidden=mx.concatenate([p.hidden for p in parts]),
-        layer_outputs={i: mx.concatenate([p.layer_outputs[i] for p in parts]) for i in capture},
-    )
+    return (_concat(parts, keep) if parts else None), start

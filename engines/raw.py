@@ -3,6 +3,8 @@ over to raw mid-way: it continues from any target cache plus the pending token."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -12,7 +14,7 @@ from contracts.engine import CancelToken, StepResult, SwitchRule
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
-from .prefill import prefill
+from .prefill import PrefixPlan, prefill_cached
 from .processing import TargetProcessor
 from .sampling import Rng, SamplerConfig, choose, resolve
 
@@ -82,19 +84,24 @@ class RawEngine:
         cancel: CancelToken,
         switch: SwitchRule | None = None,
         peers: Mapping | None = None,
+        prefix: PrefixPlan | None = None,
     ) -> Iterator[StepResult]:
         """Plain decoding, unless the rule lets the request move to a speculative peer: then it runs
         in the one speculative loop, which probes the peers for the rule's first steps."""
         if switch is not None and switch.probe_steps > 0 and any(t in (peers or {}) for t in switch.targets):
             from .speculative import speculative_generate  # the loop builds on this module's decode
 
-            return speculative_generate(self.bundle, dict(peers or {}), self.name, prompt_ids, params, cancel, switch)
-        return self._generate(prompt_ids, params, cancel)
+            return speculative_generate(self.bundle, dict(peers or {}), self.name, prompt_ids, params, cancel, switch,
+                                        prefix=prefix)
+        return self._generate(prompt_ids, params, cancel, prefix)
 
-    def _generate(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken) -> Iterator[StepResult]:
+    def _generate(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken,
+                  prefix: PrefixPlan | None) -> Iterator[StepResult]:
         cfg = resolve(params, self.bundle.generation)
         rng = Rng(params.seed)
         processor = TargetProcessor(params, prompt_ids, self.bundle.tokenizer, self.bundle.vocab_size)
         cache = self.bundle.make_cache()
-        prefill(self.bundle, cache, prompt_ids[:-1])
-        yield from decode(self.bundle, cache, int(prompt_ids[-1]), cfg, rng, cancel, processor=processor)
+        _, cached = prefill_cached(self.bundle, cache, prompt_ids[:-1], plan=prefix)
+        steps = decode(self.bundle, cache, int(prompt_ids[-1]), cfg, rng, cancel, processor=processor)
+        for index, step in enumerate(steps):
+            yield replace(step, cached_tokens=cached) if index == 0 else step

@@ -11,7 +11,7 @@ from typing import Any
 import mlx.core as mx
 
 from contracts.chat import ChatPrompt, ReplyFormat
-from contracts.engine import CancelToken, Engine, GenerationChunk, SwitchRule
+from contracts.engine import CancelToken, Engine, GenerationChunk, PrefixHint, SwitchRule
 from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError, SwitchyardError
 from contracts.sampling import SamplingParams
 
@@ -22,6 +22,8 @@ from .ddtree import DDTreeEngine
 from .dflash import load_drafter
 from .mtp import MTPEngine
 from .mtp_head import load_mtp_head
+from .prefill import PrefixPlan
+from .prefix_cache import PrefixCache
 from .raw import RawEngine
 from .reply import ReplySplitter, split_reply
 from .text import stream_text
@@ -37,10 +39,13 @@ def default_draft_dir(model_dir: Path) -> Path | None:
 class Runtime:
     """Implements contracts.engine.Backend. Everything but the properties runs on one worker thread."""
 
-    def __init__(self, bundle: ModelBundle, engines: dict[str, Engine], model_id: str):
+    def __init__(self, bundle: ModelBundle, engines: dict[str, Engine], model_id: str, prefix_cache_bytes: int = 0):
         self.bundle = bundle
         self.engines = engines
         self.model_id = model_id
+        # one entry serves every engine: it keeps the layers any of them builds its state from
+        self.prefix_cache: PrefixCache | None = None
+        self.set_prefix_cache(prefix_cache_bytes)
         mtp = engines.get("mtp")
         ddtree = engines.get("ddtree")
         self.mtp_head_bytes = mtp.head.nbytes() if isinstance(mtp, MTPEngine) else 0
@@ -85,6 +90,7 @@ class Runtime:
         cancel: CancelToken,
         switch: SwitchRule | None = None,
         reply: ReplyFormat | None = None,
+        prefix: PrefixHint | None = None,
     ) -> Iterator[GenerationChunk]:
         if engine not in self.engines:
             raise EngineUnavailableError(
@@ -99,7 +105,9 @@ class Runtime:
                 param="messages", code="context_length_exceeded",
             )
         peers = {name: e for name, e in self.engines.items() if name not in ("raw", engine)}
-        steps = self.engines[engine].generate(prompt_ids, params, cancel, switch=switch, peers=peers)
+        plan = PrefixPlan(self.prefix_cache, prefix.scope, prefix.points) \
+            if prefix is not None and self.prefix_cache is not None else None
+        steps = self.engines[engine].generate(prompt_ids, params, cancel, switch=switch, peers=peers, prefix=plan)
         chunks = stream_text(
             steps, self.bundle.tokenizer, eos_token_ids=self.bundle.eos_token_ids,
             max_tokens=params.max_tokens, stops=params.stop, prompt_tokens=len(prompt_ids),
@@ -122,11 +130,26 @@ class Runtime:
         mx.synchronize()   # nothing of this thread's may still be running on a stream
         mx.clear_streams()
 
+    def set_prefix_cache(self, max_bytes: int) -> None:
+        """Turn the prefix cache on with a byte budget (0: off; entries held now are dropped)."""
+        capture = tuple(sorted({i for e in self.engines.values() for i in getattr(e, "capture", ())}))
+        self.prefix_cache = PrefixCache(max_bytes, capture) if max_bytes > 0 else None
+
+    def prefix_cache_stats(self) -> dict[str, float] | None:
+        store = self.prefix_cache
+        if store is None:
+            return None
+        s = store.stats
+        return {"lookups": s.lookups, "hits": s.hits, "cached_tokens": s.cached_tokens, "evictions": s.evictions,
+                "inserts": s.inserts, "bytes": store.bytes, "entries": len(store.entries),
+                "max_bytes": store.max_bytes}
+
     def memory_bytes(self) -> dict[str, int]:
         return {
             "parameters": self.bundle.parameter_bytes(),
             "mtp_head": self.mtp_head_bytes,
             "drafter": self.drafter_bytes,
+            "prefix_cache": self.prefix_cache.bytes if self.prefix_cache is not None else 0,
             "active": int(mx.get_active_memory()),
             "peak": int(mx.get_peak_memory()),
         }
@@ -140,6 +163,7 @@ def load_runtime(
     draft_dir: str | os.PathLike[str] | None = None,
     tree_budget: int = 4,
     dtype: str | None = "auto",
+    prefix_cache_bytes: int = 0,
 ) -> Runtime:
     """Load the target once and build every engine on top of it.
 
@@ -163,4 +187,5 @@ def load_runtime(
                  cfg.block_size, list(cfg.target_layer_ids), cfg.mask_token_id, cfg.rope.describe())
         engines["ddtree"] = DDTreeEngine(bundle, drafter, budget=tree_budget)
     log.info("loaded %s with engines %s", path, ", ".join(engines))
-    return Runtime(bundle, engines, model_id=path.name if path.name != "target" else path.parent.name)
+    return Runtime(bundle, engines, model_id=path.name if path.name != "target" else path.parent.name,
+                   prefix_cache_bytes=prefix_cache_bytes)

@@ -14,7 +14,7 @@ from contracts.engine import CancelToken, StepResult, SwitchRule
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
-from .prefill import prefill
+from .prefill import PrefixPlan, prefill_cached
 from .processing import TargetProcessor
 from .raw import decode
 from .sampling import Rng, SamplerConfig, choose, log_probs, resolve
@@ -152,6 +152,7 @@ def speculative_generate(
     params: SamplingParams,
     cancel: CancelToken,
     switch: SwitchRule | None,
+    prefix: PrefixPlan | None = None,
 ) -> Iterator[StepResult]:
     """The one speculative decode loop: prefill, first token, then steps until cancelled.
 
@@ -172,7 +173,7 @@ def speculative_generate(
     probe_every = switch.probe_every if switch is not None else 1
 
     processor = TargetProcessor(params, prompt_ids, bundle.tokenizer, bundle.vocab_size)
-    prefilled = prefill(bundle, cache, prompt_ids, capture, last_alone=True)
+    prefilled, cached = prefill_cached(bundle, cache, prompt_ids, capture, last_alone=True, plan=prefix)
     first_logits = processor.apply(bundle.lm_head(prefilled.hidden[-1:]), [[]])
     first = choose(first_logits, cfg, rng)
     request = Prefilled(cache, mx.array([int(t) for t in prompt_ids], dtype=mx.uint32), prefilled, first, cfg, rng,
@@ -182,7 +183,7 @@ def speculative_generate(
     logprobs = processor.logprobs(first_logits, [pending])
     processor.advance([pending])
     now = time.perf_counter()
-    yield StepResult(tokens=[pending], seconds=now - started, engine=running, logprobs=logprobs)
+    yield StepResult(tokens=[pending], seconds=now - started, engine=running, logprobs=logprobs, cached_tokens=cached)
     started = now
 
     watch = SwitchWatch(switch, running)

@@ -76,6 +76,7 @@ def stream_text(
             yield GenerationChunk(
                 text=text, token_ids=kept, finish_reason=finish, step=step,
                 prompt_tokens=prompt_tokens, completion_tokens=produced, logprobs=step.logprobs[: len(kept)],
+                cached_tokens=step.cached_tokens,
             )
             if finish is not None:
                 return

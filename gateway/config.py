@@ -36,4 +36,6 @@ class GatewayConfig(BaseModel):
     # API keys (Authorization: Bearer); empty = no auth (only allowed on a loopback bind, see serve).
     api_keys: tuple[str, ...] = Field((), repr=False)
     protect_metrics: bool = True   # with keys: /metrics needs one too (False: open, for a local Prometheus)
+    # With API keys, a prefix-cache entry is reused only by requests with the same key, unless shared.
+    share_prefix_cache: bool = False
     protect_admin: bool = True     # with keys: /admin/* and /v1/router/stats need one (False: loopback clients only)

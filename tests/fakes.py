@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 
 from contracts.chat import ChatPrompt, ReplyFormat
-from contracts.engine import CancelToken, GenerationChunk, StepResult, SwitchRule
+from contracts.engine import CancelToken, GenerationChunk, PrefixHint, StepResult, SwitchRule
 from contracts.errors import EngineFailure, InvalidRequestError
 from contracts.sampling import SamplingParams
 from gateway.routing.interface import RouteDecision, RouteRequest
@@ -58,6 +58,7 @@ class FakeBackend:
     started: threading.Event = field(default_factory=threading.Event)
     encoded: list[str] = field(default_factory=list)
     chats: list[dict] = field(default_factory=list)
+    prefixes: list = field(default_factory=list)
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
         self.threads.add(threading.get_ident())
@@ -93,8 +94,9 @@ class FakeBackend:
 
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, engine: str, cancel: CancelToken,
-        switch: SwitchRule | None = None, reply: ReplyFormat | None = None,
+        switch: SwitchRule | None = None, reply: ReplyFormat | None = None, prefix: PrefixHint | None = None,
     ) -> Iterator[GenerationChunk]:
+        self.prefixes.append(prefix)
         chunks = self._generate(prompt_ids, params, engine, cancel, switch, reply)
         if reply is None or self.tokenizer is None:
             return chunks

@@ -50,6 +50,11 @@ def _register_limits_and_auth(p: argparse.ArgumentParser) -> None:
     g.add_argument("--default-max-tokens", type=int, default=d.default_max_tokens, metavar="N",
                    help="max_tokens when a request does not say, shortened to the room the prompt leaves in "
                         "the context (default: %(default)s)")
+    g.add_argument("--prefix-cache-bytes", type=int, default=None, metavar="N",
+                   help="bytes the prefix cache may hold (prompt snapshots reused across requests); 0 turns it "
+                        "off (default: a quarter of the memory free after the model loads)")
+    g.add_argument("--share-prefix-cache", action="store_true",
+                   help="with API keys, let requests of different keys reuse each other's cached prompts")
     g.add_argument("--max-choices", type=int, default=d.max_choices, metavar="N",
                    help="largest `n` a request may ask for (default: %(default)s)")
     g.add_argument("--allowed-origins", default="", metavar="LIST",
@@ -84,8 +89,20 @@ def _config_from_args(args: argparse.Namespace) -> GatewayConfig:
         max_stop_sequences=args.max_stop_sequences, max_messages=args.max_messages, max_choices=args.max_choices,
         allowed_origins=tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip()),
         request_timeout_seconds=args.request_timeout or None, api_keys=keys,
+        share_prefix_cache=args.share_prefix_cache,
         protect_metrics=not args.open_metrics, protect_admin=not args.open_admin,
     )
+
+
+def default_prefix_cache_bytes(model_bytes: int) -> int:
+    """A quarter of the memory free after the model loaded (Linux: available pages; elsewhere the
+    physical memory less the weights), so cached prompts never push the machine into swap."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * page
+    except (ValueError, OSError):   # macOS has no SC_AVPHYS_PAGES
+        free = os.sysconf("SC_PHYS_PAGES") * page - model_bytes
+    return max(0, free // 4)
 
 
 def _fail(message: str) -> int:
@@ -126,6 +143,11 @@ def serve(args: argparse.Namespace) -> int:
         except ModelLoadError as exc:
             return _fail(str(exc))
     console.print(f"Loaded [bold]{runtime.model_id}[/]; engines: {', '.join(runtime.engine_names)}", highlight=False)
+    cache_bytes = args.prefix_cache_bytes if args.prefix_cache_bytes is not None else default_prefix_cache_bytes(
+        runtime.memory_bytes().get("parameters", 0))
+    runtime.set_prefix_cache(max(0, cache_bytes))
+    logging.getLogger("switchyard.runtime").info(
+        "prefix cache: %s", f"up to {cache_bytes / 2**20:.0f} MiB" if cache_bytes > 0 else "off")
     _log_inspection(args)
     if config.api_keys:  # never the keys themselves
         console.print(f"API keys: {len(config.api_keys)}; /metrics {'needs a key' if config.protect_metrics else 'open'}; "

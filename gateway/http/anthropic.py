@@ -117,6 +117,12 @@ def to_chat_request(req: MessagesRequest) -> dict[str, Any]:
     return body
 
 
+def _usage(record: RequestRecord, output_tokens: int) -> dict[str, int]:
+    """Anthropic counts cache reads apart from `input_tokens` (their sum is the prompt)."""
+    return {"input_tokens": record.prompt_tokens - record.cached_tokens, "output_tokens": output_tokens,
+            "cache_read_input_tokens": record.cached_tokens, "cache_creation_input_tokens": 0}
+
+
 def _tool_use(call: ToolCall) -> dict[str, Any]:
     try:
         arguments = json.loads(call.arguments) if call.arguments else {}
@@ -142,7 +148,7 @@ class AnthropicRenderer:
         content.extend(_tool_use(call) for call in choice.tool_calls)
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
                 "stop_reason": STOP_REASONS.get(choice.finish_reason or "stop", "end_turn"), "stop_sequence": None,
-                "usage": {"input_tokens": record.prompt_tokens, "output_tokens": record.completion_tokens}}
+                "usage": _usage(record, record.completion_tokens)}
 
     def choice_started(self, choice: ChoiceReply) -> list[bytes]:
         return []
@@ -150,7 +156,7 @@ class AnthropicRenderer:
     def opening(self, record: RequestRecord) -> list[bytes]:
         message = {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
                    "stop_reason": None, "stop_sequence": None,
-                   "usage": {"input_tokens": record.prompt_tokens, "output_tokens": 0}}
+                   "usage": _usage(record, 0)}
         return [event({"type": "message_start", "message": message}, "message_start")]
 
     def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:

@@ -23,6 +23,14 @@ OPEN_PATHS = frozenset({"/health", "/openapi.json"})
 ADMIN_PREFIXES = ("/admin/", "/v1/router/")
 MIN_KEY_CHARS = 16
 AUTHENTICATED = "switchyard.authenticated"   # scope key: True when the request carried a valid key
+KEY_ID = "switchyard.key_id"                 # scope key: a fingerprint of that key (prefix-cache tenant)
+
+
+def key_fingerprint(key: str) -> str:
+    """Names a tenant without keeping its key: the first 16 hex digits of its SHA-256."""
+    import hashlib
+
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 class AuthConfigError(ValueError):
@@ -155,6 +163,8 @@ class ApiKeyMiddleware:
         token = bearer_token(scope)
         authenticated = self.checker.enabled and token is not None and self.checker.valid(token)
         scope[AUTHENTICATED] = authenticated
+        if authenticated and token is not None:
+            scope[KEY_ID] = key_fingerprint(token)
         if self.checker.enabled and not authenticated and self._needs_key(scope.get("path", "")):
             if token is None:
                 err = unauthorized("You didn't provide an API key. Send it as 'Authorization: Bearer <key>'.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -20,6 +20,7 @@ from gateway.worker.pipeline import ChoiceStart, run_request
 from gateway.worker.scheduler import Ticket
 from gateway.worker.spec import RequestSpec
 
+from .auth import KEY_ID
 from .disconnect import DisconnectWatcher
 from .errors import APIError, bad_request, from_exception, from_validation_error
 from .openai_render import OpenAIRenderer
@@ -131,6 +132,8 @@ async def _admit(request: Request, state: GatewayState, endpoint: Endpoint) -> t
     with request.app.state.body_budget.slot():
         data = await read_json_object(request, state.config.max_body_bytes)
     admitted = endpoint.translate(data, request, state)
+    if state.config.api_keys and not state.config.share_prefix_cache:   # tenants never share cached prompts
+        admitted.spec = replace(admitted.spec, cache_scope=request.scope.get(KEY_ID, "anonymous"))
     spec, backend, router = admitted.spec, state.backend, state.router
     ticket = state.scheduler.submit(lambda t: run_request(backend, router, spec, t.cancel_token, t.admitted_depth))
     return admitted, ticket

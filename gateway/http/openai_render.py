@@ -29,6 +29,7 @@ from .schemas import (
     CompletionLogprobs,
     FunctionCallDelta,
     FunctionCallOut,
+    PromptTokensDetails,
     TokenLogprobOut,
     ToolCallDelta,
     ToolCallOut,
@@ -38,8 +39,10 @@ from .schemas import (
 from .sse import DONE, event
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> Usage:
-    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+def usage(record: RequestRecord) -> Usage:
+    prompt, completion = record.prompt_tokens, record.completion_tokens
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                 prompt_tokens_details=PromptTokensDetails(cached_tokens=record.cached_tokens))
 
 
 def _bytes(text: str) -> list[int]:
@@ -87,7 +90,7 @@ class OpenAIRenderer:
 
     # ---- full body ----
     def full(self, record: RequestRecord) -> dict[str, Any]:
-        u = usage(record.prompt_tokens, record.completion_tokens)
+        u = usage(record)
         if self.chat:
             choices = [ChatChoice(index=c.index, message=self._message(c), finish_reason=c.finish_reason,
                                   logprobs=chat_logprobs(c.logprobs) if self.logprobs else None)
@@ -141,7 +144,7 @@ class OpenAIRenderer:
     def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
         frames = []
         if include_usage:
-            u = usage(record.prompt_tokens, record.completion_tokens)
+            u = usage(record)
             body = (ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=[], usage=u)
                     if self.chat else Completion(id=self.id, created=self.created, model=self.model, choices=[], usage=u))
             frames.append(event(body.model_dump()))

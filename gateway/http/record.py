@@ -46,6 +46,7 @@ class RequestRecord:
         self.decision: RouteDecision | None = None
         self.meter: RequestMeter | None = None
         self.prompt_tokens = 0
+        self.cached_tokens = 0               # prompt tokens the prefix cache served
         self.first_token_s: float | None = None
         self.choices: list[ChoiceReply] = []
         self._done = False
@@ -79,6 +80,7 @@ class RequestRecord:
         choice.completion_tokens = chunk.completion_tokens or (choice.completion_tokens + len(chunk.token_ids))
         if chunk.prompt_tokens:
             self.prompt_tokens = chunk.prompt_tokens
+        self.cached_tokens = max(self.cached_tokens, chunk.cached_tokens)
         if chunk.finish_reason is not None:
             choice.finish_reason = chunk.finish_reason
         choice.text.append(chunk.text)

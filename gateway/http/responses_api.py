@@ -134,7 +134,7 @@ class ResponsesRenderer:
         }
         if record is not None:
             reasoning_tokens = 0
-            body["usage"] = {"input_tokens": record.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+            body["usage"] = {"input_tokens": record.prompt_tokens, "input_tokens_details": {"cached_tokens": record.cached_tokens},
                              "output_tokens": record.completion_tokens,
                              "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
                              "total_tokens": record.prompt_tokens + record.completion_tokens}

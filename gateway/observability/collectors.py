@@ -12,7 +12,7 @@ from importlib import metadata
 from typing import Any, Iterator
 
 from prometheus_client import Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from contracts.engine import Backend
@@ -21,7 +21,14 @@ from contracts.names import ENGINE_NAMES
 log = logging.getLogger("switchyard.metrics")
 
 # Keys of Runtime.memory_bytes(); anything else is summed under "other".
-MEMORY_KINDS: tuple[str, ...] = ("parameters", "mtp_head", "drafter", "active", "peak")
+MEMORY_KINDS: tuple[str, ...] = ("parameters", "mtp_head", "drafter", "prefix_cache", "active", "peak")
+# Backend.prefix_cache_stats() keys exported as counters (monotonic) and gauges (current size)
+PREFIX_COUNTERS = (("lookups", "Prefix cache lookups (one per prefill)"),
+                   ("hits", "Prefills that resumed from a cached prefix"),
+                   ("cached_tokens", "Prompt tokens restored from the prefix cache instead of computed"),
+                   ("evictions", "Prefix cache entries evicted to stay within the byte limit"))
+PREFIX_GAUGES = (("bytes", "Bytes held by the prefix cache"), ("entries", "Prefix snapshots held"),
+                 ("max_bytes", "The prefix cache's byte limit (0: disabled)"))
 EXPLORATION_KINDS: tuple[str, ...] = ("none", "epsilon", "thompson")
 
 
@@ -50,7 +57,7 @@ class BackendCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         memory = GaugeMetricFamily(
             "switchyard_model_memory_bytes",
-            "Model memory by kind: parameters, mtp_head, drafter (weights); active, peak (MLX allocator)",
+            "Model memory by kind: parameters, mtp_head, drafter (weights); prefix_cache; active, peak (MLX allocator)",
             labels=["kind"],
         )
         try:
@@ -71,6 +78,20 @@ class BackendCollector(Collector):
         for engine in ENGINE_NAMES:
             loaded.add_metric([engine], 1.0 if engine in self._backend.engine_names else 0.0)
         yield loaded
+        yield from self._prefix_cache()
+
+    def _prefix_cache(self) -> Iterator[Metric]:
+        try:
+            stats = getattr(self._backend, "prefix_cache_stats", lambda: None)() or {}
+        except Exception:  # a scrape must never fail because of the backend
+            log.exception("prefix_cache_stats() failed")
+            stats = {}
+        for key, text in PREFIX_COUNTERS:
+            counter = CounterMetricFamily(f"switchyard_prefix_cache_{key}", text)
+            counter.add_metric([], float(stats.get(key, 0)))
+            yield counter
+        for key, text in PREFIX_GAUGES:
+            yield GaugeMetricFamily(f"switchyard_prefix_cache_{key}", text, value=float(stats.get(key, 0)))
 
 
 class PolicyInfoCollector(Collector):

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from contracts.chat import ReplyFormat
-from contracts.engine import Backend, CancelToken, GenerationChunk
+from contracts.engine import Backend, CancelToken, GenerationChunk, PrefixHint
 from contracts.errors import InvalidRequestError
 from gateway.routing.interface import RouteDecision, Router, RouteRequest
 
@@ -31,17 +31,17 @@ class ChoiceStart:
     index: int
 
 
-def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[int], ReplyFormat | None]:
+def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[int], ReplyFormat | None, PrefixHint]:
     if spec.messages is None:
-        return backend.encode_prompt(spec.prompt or ""), None
+        return backend.encode_prompt(spec.prompt or ""), None, PrefixHint(spec.cache_scope)
     prompt = backend.chat_prompt(spec.messages, spec.tools, spec.tool_choice, spec.template_kwargs)
-    return prompt.ids, prompt.reply
+    return prompt.ids, prompt.reply, PrefixHint(spec.cache_scope, prompt.cache_points)
 
 
 def run_request(
     backend: Backend, router: Router, spec: RequestSpec, cancel: CancelToken, queue_depth: int
 ) -> Iterator[Routed | ChoiceStart | GenerationChunk]:
-    prompt_ids, reply = _prompt(backend, spec)
+    prompt_ids, reply, prefix = _prompt(backend, spec)
     params = spec.params
     room = backend.context_length - len(prompt_ids)
     if spec.max_tokens_defaulted and 0 < room < params.max_tokens:
@@ -65,7 +65,7 @@ def run_request(
             # each choice is its own sample: a fixed seed gives n different (reproducible) choices
             choice_params = replace(params, seed=params.seed + index) if params.seed is not None else params
             chunks = backend.generate(prompt_ids, choice_params, decision.engine, cancel, switch=decision.switch,
-                                      reply=reply)
+                                      reply=reply, prefix=prefix)
             for chunk in _one_call_at_most(chunks) if not spec.parallel_tool_calls else chunks:
                 if chunk.step is not None:
                     _safely(router.observe, decision, chunk.step)

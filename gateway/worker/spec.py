@@ -24,3 +24,4 @@ class RequestSpec:
     template_kwargs: dict[str, Any] = field(default_factory=dict)   # chat template switches (enable_thinking...)
     n: int = 1                           # choices, generated one after another
     parallel_tool_calls: bool = True     # False: at most one tool call per choice
+    cache_scope: str = ""                # whose prefix-cache entries it may reuse (a tenant; "" = shared)
