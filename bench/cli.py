@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ENGINE_CHOICES = ("raw", "mtp", "ddtree", "ddtree1", "auto")
-WORKLOAD_CHOICES = ("mixed", "code", "prose", "structured")
+WORKLOAD_CHOICES = ("mixed", "code", "prose", "structured", "multiturn")
 
 
 def _engines(text: str) -> tuple[str, ...]:
@@ -58,6 +58,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def bench(args: argparse.Namespace) -> int:
+    if args.workload == "multiturn":   # TTFT per turn with / without the prefix cache, and mlx_lm.server
+        from engines.checkpoint import default_model_dir
+
+        from .multiturn import run
+
+        model = Path(args.model) if args.model else default_model_dir()
+        report = run(model, Path(args.out), max_tokens=min(args.max_tokens, 64))
+        print((Path(args.out) / "multiturn.md").read_text())
+        return 0 if report["series"] else 1
     from gateway.cli.blas import reexec_with_openblas
 
     reexec_with_openblas("bench")  # measure what `switchyard serve` runs (same BLAS choice, same opt-out)

@@ -4,6 +4,7 @@
 #   bash bench/device_run.sh verify                              # kernel check + verify-cost profile + engines
 #   bash bench/device_run.sh engines                             # fp32 diagnostic + engines, reference vs CUDA paths
 #   bash bench/device_run.sh profile                             # host vs device per step, verify costs, fp32 losslessness
+#   bash bench/device_run.sh multiturn                           # prefix cache: TTFT per turn vs mlx_lm.server
 # Logs and results go to $OUT (what the device tool brings back).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -20,6 +21,12 @@ case "$task" in
     rm -rf /tmp/bench-out   # a warm machine keeps the previous run's files
     python3 -m gateway.cli bench --out /tmp/bench-out "$@" 2>&1 | quiet | tee "$OUT/bench.log"
     tar -C /tmp -czf "$OUT/bench.tgz" bench-out
+    ;;
+  multiturn)
+    # TTFT per turn with / without the prefix cache and mlx_lm.server (issue 20)
+    rm -rf /tmp/mt
+    python3 -m gateway.cli bench --workload multiturn --out /tmp/mt "$@" 2>&1 | quiet | tee "$OUT/multiturn.log"
+    cp /tmp/mt/multiturn.md /tmp/mt/multiturn.json "$OUT/" 2>/dev/null
     ;;
   verify)
     timeout 60 python3 -m bench.check_gdn_kernel 2>&1 | quiet | tee "$OUT/kernel_check.txt"
@@ -45,7 +52,7 @@ case "$task" in
     grep -A1 "losslessness" /tmp/lossless/report.md | tee "$OUT/lossless.txt"
     ;;
   *)
-    echo "unknown task $task (bench | verify | engines | profile)" >&2
+    echo "unknown task $task (bench | verify | engines | profile | multiturn)" >&2
     exit 2
     ;;
 esac

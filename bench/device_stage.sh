@@ -42,7 +42,8 @@ count=$(( (total + part - 1) / part ))
 rm -rf .mlxp[0-9]*
 for k in $(seq 1 "$count"); do
   mkdir -p ".mlxp$k"
-  grep -qxF "/.mlxp$k/" .git/info/exclude 2>/dev/null || echo "/.mlxp$k/" >> .git/info/exclude
+  exclude="$(git rev-parse --git-dir)/info/exclude"; mkdir -p "$(dirname "$exclude")"
+  grep -qxF "/.mlxp$k/" "$exclude" 2>/dev/null || echo "/.mlxp$k/" >> "$exclude"
   dd if="$payload" of=".mlxp$k/part_$(printf %02d "$k")" bs=1M iflag=skip_bytes,count_bytes \
      skip=$(( (k - 1) * part )) count="$part" status=none
 done

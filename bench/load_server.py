@@ -35,7 +35,9 @@ class ServeProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gateway.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
              "--log-level", "warning", *serve_args],
-            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH"))
+                                                                     if p)},
+            stdout=self._log, stderr=subprocess.STDOUT,
         )
         self.pid = self.proc.pid   # serve may re-exec itself (OpenBLAS): exec keeps the pid
         deadline = time.monotonic() + startup_timeout

@@ -118,8 +118,19 @@ class DDTreeEngine:
         return chain_tree(order) if proposal.budget == 1 else build_tree(top_lp, order, proposal.budget)
 
     def start(self, request: Prefilled) -> _TreeDrafting:
-        context = self.drafter.new_context(self.context_sink, self.context_window)
-        self.drafter.add_context(self._features(request.out.layer_outputs, slice(None)), context)
+        layers, prefix = request.out.layer_outputs, request.prefix
+        found = prefix.extra(self.name) if prefix is not None else None
+        done, context = found if found is not None else (0, self.drafter.new_context(self.context_sink,
+                                                                                        self.context_window))
+        # the drafter's context rows are per-row projections of the target's layers: an entry of L
+        # tokens can hold the context after its L rows (added in pieces or at once, the same rows stay)
+        stored = prefix.stored if prefix is not None else None
+        if stored is not None and self.name not in stored.extras and done < len(stored.tokens):
+            self.drafter.add_context(self._features(layers, slice(done, len(stored.tokens))), context)
+            done = len(stored.tokens)
+            mx.eval(context.keys, context.values, context.positions)
+            prefix.deposit(self.name, done, context, context.nbytes)
+        self.drafter.add_context(self._features(layers, slice(done, None)), context)
         return _TreeDrafting(self, request, context)
 
     def generate(

@@ -94,6 +94,10 @@ class DraftContext:
         self.length = 0  # committed positions seen (the next context row's position)
         self.sink, self.window = sink, window
 
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (*self.keys, *self.values) if a is not None) + self.positions.nbytes
+
     def append(self, layer: int, keys: mx.array, values: mx.array) -> None:
         old_k, old_v = self.keys[layer], self.values[layer]
         self.keys[layer] = keys if old_k is None else mx.concatenate([old_k, keys], axis=2)

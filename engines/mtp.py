@@ -12,7 +12,7 @@ from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
 from .mtp_head import MTPHead
-from .prefill import PrefixPlan, chunk_slices
+from .prefill import PrefixPlan, PrefixUse, chunk_slices
 from .sampling import log_probs
 from .speculative import Committed, Cycle, Prefilled, SpeculativeEngine, speculative_generate, verify_one
 from .target import commit, forward_tree
@@ -66,8 +66,29 @@ class _MTPDrafting:
         self.head_cache = KVCache()
         # head rows 0..n-1 pair H[t] with x[t+1]; the first generated token closes the last row
         next_tokens = mx.concatenate([request.prompt[1:], request.first.astype(mx.uint32)])
-        rows = engine.head_rows(next_tokens, request.out.hidden, self.head_cache)
+        done = self._resume(request.prefix)
+        done = self._deposit(request.prefix, next_tokens, request.out.hidden, done)
+        rows = engine.head_rows(next_tokens[done:], request.out.hidden[done:], self.head_cache)
         self.draft_logits = engine.bundle.lm_head(rows[-1])
+
+    # The prefix cache: head rows 0..L-2 depend only on the first L tokens, so an entry of L tokens
+    # can hold the head's cache after them; a later request resumes there instead of redoing them.
+    def _resume(self, prefix: PrefixUse | None) -> int:
+        found = prefix.extra(self.engine.name) if prefix is not None else None
+        if found is None:
+            return 0
+        length, self.head_cache = found
+        return length - 1
+
+    def _deposit(self, prefix: PrefixUse | None, next_tokens: mx.array, hidden: mx.array, done: int) -> int:
+        stored = prefix.stored if prefix is not None else None
+        if stored is None or self.engine.name in stored.extras or len(stored.tokens) - 1 <= done:
+            return done
+        upto = len(stored.tokens) - 1
+        self.engine.head_rows(next_tokens[done:upto], hidden[done:upto], self.head_cache)
+        mx.eval(self.head_cache.state)
+        prefix.deposit(self.engine.name, len(stored.tokens), self.head_cache, self.head_cache.nbytes)
+        return upto
 
     def cycle(self, pending: int, sync: bool) -> Cycle:
         bundle, cfg, rng = self.engine.bundle, self.cfg, self.rng

@@ -14,7 +14,7 @@ from typing import Sequence
 import mlx.core as mx
 
 from .bundle import ModelBundle
-from .prefix_cache import PrefixCache
+from .prefix_cache import PrefixCache, PrefixEntry
 from .target import ForwardOutput, forward_causal
 
 PREFILL_CHUNK = 2048
@@ -41,6 +41,26 @@ class PrefixPlan:
     points: tuple[int, ...] = ()
 
 
+@dataclass
+class PrefixUse:
+    """What a prefill did with the prefix cache: the entry it resumed from (if any) and the entry
+    at the end of its tokens (engines deposit their own state there, and resume from it later)."""
+
+    store: PrefixCache
+    resumed: PrefixEntry | None
+    stored: PrefixEntry | None
+
+    def extra(self, engine: str) -> tuple[int, object] | None:
+        """(rows, state) an engine may resume from: its deposit on the resumed entry."""
+        if self.resumed is not None and engine in self.resumed.extras:
+            return len(self.resumed.tokens), copy.deepcopy(self.resumed.extras[engine])
+        return None
+
+    def deposit(self, engine: str, rows: int, state: object, nbytes: int) -> None:
+        if self.stored is not None and len(self.stored.tokens) == rows:
+            self.store.add_extra(self.stored, engine, state, nbytes)
+
+
 def _concat(parts: list[ForwardOutput], capture: tuple[int, ...]) -> ForwardOutput:
     if len(parts) == 1:
         return parts[0]
@@ -59,7 +79,7 @@ def prefill(
 def prefill_cached(
     bundle: ModelBundle, cache: list, tokens: Sequence[int], capture: tuple[int, ...] = (), last_alone: bool = False,
     plan: PrefixPlan | None = None,
-) -> tuple[ForwardOutput | None, int]:
+) -> tuple[ForwardOutput | None, int, PrefixUse | None]:
     """`prefill`, and how many leading tokens came from the prefix cache. With a plan, the longest
     cached prefix of the tokens (all but a last-alone row) is restored instead of computed, and
     snapshots are stored at the plan's boundaries and at the end of those tokens: the state there
@@ -70,6 +90,7 @@ def prefill_cached(
     array = mx.array(ids, dtype=mx.uint32)
     parts: list[ForwardOutput] = []
     start = 0
+    entry = stored = None
     if plan is not None:
         entry = plan.store.lookup(plan.scope, ids[:body])
         if entry is not None:
@@ -85,10 +106,13 @@ def prefill_cached(
         if plan is not None and bound > done:
             out = parts[0] = _concat(parts, keep)
             del parts[1:]
-            plan.store.insert(plan.scope, ids[:bound], cache, out.hidden,
-                              {i: out.layer_outputs[i] for i in plan.store.capture})
+            stored = plan.store.insert(plan.scope, ids[:bound], cache, out.hidden,
+                                       {i: out.layer_outputs[i] for i in plan.store.capture})
         done = bound
+    if plan is not None and entry is not None and len(entry.tokens) == body:
+        stored = entry   # the whole body came from the cache: deposits go to that entry
     if body < len(ids):   # the last row alone: its logits come from a one-row forward, like a decode step's
         parts.append(forward_causal(bundle, array[body:], cache, keep))
         mx.eval(parts[-1].hidden, [c.state for c in cache])
-    return (_concat(parts, keep) if parts else None), start
+    use = PrefixUse(plan.store, entry, stored) if plan is not None else None
+    return (_concat(parts, keep) if parts else None), start, use

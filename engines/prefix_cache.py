@@ -19,7 +19,7 @@ import copy
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import mlx.core as mx
 
@@ -32,6 +32,9 @@ class PrefixEntry:
     hidden: mx.array                  # (L, H) final hidden state of every row
     layers: dict[int, mx.array]       # captured layer outputs of every row
     nbytes: int
+    # engine name -> that engine's own state built from these rows (MTP head KV, drafter context),
+    # deposited by the first request of that engine to reach this boundary
+    extras: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -77,18 +80,18 @@ class PrefixCache:
             return best
 
     def insert(self, scope: str, tokens: Sequence[int], cache: list, hidden: mx.array,
-               layers: dict[int, mx.array]) -> bool:
-        """Store a snapshot (deep-copied here) of the state after `tokens`; False when it does not fit."""
+               layers: dict[int, mx.array]) -> PrefixEntry | None:
+        """Store a snapshot (deep-copied here) of the state after `tokens`; None when it does not fit."""
         key = (scope, tuple(int(t) for t in tokens))
         if len(key[1]) < self.min_tokens:
-            return False
+            return None
         with self._lock:
             if key in self.entries:
                 self.entries.move_to_end(key)
-                return True
+                return self.entries[key]
         nbytes = _nbytes(cache, hidden, layers)
         if nbytes > self.max_bytes:
-            return False
+            return None
         entry = PrefixEntry(scope, key[1], copy.deepcopy(cache), mx.array(hidden),
                             {i: mx.array(a) for i, a in layers.items()}, nbytes)
         mx.eval(entry.hidden, list(entry.layers.values()), [c.state for c in entry.cache])
@@ -100,7 +103,27 @@ class PrefixCache:
             self.entries[key] = entry
             self.bytes += nbytes
             self.stats.inserts += 1
-        return True
+        return entry
+
+    def add_extra(self, entry: PrefixEntry, engine: str, state: Any, nbytes: int) -> None:
+        """Attach an engine's state at the entry's boundary (deep-copied); evicts others to fit."""
+        with self._lock:
+            if engine in entry.extras or (entry.scope, entry.tokens) not in self.entries:
+                return
+            if entry.nbytes + nbytes > self.max_bytes:
+                return
+        state = copy.deepcopy(state)
+        with self._lock:
+            if engine in entry.extras or (entry.scope, entry.tokens) not in self.entries:
+                return
+            entry.extras[engine] = state
+            entry.nbytes += nbytes
+            self.bytes += nbytes
+            self.entries.move_to_end((entry.scope, entry.tokens))
+            while self.bytes > self.max_bytes and len(self.entries) > 1:
+                _, old = self.entries.popitem(last=False)
+                self.bytes -= old.nbytes
+                self.stats.evictions += 1
 
     def clear(self) -> None:
         with self._lock:

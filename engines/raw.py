@@ -101,7 +101,7 @@ class RawEngine:
         rng = Rng(params.seed)
         processor = TargetProcessor(params, prompt_ids, self.bundle.tokenizer, self.bundle.vocab_size)
         cache = self.bundle.make_cache()
-        _, cached = prefill_cached(self.bundle, cache, prompt_ids[:-1], plan=prefix)
+        _, cached, _ = prefill_cached(self.bundle, cache, prompt_ids[:-1], plan=prefix)
         steps = decode(self.bundle, cache, int(prompt_ids[-1]), cfg, rng, cancel, processor=processor)
         for index, step in enumerate(steps):
             yield replace(step, cached_tokens=cached) if index == 0 else step

@@ -14,7 +14,7 @@ from contracts.engine import CancelToken, StepResult, SwitchRule
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
-from .prefill import PrefixPlan, prefill_cached
+from .prefill import PrefixPlan, PrefixUse, prefill_cached
 from .processing import TargetProcessor
 from .raw import decode
 from .sampling import Rng, SamplerConfig, choose, log_probs, resolve
@@ -114,6 +114,7 @@ class Prefilled:
     capture: tuple[int, ...]     # layers every verify must capture while engines are kept in sync
     processor: TargetProcessor   # penalties / constraint on every verified row; log-probabilities
     probe_every: int = 1         # steps between probes of engines whose probe is dear
+    prefix: PrefixUse | None = None   # the prefix cache's entries: engines resume and deposit their state
 
 
 class SpeculativeEngine(Protocol):
@@ -173,11 +174,11 @@ def speculative_generate(
     probe_every = switch.probe_every if switch is not None else 1
 
     processor = TargetProcessor(params, prompt_ids, bundle.tokenizer, bundle.vocab_size)
-    prefilled, cached = prefill_cached(bundle, cache, prompt_ids, capture, last_alone=True, plan=prefix)
+    prefilled, cached, prefix_use = prefill_cached(bundle, cache, prompt_ids, capture, last_alone=True, plan=prefix)
     first_logits = processor.apply(bundle.lm_head(prefilled.hidden[-1:]), [[]])
     first = choose(first_logits, cfg, rng)
     request = Prefilled(cache, mx.array([int(t) for t in prompt_ids], dtype=mx.uint32), prefilled, first, cfg, rng,
-                        capture, processor, probe_every)
+                        capture, processor, probe_every, prefix_use)
     states: dict[str, Drafting] = {e: engines[e].start(request) for e in live if e in engines}
     pending = int(first.item())
     logprobs = processor.logprobs(first_logits, [pending])

@@ -239,3 +239,27 @@ def test_tools_on_a_model_without_a_tool_format_are_a_clear_400():
         response = httpx.post(srv.base_url + "/v1/chat/completions", json={"messages": ASK, "tools": [WEATHER]})
         assert response.status_code == 400
         assert response.json()["error"]["code"] == "tools_unsupported"
+
+
+def test_json_style_tool_calls_on_the_demo_template():
+    """The embedded model's template writes Hermes-style JSON calls (mlx-lm's json_tools parser)."""
+    from mlx_lm.utils import load_tokenizer
+
+    from tests.ops_helpers import REPO
+
+    demo = load_tokenizer(REPO / "models" / "switchyard-demo" / "target")
+    reply = 'Checking. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>'
+    backend = FakeBackend(tokenizer=demo, reply=reply)
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        message = client.chat.completions.create(model="default", messages=ASK, tools=[WEATHER]).choices[0].message
+        assert message.content == "Checking."
+        assert message.tool_calls[0].function.name == "get_weather"
+        assert json.loads(message.tool_calls[0].function.arguments) == {"city": "Paris", "days": 2}
+        assert '"name": "get_weather"' in backend.encoded[-1] and "<tools>" in backend.encoded[-1]
+        backend.reply = '{"city": "Oslo"}}\n</tool_call>'
+        forced = client.chat.completions.create(model="default", messages=ASK, tools=[WEATHER],
+                                                tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        assert backend.encoded[-1].endswith('<tool_call>\n{"name": "get_weather", "arguments": ')
+        assert forced.choices[0].finish_reason == "tool_calls"
+        assert json.loads(forced.choices[0].message.tool_calls[0].function.arguments) == {"city": "Oslo"}
