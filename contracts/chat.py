@@ -46,6 +46,7 @@ class ReplyFormat:
 class ChatPrompt:
     ids: list[int]
     reply: ReplyFormat = field(default_factory=ReplyFormat)
-    # token counts worth a prefix-cache snapshot: the conversation before the generation prompt, where
-    # the next turn's prompt leaves this one when the template rewrites the reply (dropped reasoning)
+    # token counts worth a prefix-cache snapshot: the end of the system prompt + tools (shared by new
+    # conversations and sub-agents) and the conversation before the generation prompt (where the next
+    # turn's prompt leaves this one when the template rewrites the reply, e.g. dropped reasoning)
     cache_points: tuple[int, ...] = ()

@@ -91,9 +91,40 @@ def _history_point(tokenizer: Any, ids: list[int], messages: list[dict], tools: 
     return (len(head),) if 0 < len(head) < len(ids) and ids[: len(head)] == head else ()
 
 
+def _system_point(tokenizer: Any, ids: list[int], messages: list[dict], tools: list[dict] | None,
+                  template_kwargs: dict[str, Any] | None) -> tuple[int, ...]:
+    """Where the system prompt (and the tools the template renders with it) ends, in tokens: the
+    common prefix of the system part followed by two different user turns. Requests that share a
+    system prompt and tools (an agent's sub-agents, a chat UI's new conversations) share this much."""
+    system = []
+    for message in messages:
+        if message.get("role") != "system":
+            break
+        system.append(message)
+    if not system and not tools:
+        return ()
+    heads = []
+    for probe in ("A", "B"):
+        try:
+            text = tokenizer.apply_chat_template(_template_messages([*system, {"role": "user", "content": probe}]),
+                                                 tools=tools, tokenize=False, add_generation_prompt=False,
+                                                 **dict(template_kwargs or {}))
+        except Exception:  # noqa: BLE001 - a template that cannot render this probe: no extra point
+            return ()
+        heads.append(list(tokenizer.encode(text, add_special_tokens=False)))
+    common = 0
+    for a, b in zip(*heads):
+        if a != b:
+            break
+        common += 1
+    return (common,) if 0 < common < len(ids) and ids[:common] == heads[0][:common] else ()
+
+
 def chat_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
                 template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
     text, reply = render_chat(tokenizer, messages, tools, tool_choice, template_kwargs)
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     offered = tools if tools and tool_choice != "none" else None
-    return ChatPrompt(ids, reply, _history_point(tokenizer, ids, messages, offered, template_kwargs))
+    points = {*_system_point(tokenizer, ids, messages, offered, template_kwargs),
+              *_history_point(tokenizer, ids, messages, offered, template_kwargs)}
+    return ChatPrompt(ids, reply, tuple(sorted(points)))

@@ -129,3 +129,20 @@ def test_multi_turn_chat_reports_cached_tokens_per_tenant(runtime):
             assert shared.usage.prompt_tokens_details.cached_tokens > 0   # key A's entry, shared by choice
     finally:
         runtime.set_prefix_cache(0)
+
+
+def test_new_conversations_share_the_system_prompt(runtime):
+    """Snapshots at the end of the system prompt: a new conversation (or a sub-agent) with the same
+    system prompt resumes there, and its output equals the uncached one."""
+    system = {"role": "system", "content": "You are a careful assistant. " * 12}
+    first = runtime.chat_prompt([system, {"role": "user", "content": "the cat sat on the mat"}])
+    second = runtime.chat_prompt([system, {"role": "user", "content": "a dog ran to the park"}])
+    assert first.cache_points and first.cache_points[0] == second.cache_points[0]
+    reference = _run(runtime, second.ids, "ddtree")[0]
+    runtime.set_prefix_cache(64 * 2**20)
+    try:
+        _run(runtime, first.ids, "ddtree", PrefixHint("", first.cache_points))
+        tokens, cached = _run(runtime, second.ids, "ddtree", PrefixHint("", second.cache_points))
+        assert cached == second.cache_points[0] and tokens == reference
+    finally:
+        runtime.set_prefix_cache(0)
