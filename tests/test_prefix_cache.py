@@ -73,12 +73,12 @@ def test_memory_stays_within_the_limit_under_eviction(runtime):
         one = runtime.prefix_cache_stats()["bytes"]
         limit = int(one * 2.5)                        # room for two snapshots of this size
         runtime.set_prefix_cache(limit)
-        for i in range(8):                            # a soak of distinct prompts
+        for i in range(24):                           # a soak of distinct prompts
             prompt = runtime.encode_prompt(f"prompt number {i} says " + "the quick brown fox " * 6)
             _run(runtime, prompt, "mtp", PrefixHint())
             stats = runtime.prefix_cache_stats()
             assert stats["bytes"] <= limit and stats["entries"] <= 2
-        assert runtime.prefix_cache_stats()["evictions"] >= 5
+        assert runtime.prefix_cache_stats()["evictions"] >= 20
     finally:
         runtime.set_prefix_cache(0)
 

@@ -29,7 +29,9 @@ class ChoiceReply:
 
     @property
     def content(self) -> str:
-        return "".join(self.text)
+        text = "".join(self.text)
+        # the template puts a blank line between the answer and its tool calls: not part of the answer
+        return text.rstrip() if self.tool_calls else text
 
     @property
     def reasoning_text(self) -> str:
