@@ -17,6 +17,7 @@ from contracts.sampling import SamplingParams
 from .bundle import ModelBundle
 from .dflash import DFlashDrafter
 from .prefill import PrefixPlan
+from .processing import TargetProcessor
 from .sampling import choose
 from .speculative import Committed, Cycle, Prefilled, SpeculativeEngine, speculative_generate
 from .target import commit, forward_tree
@@ -111,10 +112,13 @@ class DDTreeEngine:
         rank = mx.argsort(-candidate_lp, axis=-1)
         order = mx.take_along_axis(candidates, rank, axis=-1)
         top_lp = mx.take_along_axis(candidate_lp, rank, axis=-1)
-        return _Proposal(pending, budget, top_lp, order)
+        return _Proposal(pending, budget, top_lp, order, logprobs)
 
-    def _draft(self, proposal: _Proposal) -> DraftTree:
-        top_lp, order = np.array(proposal.top_logprobs), np.array(proposal.top_tokens)  # host sync
+    def _draft(self, proposal: _Proposal, processor: TargetProcessor | None = None) -> DraftTree:
+        if processor is not None and processor.active:
+            top_lp, order = _processed_candidates(proposal, processor)
+        else:
+            top_lp, order = np.array(proposal.top_logprobs), np.array(proposal.top_tokens)  # host sync
         return chain_tree(order) if proposal.budget == 1 else build_tree(top_lp, order, proposal.budget)
 
     def start(self, request: Prefilled) -> _TreeDrafting:
@@ -152,6 +156,26 @@ class _Proposal:
     budget: int
     top_logprobs: mx.array     # (depths, width), sorted descending per depth
     top_tokens: mx.array
+    logprobs: mx.array | None = None   # (depths, vocab): what penalties / a constraint re-rank
+
+
+def _processed_candidates(proposal: _Proposal, processor: TargetProcessor) -> tuple[np.ndarray, np.ndarray]:
+    """Per-depth candidates under the request's penalties and output constraint, along the likeliest
+    processed path. The drafter never sees them: unprocessed, its drafts of a JSON schema's reply are
+    mostly tokens the verify can never accept. Drafts only propose; the verify keeps output exact."""
+    width = proposal.top_tokens.shape[1]
+    path: list[int] = []
+    tops_lp, tops_tok = [], []
+    for depth in range(proposal.logprobs.shape[0]):
+        row = processor.apply(proposal.logprobs[depth][None], [path])[0]
+        order = mx.argsort(-row)[:width]
+        lp = np.array(row[order] - mx.logsumexp(row))
+        if not np.isfinite(lp[0]):
+            break   # nothing can follow this path (the constraint is complete): no deeper drafts
+        tops_lp.append(lp)
+        tops_tok.append(np.array(order))
+        path.append(int(tops_tok[-1][0]))
+    return np.stack(tops_lp), np.stack(tops_tok)
 
 
 class _TreeDrafting:
@@ -171,7 +195,7 @@ class _TreeDrafting:
         proposal = self.proposal
         if proposal is None or proposal.pending != pending or proposal.budget != engine.budget:
             proposal = engine._propose(pending, self.context)
-        tree = engine._draft(proposal)
+        tree = engine._draft(proposal, self.processor)
         ids = mx.array((pending,) + tree.tokens, dtype=mx.uint32)
         capture = tuple(sorted(set(engine.layer_ids) | set(self.capture if sync else ())))
         out = forward_tree(bundle, ids, tree.layout, self.cache, capture=capture)

@@ -62,8 +62,11 @@ class TargetProcessor:
             if 0 <= token < self.vocab:
                 self.counts[token] += 1
                 self.seen[token] = True
-        if self.matcher is not None and tokens:
-            self.matcher.consume_tokens(list(tokens))
+        if self.matcher is not None:
+            for token in tokens:   # a verify may accept drafts past the end-of-sequence the text stops at
+                if self.matcher.is_stopped():
+                    break
+                self.matcher.consume_token(token)
 
     def apply(self, logits: mx.array, paths: Sequence[Sequence[int]]) -> mx.array:
         """logits (R, V) float; row r continues the emitted tokens by paths[r]."""
