@@ -3,10 +3,9 @@ over to raw mid-way: it continues from any target cache plus the pending token."
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 
 import mlx.core as mx
 

@@ -228,11 +228,11 @@ def test_no_cors_headers_unless_configured():
 
 
 def test_tools_on_a_model_without_a_tool_format_are_a_clear_400():
+    import tempfile
+
     from mlx_lm.utils import load_tokenizer
 
     from engines.testing import write_target_checkpoint
-
-    import tempfile
 
     plain = load_tokenizer(write_target_checkpoint(tempfile.mkdtemp(), seed=0))
     with live_server(create_app(FakeBackend(tokenizer=plain))) as srv:

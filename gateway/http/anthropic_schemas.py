@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .schemas import TOOL_NAME, FunctionDefinition, NonNegativeInt, PositiveInt32
+from .schemas import TOOL_NAME, FunctionDefinition, NonNegativeInt, PositiveInt32, only_kinds
 
 
 class _Anthropic(BaseModel):
@@ -66,13 +66,7 @@ class AnthropicMessage(_Anthropic):
     @field_validator("content", mode="before")
     @classmethod
     def _known_blocks(cls, value: Any) -> Any:
-        if isinstance(value, list):   # say plainly why an image/document block fails
-            for block in value:
-                kind = block.get("type") if isinstance(block, dict) else None
-                if kind not in BLOCK_TYPES:
-                    raise ValueError(f"content blocks of type {kind!r} are not supported (text-only model); "
-                                     f"supported: {', '.join(BLOCK_TYPES)}")
-        return value
+        return only_kinds(value, BLOCK_TYPES, "content blocks", "text-only model")
 
 
 class AnthropicTool(_Anthropic):

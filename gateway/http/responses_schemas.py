@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from .schemas import TOOL_NAME, FunctionDefinition, JsonSchemaFormat, Penalty, PositiveInt32, TopLogprobs
+from .schemas import TOOL_NAME, FunctionDefinition, JsonSchemaFormat, Penalty, PositiveInt32, TopLogprobs, only_kinds
 
 
 class _Responses(BaseModel):
@@ -31,12 +31,7 @@ class MessageItem(_Responses):
     @field_validator("content", mode="before")
     @classmethod
     def _text_only(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            for part in value:
-                kind = part.get("type") if isinstance(part, dict) else None
-                if kind not in ("input_text", "output_text", "text"):
-                    raise ValueError(f"content parts of type {kind!r} are not supported (text-only model)")
-        return value
+        return only_kinds(value, ("input_text", "output_text", "text"), "content parts", "text-only model")
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
@@ -159,10 +154,4 @@ class ResponsesRequest(_Responses):
     @field_validator("tools", mode="before")
     @classmethod
     def _functions_only(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            for tool in value:
-                kind = tool.get("type") if isinstance(tool, dict) else None
-                if kind != "function":
-                    raise ValueError(f"tools of type {kind!r} are not supported; only 'function' tools "
-                                     "(the client runs them)")
-        return value
+        return only_kinds(value, ("function",), "tools", "the client runs its tools; none are hosted here")

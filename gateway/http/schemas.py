@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
 INT32_MAX = 2**31 - 1
 
@@ -32,14 +32,19 @@ class TextPart(_Strict):
     text: str
 
 
-def _text_parts_only(value: Any) -> Any:
-    """Say plainly why an image/audio part fails instead of pydantic's union-member noise."""
+def only_kinds(value: Any, allowed: tuple[str, ...], what: str, why: str) -> Any:
+    """Before validation of a list of typed objects: say plainly why an unsupported `type` fails (an
+    image part, a hosted tool) instead of pydantic's union-member noise."""
     if isinstance(value, list):
-        for part in value:
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind != "text":
-                raise ValueError(f"only text content parts are supported, got {kind!r}")
+        for item in value:
+            kind = item.get("type") if isinstance(item, dict) else None
+            if kind not in allowed:
+                raise ValueError(f"{what} of type {kind!r} are not supported ({why}); supported: {', '.join(allowed)}")
     return value
+
+
+def _text_parts_only(value: Any) -> Any:
+    return only_kinds(value, ("text",), "content parts", "text-only model")
 
 
 TOOL_NAME = r"^[A-Za-z0-9_.:-]{1,64}$"
