@@ -144,8 +144,8 @@ class ResponsesRenderer:
         return body
 
     @staticmethod
-    def _item_body(item: _Item, done: bool) -> dict[str, Any]:
-        status = "completed" if done else "in_progress"
+    def _item_body(item: _Item, done: bool, status: str | None = None) -> dict[str, Any]:
+        status = status or ("completed" if done else "in_progress")
         if item.kind == "reasoning":
             return {"type": "reasoning", "id": item.id, "summary": [],
                     "content": [{"type": "reasoning_text", "text": item.text}] if done else [], "status": status}
@@ -245,7 +245,7 @@ class ResponsesRenderer:
         return [*frames, self._event(kind, response=body)]
 
     def stream_error(self, err: APIError) -> list[bytes]:
-        failed = self._response("failed", [self._item_body(i, True) for i in self._items], None)
+        failed = self._response("failed", [self._item_body(i, True, "incomplete") for i in self._items], None)
         failed["error"] = {"code": err.code or err.type, "message": err.message}
         return [self._event("error", code=err.code or err.type, message=err.message, param=err.param),
                 self._event("response.failed", response=failed)]
