@@ -180,3 +180,17 @@ def test_new_endpoints_share_the_metrics(server):
     for endpoint in ("messages", "responses"):
         assert any(f'endpoint="{endpoint}"' in line and 'status="200"' in line and not line.endswith(" 0.0")
                    for line in text.splitlines() if line.startswith("switchyard_requests_total"))
+
+
+def test_instructions_and_developer_messages_become_one_system_message(server):
+    """Codex-style input: `instructions` plus a developer item later on; Qwen's template accepts a
+    system message only first, so they are joined, in order, into one."""
+    server.backend.reply = "ok\n</think>\n\nDone."
+    response = _openai(server).responses.create(model="default", instructions="Be brief.", input=[
+        {"role": "user", "content": "List files"},
+        {"role": "developer", "content": "The sandbox is read-only."},
+        {"role": "user", "content": "Now count them"}])
+    assert response.output_text == "Done."
+    prompt = server.backend.encoded[-1]
+    assert prompt.startswith("<|im_start|>system\nBe brief.\n\nThe sandbox is read-only.<|im_end|>")
+    assert prompt.count("<|im_start|>system") == 1

@@ -182,6 +182,17 @@ def template_message(message: ChatMessage) -> dict[str, Any]:
     return out
 
 
+def one_system_message(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """System and developer messages joined, in order, into one leading system message: chat templates
+    (Qwen's among them) refuse a system message anywhere but first, while agents send instructions
+    plus developer notes later in the conversation."""
+    system = [m for m in messages if m["role"] == "system"]
+    if len(system) <= 1 and (not system or messages[0] is system[0]):
+        return messages
+    joined = {"role": "system", "content": "\n\n".join(m["content"] for m in system if m["content"])}
+    return [joined, *(m for m in messages if m["role"] != "system")]
+
+
 def _template_kwargs(req: ChatCompletionRequest) -> dict[str, Any]:
     kwargs = dict(req.chat_template_kwargs or {})
     if req.reasoning_effort is not None:
@@ -198,7 +209,7 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
         raise bad_request(f"At most {config.max_messages} messages are allowed per request.", param="messages")
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = _max_tokens(req.max_completion_tokens or req.max_tokens, param, config)
-    messages = [template_message(m) for m in req.messages]
+    messages = one_system_message([template_message(m) for m in req.messages])
     tool_choice = req.tool_choice.model_dump() if isinstance(req.tool_choice, NamedToolChoice) else req.tool_choice
     forcing = tool_choice not in (None, "none", "auto")
     response_format = req.response_format.type if req.response_format else ("json_object" if forcing else None)
