@@ -151,7 +151,8 @@ class Backend(Protocol):
 
     def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
                     template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
-        """The chat template rendered (tools, thinking switches), and how its reply will read."""
+        """The chat template rendered (tools, thinking switches), and how its reply will read. No MLX:
+        callable from any thread (token counting runs it off the worker)."""
         ...
 
     def encode_prompt(self, prompt: str) -> list[int]: ...

@@ -24,7 +24,7 @@ def openai_error_bodies(ctx, response, case) -> bool | None:
     content_type = response.headers.get("content-type", [""])
     content_type = content_type[0] if isinstance(content_type, list) else content_type
     if response.status_code >= 400:
-        if case.path == "/v1/messages":
+        if case.path.startswith("/v1/messages"):
             AnthropicErrorResponse.model_validate_json(response.content)
         elif case.path == "/health" and response.status_code == 503:
             health = Health.model_validate_json(response.content)
@@ -66,7 +66,7 @@ def positive_data_accepted(ctx, response, case) -> bool | None:
         if isinstance(error, dict) and error.get("code") in SEMANTIC_CODES:
             return True
         message = str(error.get("message", "")) if isinstance(error, dict) else ""
-        if case.path == "/v1/messages" and any(phrase in message for phrase in SEMANTIC_MESSAGES):
+        if case.path.startswith("/v1/messages") and any(phrase in message for phrase in SEMANTIC_MESSAGES):
             return True   # Anthropic's error object has no `code`: the same rules, by their message
     return positive_data_acceptance(ctx, response, case)
 

@@ -48,7 +48,8 @@ def test_served_schema_is_the_built_one(fuzz_server):
 def test_openapi_document_covers_every_route():
     doc = build_openapi()
     assert doc["openapi"].startswith("3.1")
-    assert set(doc["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses",
+    assert set(doc["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/messages",
+                                 "/v1/messages/count_tokens", "/v1/responses",
                                  "/v1/models", "/v1/models/{model}",
                                  "/health", "/metrics", "/v1/router/stats", "/admin/reload"}
     chat = doc["paths"]["/v1/chat/completions"]["post"]

@@ -194,3 +194,17 @@ def test_instructions_and_developer_messages_become_one_system_message(server):
     prompt = server.backend.encoded[-1]
     assert prompt.startswith("<|im_start|>system\nBe brief.\n\nThe sandbox is read-only.<|im_end|>")
     assert prompt.count("<|im_start|>system") == 1
+
+
+def test_count_tokens_as_claude_code_calls_it(server):
+    client = _anthropic(server)
+    generations = len(server.backend.calls)
+    count = client.messages.count_tokens(model="sonnet-local", system="Be brief.", tools=[TOOL],
+                                         messages=[{"role": "user", "content": "Weather in Paris?"}])
+    assert count.input_tokens == len(server.backend.encoded[-1])   # the fake tokenizer: one id per character
+    assert "<tools>" in server.backend.encoded[-1]
+    assert len(server.backend.calls) == generations                 # nothing was generated
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.count_tokens(model="sonnet-local", messages=[])
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.count_tokens(model="nope", messages=[{"role": "user", "content": "x"}])

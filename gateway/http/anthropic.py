@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -18,14 +19,16 @@ from contracts.engine import GenerationChunk
 
 from .anthropic_schemas import (
     AnthropicMessage,
+    CountTokensRequest,
     MessagesRequest,
     TextBlock,
     ThinkingBlock,
+    TokenCount,
     ToolResultBlock,
     ToolUseBlock,
 )
-from .errors import APIError
-from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse
+from .errors import APIError, from_exception
+from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse, read_json_object
 from .record import ChoiceReply, RequestRecord
 from .request_spec import chat_spec
 from .schemas import ChatCompletionRequest
@@ -218,3 +221,25 @@ MESSAGES = Endpoint("messages", _translate, error_response)
 
 async def messages(request: Request) -> Response:
     return await generate(request, MESSAGES)
+
+
+async def count_tokens(request: Request) -> Response:
+    """POST /v1/messages/count_tokens (Claude Code sizes its context with it): the prompt's tokens
+    through the model's own chat template, tools included; nothing is generated or queued."""
+    state: GatewayState = request.app.state.gateway
+    try:
+        with request.app.state.body_budget.slot():
+            data = await read_json_object(request, state.config.max_body_bytes)
+        req = parse(CountTokensRequest, data)
+        check_model(req.model, state)
+        conversation = MessagesRequest.model_validate({**req.model_dump(exclude_none=True), "max_tokens": 1})
+        spec = chat_spec(parse(ChatCompletionRequest, to_chat_request(conversation)), None, state.config)
+        # chat_prompt is the tokenizer and the template, no MLX: safe off the model's worker thread
+        prompt = await run_in_threadpool(state.backend.chat_prompt, spec.messages, spec.tools, spec.tool_choice,
+                                         spec.template_kwargs)
+    except Exception as exc:  # noqa: BLE001 - every failure is an Anthropic error object
+        err = from_exception(exc)
+        state.metrics.count_request("messages", None, None, err.status)
+        return error_response(err)
+    state.metrics.count_request("messages", None, None, 200)
+    return JSONResponse(TokenCount(input_tokens=len(prompt.ids)).model_dump())

@@ -94,6 +94,17 @@ class ThinkingConfig(_Anthropic):
     budget_tokens: NonNegativeInt | None = None   # accepted; the thinking is not cut at a budget
 
 
+class CountTokensRequest(_Anthropic):
+    """POST /v1/messages/count_tokens: the conversation part of a messages request."""
+
+    model: str
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[TextBlock] | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: AnthropicToolChoice | None = None
+    thinking: ThinkingConfig | None = None
+
+
 class MessagesRequest(_Anthropic):
     model: str
     max_tokens: PositiveInt32
@@ -110,6 +121,10 @@ class MessagesRequest(_Anthropic):
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
     engine: str | None = None   # Switchyard: raw | mtp | ddtree | auto
+
+
+class TokenCount(BaseModel):
+    input_tokens: int
 
 
 class AnthropicErrorDetail(BaseModel):

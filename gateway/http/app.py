@@ -20,7 +20,7 @@ from gateway.worker.errors import WorkerError
 from gateway.worker.scheduler import Scheduler
 
 from .admission import BodyBudget, body_slots
-from .anthropic import messages
+from .anthropic import count_tokens, messages
 from .auth import ApiKeyMiddleware
 from .errors import APIError, from_exception
 from .generate import chat_completions, completions
@@ -93,6 +93,7 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),

@@ -20,10 +20,11 @@ REF = "#/components/schemas/{model}"
 API_KEY_SCHEME = "ApiKey"
 
 _REQUESTS: tuple[type[BaseModel], ...] = (schemas.ChatCompletionRequest, schemas.CompletionRequest,
-                                           anthropic_schemas.MessagesRequest, responses_schemas.ResponsesRequest)
+                                           anthropic_schemas.MessagesRequest, anthropic_schemas.CountTokensRequest,
+                                           responses_schemas.ResponsesRequest)
 _RESPONSES: tuple[type[BaseModel], ...] = (
     schemas.ChatCompletion, schemas.Completion, schemas.ModelList, schemas.ModelCard, schemas.ErrorResponse,
-    schemas.Health, anthropic_schemas.AnthropicErrorResponse,
+    schemas.Health, anthropic_schemas.AnthropicErrorResponse, anthropic_schemas.TokenCount,
 )
 
 # Statuses each kind of operation can answer with an error object.
@@ -155,6 +156,11 @@ def _honoured_translations(defs: dict[str, Any], common: dict[str, Any], stop: d
     messages["stop_sequences"] = _nullable({"type": "array", "items": stop, "maxItems": config.max_stop_sequences})
     messages["engine"] = common["engine"]
     messages["messages"]["maxItems"] = config.max_messages
+    counting = defs["CountTokensRequest"]["properties"]
+    counting["model"] = messages["model"]
+    counting["messages"]["maxItems"] = config.max_messages
+    defs["CountTokensRequest"]["allOf"] = _forcing_needs_tools(
+        {"properties": {"type": {"enum": ["any", "tool"]}}, "required": ["type"]})
     defs["MessagesRequest"]["allOf"] = _forcing_needs_tools(
         {"properties": {"type": {"enum": ["any", "tool"]}}, "required": ["type"]})
     defs["AnthropicToolChoice"]["allOf"] = [{"if": {"properties": {"type": {"const": "tool"}}},
@@ -191,6 +197,14 @@ def build_openapi(
         "/v1/messages": _generation("Anthropic Messages API (thinking, text and tool_use blocks)",
                                     anthropic_schemas.MessagesRequest, None, engine_header,
                                     anthropic_schemas.AnthropicErrorResponse),
+        "/v1/messages/count_tokens": {"post": {
+            "summary": "Anthropic token counting: the prompt's tokens through the model's chat template",
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": _ref(anthropic_schemas.CountTokensRequest)}}},
+            "responses": {"200": _json(anthropic_schemas.TokenCount, "Input tokens"),
+                          **_errors({k: v for k, v in _GENERATION_ERRORS.items() if k not in ("429", "504")},
+                                    anthropic_schemas.AnthropicErrorResponse)},
+        }},
         "/v1/responses": _generation("OpenAI Responses API (stateless: send the whole conversation as input)",
                                      responses_schemas.ResponsesRequest, None, engine_header),
         "/v1/models": _get("The served model", _json(schemas.ModelList, "Models"), _READ_ERRORS),
