@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 import family_config as fc
 from data import DOMAINS, BatchSampler, eval_windows, load_streams
-from dflash_drafter import DFlashDrafter, block_mask
-from mtp_head import MtpHead
+from torch_dflash import DFlashDrafter, block_mask
+from torch_mtp_head import MtpHead
 from train_common import StepBudget, adamw, lr_at, save_shards, seed_everything
 
 HERE = Path(__file__).resolve().parent

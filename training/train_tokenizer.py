@@ -14,17 +14,18 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import pre_tokenizers, trainers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run as a script from a checkout
+from engines.qwen_tokenizer import SPECIAL_TOKENS, empty_bpe  # noqa: E402  (the one Qwen BPE pipeline)
+from engines.qwen_tokenizer import tokenizer_config as qwen_tokenizer_config  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 VOCAB_SIZE = 8192
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"]
-# transformers/models/qwen3_5/tokenization_qwen3_5.py PRETOKENIZE_REGEX (Qwen3.5 adds \p{M})
-QWEN35_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|"""
-                r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 SAMPLE_MB_PER_FILE = {"code": 12, "prose": 10, "structured": 8, "chat": 5}
 # ChatML as the demo was trained on; with `tools`, Hermes-style JSON tool calls (mlx-lm reads them with its
 # json_tools parser): a chat without tools renders exactly as before.
@@ -61,18 +62,6 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_empty_tokenizer() -> Tokenizer:
-    tokenizer = Tokenizer(models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="",
-                                     fuse_unk=False, byte_fallback=False))
-    tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN35_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    tokenizer.decoder = decoders.ByteLevel()
-    return tokenizer
-
-
 def sample_texts(corpus: Path, seed: int) -> Iterator[str]:
     rng = random.Random(seed)
     for name, cap_mb in SAMPLE_MB_PER_FILE.items():
@@ -88,23 +77,10 @@ def sample_texts(corpus: Path, seed: int) -> Iterator[str]:
 
 
 def tokenizer_config() -> dict:
-    added = {str(VOCAB_SIZE - len(SPECIAL_TOKENS) + i): {
-        "content": tok, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
-        for i, tok in enumerate(SPECIAL_TOKENS)}
-    return {
-        "tokenizer_class": "Qwen2Tokenizer",
-        "added_tokens_decoder": added,
-        "additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|mask|>"],
-        "bos_token": None,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": None,
-        "clean_up_tokenization_spaces": False,
-        "errors": "replace",
-        "model_max_length": 4096,
-        "split_special_tokens": False,
-        "chat_template": CHAT_TEMPLATE,
-    }
+    """Special tokens after the learned vocabulary (as in Qwen); the demo's 4k-token context."""
+    first = VOCAB_SIZE - len(SPECIAL_TOKENS)
+    added = {first + i: (token, True) for i, token in enumerate(SPECIAL_TOKENS)}
+    return qwen_tokenizer_config(added, CHAT_TEMPLATE, model_max_length=4096)
 
 
 def main() -> None:
@@ -113,12 +89,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    tokenizer = build_empty_tokenizer()
+    tokenizer = empty_bpe()
     trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE - len(SPECIAL_TOKENS), min_frequency=2,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[],
                                   show_progress=False)
     tokenizer.train_from_iterator(sample_texts(args.corpus, args.seed), trainer=trainer)
-    tokenizer.add_special_tokens(SPECIAL_TOKENS)
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
     assert tokenizer.get_vocab_size() == VOCAB_SIZE, tokenizer.get_vocab_size()
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(args.out / "tokenizer.json"))
