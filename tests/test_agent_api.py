@@ -89,6 +89,8 @@ def test_parallel_tool_calls_false_keeps_the_first(agent):
     completion = client.chat.completions.create(model="default", messages=ASK, tools=[WEATHER, SEARCH],
                                                 parallel_tool_calls=False)
     assert [c.function.name for c in completion.choices[0].message.tool_calls] == ["get_weather"]
+    assert completion.choices[0].finish_reason == "tool_calls"
+    assert backend.steps_run[-1] < len(backend.reply.split(" "))   # generation stopped after the first call
 
 
 def test_history_with_tool_calls_and_results_renders_through_the_template(agent):

@@ -80,12 +80,15 @@ def run_request(
 
 
 def _one_call_at_most(chunks: Iterator[GenerationChunk]) -> Iterator[GenerationChunk]:
-    """parallel_tool_calls: false — the first tool call is the reply's; later ones are dropped."""
-    called = False
+    """parallel_tool_calls: false — the reply ends with its first tool call (the generation stops
+    there instead of writing calls that would be dropped)."""
     for chunk in chunks:
         if chunk.tool_calls:
-            calls, called = ([] if called else chunk.tool_calls[:1]), True
-            chunk = replace(chunk, tool_calls=calls)
+            yield replace(chunk, tool_calls=chunk.tool_calls[:1], finish_reason="tool_calls")
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+            return
         yield chunk
 
 
