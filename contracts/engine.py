@@ -147,8 +147,6 @@ class Backend(Protocol):
     context_length: int
     default_temperature: float      # what a request that leaves `temperature` unset decodes with
 
-    def encode_chat(self, messages: list[dict]) -> list[int]: ...
-
     def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
                     template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
         """The chat template rendered (tools, thinking switches), and how its reply will read. No MLX:

@@ -78,17 +78,28 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
     return text + prefix, reply
 
 
+def _conversation_ids(tokenizer: Any, messages: list[dict], tools: list[dict] | None,
+                      template_kwargs: dict[str, Any] | None) -> list[int] | None:
+    """`messages` rendered without a generation prompt, as token ids (None: the template refuses)."""
+    try:
+        text = tokenizer.apply_chat_template(_template_messages(messages), tools=tools, tokenize=False,
+                                             add_generation_prompt=False, **dict(template_kwargs or {}))
+    except Exception:  # noqa: BLE001 - e.g. a template that refuses to end on this turn: no extra point
+        return None
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _point(ids: list[int], head: list[int], length: int) -> tuple[int, ...]:
+    """`length` as a snapshot point, if the prompt's tokens really start with `head[:length]` (BPE
+    may merge across the seam) and it lies inside the prompt."""
+    return (length,) if 0 < length < len(ids) and ids[:length] == head[:length] else ()
+
+
 def _history_point(tokenizer: Any, ids: list[int], messages: list[dict], tools: list[dict] | None,
                    template_kwargs: dict[str, Any] | None) -> tuple[int, ...]:
-    """Where the conversation ends and the generation prompt begins, in tokens (when the prompt's
-    tokens really start with the conversation's: BPE may merge across the seam)."""
-    try:
-        history = tokenizer.apply_chat_template(_template_messages(messages), tools=tools, tokenize=False,
-                                                add_generation_prompt=False, **dict(template_kwargs or {}))
-    except Exception:  # noqa: BLE001 - some templates refuse to end on a user turn: no extra point
-        return ()
-    head = list(tokenizer.encode(history, add_special_tokens=False))
-    return (len(head),) if 0 < len(head) < len(ids) and ids[: len(head)] == head else ()
+    """Where the conversation ends and the generation prompt begins, in tokens."""
+    head = _conversation_ids(tokenizer, messages, tools, template_kwargs)
+    return _point(ids, head, len(head)) if head is not None else ()
 
 
 def _system_point(tokenizer: Any, ids: list[int], messages: list[dict], tools: list[dict] | None,
@@ -103,28 +114,23 @@ def _system_point(tokenizer: Any, ids: list[int], messages: list[dict], tools: l
         system.append(message)
     if not system and not tools:
         return ()
-    heads = []
-    for probe in ("A", "B"):
-        try:
-            text = tokenizer.apply_chat_template(_template_messages([*system, {"role": "user", "content": probe}]),
-                                                 tools=tools, tokenize=False, add_generation_prompt=False,
-                                                 **dict(template_kwargs or {}))
-        except Exception:  # noqa: BLE001 - a template that cannot render this probe: no extra point
-            return ()
-        heads.append(list(tokenizer.encode(text, add_special_tokens=False)))
+    heads = [_conversation_ids(tokenizer, [*system, {"role": "user", "content": probe}], tools, template_kwargs)
+             for probe in ("A", "B")]
+    if heads[0] is None or heads[1] is None:
+        return ()
     common = 0
     for a, b in zip(*heads):
         if a != b:
             break
         common += 1
-    return (common,) if 0 < common < len(ids) and ids[:common] == heads[0][:common] else ()
+    return _point(ids, heads[0], common)
 
 
 def chat_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
                 template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
     text, reply = render_chat(tokenizer, messages, tools, tool_choice, template_kwargs)
     ids = list(tokenizer.encode(text, add_special_tokens=False))
-    offered = tools if tools and tool_choice != "none" else None
+    offered = list(reply.tools) or None   # the tools the template was given (none for tool_choice "none")
     points = {*_system_point(tokenizer, ids, messages, offered, template_kwargs),
               *_history_point(tokenizer, ids, messages, offered, template_kwargs)}
     return ChatPrompt(ids, reply, tuple(sorted(points)))

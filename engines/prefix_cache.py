@@ -2,12 +2,12 @@
 that start with the same tokens (chat clients and agents resend the whole conversation each turn).
 
 The hybrid model's GatedDeltaNet state cannot be trimmed back to an earlier token, so entries are
-exact snapshots at chosen boundaries (the end of each prompt but its last token, and the end of the
-conversation before the generation prompt), never trimmed copies. An entry holds what every engine
+exact snapshots at chosen boundaries (the end of each prompt but its last token, the end of the
+system prompt and tools, the end of the conversation before the generation prompt), never trimmed copies. An entry holds what every engine
 builds its state from: the target caches (attention KV and GDN conv/recurrent state), and the final
 hidden state and captured layer outputs of every prefix row (the MTP head's KV and the DFlash
-drafter's context features are computed from those), so raw, mtp and ddtree all resume from it and
-stay exact. Snapshots are deep copies both ways: a live cache never aliases a stored one.
+drafter's context features are computed from those; each engine may also leave its own state there),
+so raw, mtp and ddtree all resume from it and stay exact. Snapshots are deep copies both ways: a live cache never aliases a stored one.
 
 Memory is bounded by bytes (least recently used first out); an entry larger than the budget is not
 stored. Entries are namespaced by a scope (the API key) unless the operator shares them.
@@ -96,14 +96,19 @@ class PrefixCache:
                             {i: mx.array(a) for i, a in layers.items()}, nbytes)
         mx.eval(entry.hidden, list(entry.layers.values()), [c.state for c in entry.cache])
         with self._lock:
-            while self.entries and self.bytes + nbytes > self.max_bytes:
-                _, old = self.entries.popitem(last=False)
-                self.bytes -= old.nbytes
-                self.stats.evictions += 1
+            self._evict(keep=0, incoming=nbytes)
             self.entries[key] = entry
             self.bytes += nbytes
             self.stats.inserts += 1
         return entry
+
+    def _evict(self, keep: int, incoming: int = 0) -> None:
+        """Least recently used first, until `incoming` more bytes fit (never below `keep` entries).
+        Called with the lock held."""
+        while len(self.entries) > keep and self.bytes + incoming > self.max_bytes:
+            _, old = self.entries.popitem(last=False)
+            self.bytes -= old.nbytes
+            self.stats.evictions += 1
 
     def add_extra(self, entry: PrefixEntry, engine: str, state: Any, nbytes: int) -> None:
         """Attach an engine's state at the entry's boundary (deep-copied); evicts others to fit."""
@@ -120,10 +125,7 @@ class PrefixCache:
             entry.nbytes += nbytes
             self.bytes += nbytes
             self.entries.move_to_end((entry.scope, entry.tokens))
-            while self.bytes > self.max_bytes and len(self.entries) > 1:
-                _, old = self.entries.popitem(last=False)
-                self.bytes -= old.nbytes
-                self.stats.evictions += 1
+            self._evict(keep=1)   # the grown entry is the most recent: others go first
 
     def clear(self) -> None:
         with self._lock:

@@ -43,7 +43,6 @@ class Runtime:
         self.bundle = bundle
         self.engines = engines
         self.model_id = model_id
-        # one entry serves every engine: it keeps the layers any of them builds its state from
         self.prefix_cache: PrefixCache | None = None
         self.set_prefix_cache(prefix_cache_bytes)
         mtp = engines.get("mtp")
@@ -132,6 +131,7 @@ class Runtime:
 
     def set_prefix_cache(self, max_bytes: int) -> None:
         """Turn the prefix cache on with a byte budget (0: off; entries held now are dropped)."""
+        # one entry serves every engine: it keeps the layers any of them builds its state from
         capture = tuple(sorted({i for e in self.engines.values() for i in getattr(e, "capture", ())}))
         self.prefix_cache = PrefixCache(max_bytes, capture) if max_bytes > 0 else None
 

@@ -81,8 +81,6 @@ class OpenAIRenderer:
     logprobs: bool = False
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
-    _calls_sent: dict[int, int] = field(default_factory=dict)     # choice -> tool calls streamed so far
-    _text_sent: dict[int, int] = field(default_factory=dict)      # choice -> characters streamed (offsets)
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -126,14 +124,12 @@ class OpenAIRenderer:
             return []   # e.g. text held back while it may be the start of a stop sequence
         logprobs = chunk.logprobs if self.logprobs else None
         if not self.chat:
-            start = self._text_sent.get(choice.index, 0)
-            self._text_sent[choice.index] = start + len(chunk.text)
+            start = sum(map(len, choice.text)) - len(chunk.text)   # the record already holds this chunk
             body = CompletionChoice(index=choice.index, text=chunk.text, finish_reason=chunk.finish_reason,
                                     logprobs=completion_logprobs(logprobs, start) if logprobs is not None else None)
             return [event(Completion(id=self.id, created=self.created, model=self.model,
                                      choices=[body]).model_dump(exclude={"usage"}))]
-        first = self._calls_sent.get(choice.index, 0)
-        self._calls_sent[choice.index] = first + len(chunk.tool_calls)
+        first = len(choice.tool_calls) - len(chunk.tool_calls)
         calls = [ToolCallDelta(index=first + i, id=c.id, type="function",
                                function=FunctionCallDelta(name=c.name, arguments=c.arguments))
                  for i, c in enumerate(chunk.tool_calls)] or None

@@ -24,7 +24,9 @@ class Renderer(Protocol):
 
     def choice_started(self, choice: ChoiceReply) -> list[bytes]: ...
 
-    def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]: ...
+    def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
+        """Frames for one chunk; `choice` already holds it (the record takes every item first)."""
+        ...
 
     def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
         """Frames after the last chunk (usage, the end marker)."""
