@@ -1,15 +1,23 @@
 """DDTree engine: DFlash drafts a block, a best-first heap grows the B most probable prefixes,
 ONE target forward verifies the whole tree, and the walk keeps the longest path the target agrees
-with (docs/design.md "DDTree"). budget=1 is plain DFlash: the argmax chain over the whole block."""
+with (docs/design.md "DDTree"). budget=1 is plain DFlash: the argmax chain over the whole block.
+
+Pipelined (`launch`/`land`, engines/speculative.py): the tree is built on the device from the
+drafter's candidates (`BestFirstTables`, precomputed per budget: every tree of a budget has one
+shape, so one traced verify serves them all), walked on the device (`walk_device`), committed by a
+device count, and every slot's drafter context row is appended with the rejected ones masked.
+"""
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import mlx.core as mx
 import numpy as np
+from mlx_lm.models.cache import KVCache
 
 from contracts.engine import CancelToken, StepResult, SwitchRule
 from contracts.sampling import SamplingParams
@@ -19,9 +27,9 @@ from .dflash import DFlashDrafter
 from .prefill import PrefixPlan
 from .processing import TargetProcessor
 from .sampling import choose
-from .speculative import Committed, Cycle, Prefilled, SpeculativeEngine, speculative_generate
-from .target import commit, forward_tree
-from .tree import TreeLayout
+from .speculative import Committed, Cycle, Flight, Prefilled, SpeculativeEngine, read_flight, speculative_generate
+from .target import Cursor, commit, commit_device, forward_device, forward_tree, settle
+from .tree import BestFirstTables, DeviceTree, TreeLayout, walk_device
 
 
 @dataclass(frozen=True)
@@ -97,10 +105,29 @@ class DDTreeEngine:
     def _features(self, layer_outputs: dict[int, mx.array], rows: mx.array | slice) -> list[mx.array]:
         return [layer_outputs[i][rows] for i in self.layer_ids]
 
-    def _propose(self, pending: int, context) -> _Proposal:
+    @property
+    def kernel(self) -> int:
+        return next(layer.linear_attn.conv_kernel_size for layer in self.bundle.layers if layer.is_linear)
+
+    def device_tree(self, proposal: _Proposal) -> tuple[mx.array, DeviceTree]:
+        """The proposal's draft tokens and tree without a host read (budget 1: the argmax chain)."""
+        depths = proposal.top_tokens.shape[0]
+        if proposal.budget == 1:
+            return proposal.top_tokens[:, 0], DeviceTree.of(TreeLayout.chain(depths + 1), self.kernel)
+        width = proposal.top_tokens.shape[1]
+        return _tables(proposal.budget, depths, width, self.kernel).tree(proposal.top_logprobs, proposal.top_tokens)
+
+    def warm(self) -> None:
+        """Build the device tree tables of the current budget at load, not in a request's first cycle."""
+        depths = self.drafter.cfg.block_size - 1
+        if self.budget > 1:
+            _tables(self.budget, depths, min(self.budget, self.bundle.vocab_size), self.kernel)
+
+    def _propose(self, pending: int | mx.array, context) -> _Proposal:
         """The drafter's block after `pending` and its per-depth top candidates, as a lazy graph."""
         cfg = self.drafter.cfg
-        block = mx.array([pending] + [cfg.mask_token_id] * (cfg.block_size - 1), dtype=mx.uint32)
+        masks = mx.full((cfg.block_size - 1,), cfg.mask_token_id, dtype=mx.uint32)
+        block = mx.concatenate([mx.array(pending, dtype=mx.uint32).reshape(1), masks])
         hidden = self.drafter(self.bundle.embed_tokens(block), context)
         logits = self.bundle.lm_head(hidden[1:]).astype(mx.float32)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
@@ -150,9 +177,14 @@ class DDTreeEngine:
         return speculative_generate(self.bundle, engines, self.name, prompt_ids, params, cancel, switch, prefix=prefix)
 
 
+@lru_cache(maxsize=16)
+def _tables(budget: int, depths: int, width: int, kernel: int) -> BestFirstTables:
+    return BestFirstTables(budget, depths, width, kernel)
+
+
 @dataclass(frozen=True)
 class _Proposal:
-    pending: int               # the block's first token
+    pending: int | mx.array    # the block's first token
     budget: int
     top_logprobs: mx.array     # (depths, width), sorted descending per depth
     top_tokens: mx.array
@@ -189,6 +221,59 @@ class _TreeDrafting:
         self.proposal: _Proposal | None = None
         self._probes: list[_Probe] = []   # trees proposed while another engine runs, awaiting tokens
         self._absorbed = 0
+        self.cursor: Cursor | None = None   # set while cycles are pipelined
+
+    def launch(self, pending: mx.array) -> Flight:
+        """Draft, build the tree, verify, walk and commit without a host read."""
+        engine, bundle = self.engine, self.engine.bundle
+        if self.cursor is None:   # entering pipelined cycles: the caches' committed length moves to the device
+            self.cursor = Cursor.at(self.cache[bundle.decoder.fa_idx].offset)
+        undo = self._undo()
+        proposal = engine._propose(pending, self.context)
+        tokens, tree = engine.device_tree(proposal)
+        ids = mx.concatenate([pending.reshape(1).astype(mx.uint32), tokens.astype(mx.uint32)])
+        out = forward_device(bundle, ids, tree, self.cache, self.cursor, capture=tuple(engine.layer_ids))
+        logits = bundle.lm_head(out.hidden)
+        walked = walk_device(tree, tokens, choose(logits, self.cfg, self.rng))
+        count = walked.accepted + 1
+        commit_device(bundle, self.cache, out, tree, walked.path, walked.last, count, self.cursor)
+        valid = mx.arange(tree.size) < count
+        engine.drafter.add_context(engine._features(out.layer_outputs, walked.path), self.context, valid)
+        result = mx.concatenate([mx.stack([count, mx.array(tree.max_depth)]).astype(mx.int32), walked.emitted.astype(mx.int32)])
+        mx.async_eval(result, self.context.length)
+        bonus = walked.emitted[walked.accepted]
+        return Flight(result, bonus.astype(mx.uint32), logits, walked.path, tree.size - 1, undo)
+
+    def _undo(self):
+        """Puts back what a launch replaces (all references to immutable arrays)."""
+        gdn = [(c, c[0], c[1]) for c in self.cache if not isinstance(c, KVCache)]
+        context = self.context
+        saved = (list(context.keys), list(context.values), context.positions, context.valid, context.length)
+        pos = self.cursor.pos
+
+        def undo() -> None:
+            for c, conv, state in gdn:
+                c[0], c[1] = conv, state
+            context.keys, context.values, context.positions, context.valid, context.length = (
+                list(saved[0]), list(saved[1]), *saved[2:])
+            self.cursor.pos = pos
+            self.cursor.inflight.pop()
+        return undo
+
+    def land(self, flight: Flight) -> Cycle:
+        emitted, max_depth = read_flight(flight)   # the cycle's one host sync
+        self.cursor.landed(len(emitted))
+        depth = len(emitted) - 1
+        logprobs = []
+        if self.processor.params.logprobs:
+            logprobs = self.processor.logprobs(flight.logits[flight.path[: len(emitted)]], emitted)
+        return Cycle(emitted, drafted=flight.drafted, accepted=depth,
+                     accepted_positions=[d < depth for d in range(max_depth)], logprobs=logprobs)
+
+    def settle(self) -> None:
+        if self.cursor is not None:
+            settle(self.cache, self.cursor)
+            self.cursor = None
 
     def cycle(self, pending: int, sync: bool) -> Cycle:
         engine, bundle = self.engine, self.engine.bundle

@@ -2,7 +2,9 @@
 
 Context features are target decoder-layer outputs at `target_layer_ids`, fused once by
 hidden_norm(fc(concat)) and shared by every drafter layer. The drafter caches only context K/V
-(RoPE'd at absolute positions), so it never rolls back: accepted rows are appended after a verify.
+(RoPE'd at absolute positions), so it never rolls back: accepted rows are appended after a verify
+(the pipelined cycle appends every slot of the tree in path order and marks the rejected ones as
+holes, so the host never reads how many were accepted).
 A draft feeds [bonus, MASK × (bs − 1)] embedded with the TARGET's embeddings; the block attends to
 all context rows and, in full-attention layers, to every block row (non-causal).
 """
@@ -46,7 +48,8 @@ class DraftAttention(nn.Module):
         values = self.v_proj(x).reshape(B, L, self.kv_heads, -1).transpose(0, 2, 1, 3)
         return self.rope(keys, offset=offset), values
 
-    def __call__(self, h: mx.array, ctx_keys: mx.array, ctx_values: mx.array, ctx_positions: mx.array, offset: int) -> mx.array:
+    def __call__(self, h: mx.array, ctx_keys: mx.array, ctx_values: mx.array, ctx_positions: mx.array,
+                 offset: int | mx.array, ctx_valid: mx.array | None = None) -> mx.array:
         B, L, _ = h.shape
         queries = self.rope(self.q_norm(self.q_proj(h).reshape(B, L, self.heads, -1)).transpose(0, 2, 1, 3), offset=offset)
         block_keys, block_values = self.keys_values(h, offset)
@@ -54,9 +57,12 @@ class DraftAttention(nn.Module):
         values = mx.concatenate([ctx_values, block_values], axis=2)
         mask = None
         if self.sliding_window is not None:
-            q_pos = mx.arange(offset, offset + L)[:, None]
-            k_pos = mx.concatenate([ctx_positions, mx.arange(offset, offset + L)])[None]
+            q_pos = (offset + mx.arange(L))[:, None]
+            k_pos = mx.concatenate([ctx_positions, offset + mx.arange(L)])[None]
             mask = (k_pos <= q_pos) & (q_pos - k_pos < self.sliding_window)
+        if ctx_valid is not None:   # context rows of rejected tree slots (the pipelined cycle) are holes
+            visible = mx.broadcast_to(mx.concatenate([ctx_valid, mx.ones((L,), dtype=mx.bool_)])[None], (L, keys.shape[2]))
+            mask = visible if mask is None else mask & visible
         if use_ops_attention(queries):  # no per-shape cuDNN graph on MLX-CUDA (kernels/attention.py)
             out = ops_attention(queries, keys, values, self.scale, mask)
         else:
@@ -91,12 +97,15 @@ class DraftContext:
         self.keys: list[mx.array | None] = [None] * layers
         self.values: list[mx.array | None] = [None] * layers
         self.positions = mx.zeros((0,), dtype=mx.int32)
-        self.length = 0  # committed positions seen (the next context row's position)
+        # committed positions seen (the next context row's position): a device scalar once the pipelined
+        # cycle appends rows, since it appends every tree slot and marks the rejected ones in `valid`
+        self.length: int | mx.array = 0
+        self.valid: mx.array | None = None   # per row, None while every row is valid
         self.sink, self.window = sink, window
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (*self.keys, *self.values) if a is not None) + self.positions.nbytes
+        return sum(a.nbytes for a in (*self.keys, *self.values, self.valid) if a is not None) + self.positions.nbytes
 
     def append(self, layer: int, keys: mx.array, values: mx.array) -> None:
         old_k, old_v = self.keys[layer], self.values[layer]
@@ -109,6 +118,7 @@ class DraftContext:
             return
         keep = mx.concatenate([mx.arange(self.sink), mx.arange(self.positions.shape[0] - self.window, self.positions.shape[0])])
         self.positions = self.positions[keep]
+        self.valid = self.valid[keep] if self.valid is not None else None
         self.keys = [k[:, :, keep] for k in self.keys]
         self.values = [v[:, :, keep] for v in self.values]
 
@@ -125,15 +135,19 @@ class DFlashDrafter(nn.Module):
     def new_context(self, sink: int = 0, window: int | None = None) -> DraftContext:
         return DraftContext(len(self.layers), sink, window)
 
-    def add_context(self, features: list[mx.array], context: DraftContext) -> None:
-        """Append committed rows: `features` are the target layer outputs (T, H) in target_layer_ids order."""
+    def add_context(self, features: list[mx.array], context: DraftContext, valid: mx.array | None = None) -> None:
+        """Append committed rows: `features` are the target layer outputs (T, H) in target_layer_ids order.
+        `valid` (T,) bool, leading rows True: only those are committed (the rest are holes, masked)."""
         ctx = self.hidden_norm(self.fc(mx.concatenate(features, axis=-1)))[None]
         rows = ctx.shape[1]
         for i, layer in enumerate(self.layers):
             keys, values = layer.self_attn.keys_values(ctx, context.length)
             context.append(i, keys, values)
-        context.positions = mx.concatenate([context.positions, mx.arange(context.length, context.length + rows, dtype=mx.int32)])
-        context.length += rows
+        context.positions = mx.concatenate([context.positions, (context.length + mx.arange(rows)).astype(mx.int32)])
+        if valid is not None or context.valid is not None:
+            before = context.valid if context.valid is not None else mx.ones((context.positions.shape[0] - rows,), mx.bool_)
+            context.valid = mx.concatenate([before, valid if valid is not None else mx.ones((rows,), mx.bool_)])
+        context.length = context.length + (valid.astype(mx.int32).sum() if valid is not None else rows)
         context.trim()
 
     def __call__(self, block_embeds: mx.array, context: DraftContext) -> mx.array:
@@ -141,7 +155,8 @@ class DFlashDrafter(nn.Module):
         predict the tokens after the bonus (feed them to the target's lm_head)."""
         h = block_embeds[None]
         for i, layer in enumerate(self.layers):
-            r = layer.self_attn(layer.input_layernorm(h), context.keys[i], context.values[i], context.positions, context.length)
+            r = layer.self_attn(layer.input_layernorm(h), context.keys[i], context.values[i], context.positions,
+                                context.length, context.valid)
             h = h + r
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         return self.norm(h)[0]

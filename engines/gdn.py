@@ -26,7 +26,7 @@ from mlx_lm.models.activations import precise_swiglu
 from mlx_lm.models.gated_delta import _gated_delta_step_ops, compute_g, normalize_qk
 
 from .kernels import fast_paths, gdn_tree_cuda
-from .tree import TreeLayout
+from .tree import DeviceTree, TreeLayout
 
 log = logging.getLogger("switchyard.gdn")
 
@@ -108,6 +108,10 @@ def _path_masks(tree: TreeLayout) -> tuple[mx.array, mx.array]:
 
 
 def recurrence_chunked(q, k, v, g, beta, root_state, tree: TreeLayout) -> tuple[mx.array, mx.array]:
+    return recurrence_masked(q, k, v, g, beta, root_state, *_path_masks(tree))
+
+
+def recurrence_masked(q, k, v, g, beta, root_state, inclusive, strict) -> tuple[mx.array, mx.array]:
     """The same recurrence as `recurrence_reference`, for every slot at once (no loop over levels).
 
     Unrolled along a slot's root path P(t) (its ancestors and itself), with G_t = prod of the
@@ -119,8 +123,7 @@ def recurrence_chunked(q, k, v, g, beta, root_state, tree: TreeLayout) -> tuple[
     and A is nilpotent, so (I + A)^-1 = (I - A)(I + A^2)(I + A^4)... exactly: a few batched
     matmuls instead of one step per tree level. Equal to the loop up to float32 rounding.
     """
-    inclusive, strict = _path_masks(tree)
-    T = tree.size
+    T = inclusive.shape[0]
     log_g = mx.log(mx.maximum(g, 1e-30))                       # (T, Hv); gates are in (0, 1]
     L = (inclusive @ log_g).T                                  # (Hv, T): log G_t along the root path
     gap = L[:, :, None] - L[:, None, :]                        # (Hv, T, T): log G_t / G_j
@@ -182,6 +185,20 @@ def _compiled_ops(shape: GdnShape, tree: TreeLayout, chunked: bool = True):
 
 
 @lru_cache(maxsize=16)
+def _compiled_data_ops(shape: GdnShape):
+    """`_compiled_ops` for a tree given as device data (DeviceTree without a layout): one trace per
+    tree size serves every tree of that size."""
+
+    def run(qkv, z, b, a, conv_state, root_state, windows, inclusive, strict, conv_weight, A_log, dt_bias, norm_weight):
+        q, k, v, beta, g, conv = _prepare(shape, qkv, b, a, conv_state, windows, conv_weight, A_log, dt_bias)
+        q, k = _repeat_heads(shape, q, k)
+        y, states = recurrence_masked(q, k, v, g, beta, root_state, inclusive, strict)
+        return _gated_norm(shape, y, z, norm_weight), conv, states
+
+    return mx.compile(run)
+
+
+@lru_cache(maxsize=16)
 def _compiled_prepare(shape: GdnShape):
     return mx.compile(lambda *args: _prepare(shape, *args))
 
@@ -199,8 +216,12 @@ def _cuda_kernel_ok(shape: GdnShape) -> bool:
     return gdn_tree_cuda.self_check(shape.Hk, shape.Hv, shape.Dk, shape.Dv, recurrence_reference)
 
 
-def gdn_tree(module: nn.Module, x: mx.array, cache, tree: TreeLayout) -> tuple[mx.array, GdnSnapshot]:
+def gdn_tree(module: nn.Module, x: mx.array, cache, tree: TreeLayout | DeviceTree) -> tuple[mx.array, GdnSnapshot]:
     """x: (1, T, D) normed inputs in slot order. Leaves `cache` untouched."""
+    if isinstance(tree, DeviceTree):
+        if tree.layout is None:
+            return _gdn_data_tree(module, x, cache, tree)
+        tree = tree.layout
     _, T, _ = x.shape
     shape = GdnShape.of(module)
     qkv = module.in_proj_qkv(x)[0]
@@ -226,6 +247,48 @@ def gdn_tree(module: nn.Module, x: mx.array, cache, tree: TreeLayout) -> tuple[m
             qkv, z, b, a, conv_state, root_state, windows, *weights, module.norm.weight)
     out = module.out_proj(y.reshape(1, T, -1))
     return out, GdnSnapshot(conv=conv, state=states)
+
+
+def _inputs(module: nn.Module, x: mx.array, cache):
+    _, T, _ = x.shape
+    shape = GdnShape.of(module)
+    qkv = module.in_proj_qkv(x)[0]
+    z = module.in_proj_z(x).reshape(T, shape.Hv, shape.Dv)
+    b = module.in_proj_b(x)[0]
+    a = module.in_proj_a(x)[0]
+    conv_state = cache[0] if cache[0] is not None else mx.zeros((1, shape.kernel - 1, module.conv_dim), x.dtype)
+    root_state = cache[1] if cache[1] is not None else mx.zeros((1, shape.Hv, shape.Dv, shape.Dk), mx.float32)
+    return shape, qkv, z, b, a, conv_state, root_state
+
+
+def _gdn_data_tree(module: nn.Module, x: mx.array, cache, tree: DeviceTree) -> tuple[mx.array, GdnSnapshot]:
+    """`gdn_tree` for a structure known only on the device: conv windows and path masks are inputs."""
+    _, T, _ = x.shape
+    shape, qkv, z, b, a, conv_state, root_state = _inputs(module, x, cache)
+    weights = (module.conv1d.weight, module.A_log, module.dt_bias)
+    inclusive = tree.visibility.astype(mx.float32)
+    strict = inclusive * (1.0 - mx.eye(T, dtype=mx.float32))
+    if fast_paths.enabled and root_state.dtype == mx.float32 and _cuda_kernel_ok(shape):
+        q, k, v, beta, g, conv = _compiled_prepare(shape)(qkv, b, a, conv_state, tree.windows, *weights)
+        y, states = gdn_tree_cuda.gdn_tree_cuda(q, k, v, g, beta, root_state[0], tree.parents)
+        y = _compiled_norm(shape)(y, z, module.norm.weight)
+    elif fast_paths.enabled:
+        y, conv, states = _compiled_data_ops(shape)(qkv, z, b, a, conv_state, root_state, tree.windows, inclusive,
+                                                    strict, *weights, module.norm.weight)
+    else:
+        q, k, v, beta, g, conv = _prepare(shape, qkv, b, a, conv_state, tree.windows, *weights)
+        q, k = _repeat_heads(shape, q, k)
+        y, states = recurrence_masked(q, k, v, g, beta, root_state, inclusive, strict)
+        y = module.norm(y, z)
+    out = module.out_proj(y.reshape(1, T, -1))
+    return out, GdnSnapshot(conv=conv, state=states)
+
+
+def restore_at(cache, snapshot: GdnSnapshot, slot: mx.array) -> None:
+    """`restore` with the slot on the device (the pipelined cycle never reads it on the host)."""
+    index = slot.reshape(1)
+    cache[0] = mx.take(snapshot.conv, index, axis=0)
+    cache[1] = mx.take(snapshot.state, index, axis=0)
 
 
 def restore(cache, snapshot: GdnSnapshot, slot: int) -> None:

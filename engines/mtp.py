@@ -1,4 +1,10 @@
-"""MTP-K1 engine: the checkpoint's MTP head drafts one token, the target verifies two positions."""
+"""MTP-K1 engine: the checkpoint's MTP head drafts one token, the target verifies two positions.
+
+Pipelined (`launch`/`land`, engines/speculative.py): the verdict never leaves the device. The head
+always takes two rows, (H[0], accepted ? draft : bonus) and (H[1], bonus); the second is a hole when
+the draft was rejected, and the next draft reads row `accepted`. Target and head caches advance by
+a device count (`Cursor`).
+"""
 
 from __future__ import annotations
 
@@ -14,11 +20,21 @@ from .bundle import ModelBundle
 from .mtp_head import MTPHead
 from .prefill import PrefixPlan, PrefixUse, chunk_slices
 from .sampling import log_probs
-from .speculative import Committed, Cycle, Prefilled, SpeculativeEngine, speculative_generate, verify_one
-from .target import commit, forward_tree
-from .tree import TreeLayout
+from .speculative import (
+    Committed,
+    Cycle,
+    Flight,
+    Prefilled,
+    SpeculativeEngine,
+    read_flight,
+    speculative_generate,
+    verify_one,
+)
+from .target import Cursor, commit, commit_device, forward_device, forward_tree, settle
+from .tree import DeviceTree, TreeLayout
 
 _VERIFY = TreeLayout.chain(2)
+_CHAIN_PATH = mx.array([0, 1], dtype=mx.int32)   # a chain's slots in depth order
 
 
 class MTPEngine:
@@ -63,6 +79,8 @@ class _MTPDrafting:
     def __init__(self, engine: MTPEngine, request: Prefilled):
         self.engine, self.cache, self.cfg, self.rng = engine, request.cache, request.cfg, request.rng
         self.capture, self.processor = request.capture, request.processor
+        self.cursor: Cursor | None = None        # set while cycles are pipelined
+        self.head_cursor: Cursor | None = None
         self.head_cache = KVCache()
         # head rows 0..n-1 pair H[t] with x[t+1]; the first generated token closes the last row
         next_tokens = mx.concatenate([request.prompt[1:], request.first.astype(mx.uint32)])
@@ -124,6 +142,61 @@ class _MTPDrafting:
                                   {i: h[: len(path)] for i, h in out.layer_outputs.items()})
         return Cycle(emitted, drafted=1, accepted=accepted, accepted_positions=[bool(accepted)], committed=committed,
                      logprobs=processor.logprobs(target_logits[: len(path)], emitted))
+
+    def launch(self, pending: mx.array) -> Flight:
+        """Draft, verify and commit without a host read (the request has no penalties/constraint)."""
+        bundle, cfg, rng = self.engine.bundle, self.cfg, self.rng
+        if self.cursor is None:   # entering pipelined cycles: the caches' committed lengths move to the device
+            self.cursor = Cursor.at(self.cache[bundle.decoder.fa_idx].offset)
+            self.head_cursor = Cursor.at(self.head_cache.offset)
+        undo = self._undo()
+        if cfg.greedy:
+            draft_lp, draft = None, mx.argmax(self.draft_logits)
+        else:
+            draft_lp = log_probs(self.draft_logits, cfg)
+            draft = rng.categorical(draft_lp)
+        verify_ids = mx.stack([pending.reshape(()).astype(mx.uint32), draft.astype(mx.uint32)])
+        tree = DeviceTree.of(_VERIFY, 1)
+        out = forward_device(bundle, verify_ids, tree, self.cache, self.cursor)
+        logits = bundle.lm_head(out.hidden)
+        verdict = verify_one(draft, draft_lp, logits, cfg, rng)
+        accepted = verdict.accepted.astype(mx.int32)
+        commit_device(bundle, self.cache, out, tree, _CHAIN_PATH, accepted, accepted + 1, self.cursor)
+        emitted = mx.stack([mx.where(verdict.accepted, draft, verdict.bonus), verdict.bonus]).astype(mx.uint32)
+        rows = self.engine.head(bundle.embed_tokens(emitted)[None], out.hidden[None], self.head_cache, self.head_cursor)[0]
+        self.head_cursor.advance(accepted + 1, 2)
+        self.draft_logits = bundle.lm_head(mx.take(rows, accepted.reshape(1), axis=0)[0])
+        result = mx.concatenate([mx.stack([accepted + 1, mx.array(1, mx.int32)]), emitted.astype(mx.int32)])
+        mx.async_eval(result, self.draft_logits)
+        return Flight(result, verdict.bonus.astype(mx.uint32), logits, _CHAIN_PATH, 1, undo)
+
+    def _undo(self):
+        """Puts back what a launch replaces (all references to immutable arrays)."""
+        gdn = [(c, c[0], c[1]) for c in self.cache if not isinstance(c, KVCache)]
+        draft_logits, pos, head_pos = self.draft_logits, self.cursor.pos, self.head_cursor.pos
+
+        def undo() -> None:
+            for c, conv, state in gdn:
+                c[0], c[1] = conv, state
+            self.draft_logits = draft_logits
+            self.cursor.pos, self.head_cursor.pos = pos, head_pos
+            self.cursor.inflight.pop()
+            self.head_cursor.inflight.pop()
+        return undo
+
+    def land(self, flight: Flight) -> Cycle:
+        emitted, _ = read_flight(flight)   # the cycle's one host sync
+        self.cursor.landed(len(emitted))
+        self.head_cursor.landed(len(emitted))
+        logprobs = self.processor.logprobs(flight.logits[: len(emitted)], emitted) if self.processor.params.logprobs else []
+        return Cycle(emitted, drafted=1, accepted=len(emitted) - 1, accepted_positions=[len(emitted) == 2],
+                     logprobs=logprobs)
+
+    def settle(self) -> None:
+        if self.cursor is not None:
+            settle(self.cache, self.cursor)
+            settle([self.head_cache], self.head_cursor)
+            self.cursor = self.head_cursor = None
 
     def absorb(self, committed: Committed) -> list[float]:
         """Head rows for positions another engine committed. The head's draft before each emitted

@@ -19,8 +19,8 @@ from contracts.errors import ModelLoadError
 
 from .bundle import ModelBundle
 from .checkpoint import MTP_PREFIX, is_mtp_tensor, mtp_layer_count, mtp_weight_files, read_config
-from .target import attention_tree
-from .tree import TreeLayout
+from .target import Cursor, attention_device, attention_tree, device_mask
+from .tree import DeviceTree, TreeLayout
 
 _UNQUANTIZED = ("fc",)  # fc stays in full precision, like the norms
 
@@ -36,15 +36,23 @@ class MTPHead(nn.Module):
         self.layers = [qwen3_5.DecoderLayer(args, args.full_attention_interval - 1) for _ in range(num_layers)]
         self.norm = nn.RMSNorm(hidden, eps=args.rms_norm_eps)
 
-    def __call__(self, embeds: mx.array, hidden: mx.array, cache: KVCache) -> mx.array:
+    def __call__(self, embeds: mx.array, hidden: mx.array, cache: KVCache, cursor: Cursor | None = None) -> mx.array:
         """Row t: embeds = embed(x[t+1]), hidden = target's final-norm hidden at t; position t.
-        Returns final-norm states for the target's lm_head (they predict x[t+2])."""
+        Returns final-norm states for the target's lm_head (they predict x[t+2]). With a cursor the
+        rows go in at its device position (the pipelined cycle); the caller advances it."""
         u = self.fc(mx.concatenate([self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden)], axis=-1))
         rows = TreeLayout.chain(u.shape[1])
+        on_device = DeviceTree.of(rows, 1) if cursor is not None else None
+        width = cursor.bound + rows.size if cursor is not None else 0
+        mask = device_mask(on_device, cursor.pos, width) if cursor is not None else None
         for layer in self.layers:
             # the target's attention (not the layer's own call): an accepted pair is 2 queries at a new
             # key length each cycle, which MLX-CUDA's fused op would build a cuDNN graph for
-            h = u + attention_tree(layer.self_attn, layer.input_layernorm(u), cache, rows)
+            normed = layer.input_layernorm(u)
+            if cursor is None:
+                h = u + attention_tree(layer.self_attn, normed, cache, rows)
+            else:
+                h = u + attention_device(layer.self_attn, normed, cache, on_device, cursor.pos, width, mask)[0]
             u = h + layer.mlp(layer.post_attention_layernorm(h))
         return self.norm(u)
 

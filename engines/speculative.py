@@ -1,9 +1,20 @@
-"""The one speculative decode loop (MTP and DDTree supply only their cycle) and the chain verify rule."""
+"""The one speculative decode loop (MTP and DDTree supply only their cycle) and the chain verify rule.
+
+Pipelined cycles (docs/design.md "Pipelined speculation"): a cycle's verdict stays on the device.
+`launch` queues draft + verify + commit with the accepted count, the GDN state per accepted slot and
+the attention caches' committed length all as device arrays (engines/target.py `Cursor`), so the
+loop queues cycle n+1 before it reads cycle n's tokens (`land`, the cycle's one host sync): the
+device always has the next cycle to run, as raw decode has its next step. Tokens are streamed and
+stop-checked one cycle late; a queued cycle the request no longer wants (a hand-off to raw, the
+end of the request) is undone by `rollback`, which puts back the state it replaced (references
+to immutable arrays: nothing is copied). Requests whose target logits need a host read per cycle
+(penalties, a constraint) and the probing phase of a switch rule run the host `cycle` instead.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -90,15 +101,50 @@ class Cycle:
     logprobs: list[TokenLogprob] = field(default_factory=list)  # per emitted token, when asked
 
 
+@dataclass
+class Flight:
+    """One queued (pipelined) cycle: `result` holds [emitted count, deepest tree depth, emitted
+    tokens...] on the device (read once, by `land`); `pending` is its last emitted token, still on
+    the device, which the next cycle starts from."""
+
+    result: mx.array
+    pending: mx.array
+    logits: mx.array        # (T, V) target logits of the verify, for log-probabilities
+    path: mx.array          # (T,) accepted slots in depth order, then filler
+    drafted: int
+    undo: Callable[[], None]   # puts back the state this cycle replaced
+
+
 class Drafting(Protocol):
     """A request's state for one engine after prefill. `cycle` feeds the pending token (not yet in
     the target caches) and returns what it emitted — its last token is the next pending one.
     `absorb` keeps the state in sync with rows another engine committed and returns this engine's
-    probed acceptance on them (accepted draft tokens per would-be verify)."""
+    probed acceptance on them (accepted draft tokens per would-be verify). `launch` / `land` split
+    a cycle around its host read (pipelined); `rollback` undoes the last launched, unread cycle and
+    `settle` hands the caches back to host-offset code (after the last land or rollback)."""
 
     def cycle(self, pending: int, sync: bool) -> Cycle: ...
 
     def absorb(self, committed: Committed) -> list[float]: ...
+
+    def launch(self, pending: mx.array) -> Flight: ...
+
+    def land(self, flight: Flight) -> Cycle: ...
+
+    def settle(self) -> None: ...
+
+
+def read_flight(flight: Flight) -> tuple[list[int], int]:
+    """The cycle's one host read: (emitted tokens, deepest tree depth)."""
+    values = flight.result.tolist()
+    count, depth = values[0], values[1]
+    return values[2: 2 + count], depth
+
+
+def rollback(state: Drafting, flight: Flight) -> None:
+    """Undo a launched, unread cycle and hand the caches back to host-offset code."""
+    flight.undo()
+    state.settle()
 
 
 @dataclass
@@ -190,35 +236,55 @@ def speculative_generate(
     watch = SwitchWatch(switch, running)
     raw_stepping = RawStepping(bundle, cache, cfg, rng, capture, processor)
     steps = 0
-    while not cancel.cancelled:
-        probing = steps < probe_steps and len(states) > (0 if running == "raw" else 1)
-        if not probing and len(states) > 1:  # the probing phase is over: only raw stays reachable
-            states = {running: states[running]} if running in states else {}
-        if running == "raw" and not probing:
-            yield from decode(bundle, cache, pending, cfg, rng, cancel, engine="raw", processor=processor)
-            return
-        state = states[running] if running != "raw" else raw_stepping
-        cycle = state.cycle(pending, sync=probing)
-        processor.advance(cycle.emitted)
-        probes: dict[str, list[float]] = {}
-        if probing:
-            for engine, other in states.items():
-                if engine != running:
-                    probes[engine] = other.absorb(cycle.committed)
-                    for accepted in probes[engine]:
-                        watch.record_probe(engine, accepted)
-        if running != "raw":
-            watch.record(cycle.accepted)
-        now = time.perf_counter()
-        yield StepResult(
-            tokens=cycle.emitted, drafted=cycle.drafted, accepted=cycle.accepted, seconds=now - started,
-            engine=running, accepted_positions=cycle.accepted_positions, probes=probes, probing=probing,
-            logprobs=cycle.logprobs,
-        )
-        started = now
-        pending = cycle.emitted[-1]
-        steps += 1
-        target = watch.choice(None if probing else ("raw",))
-        if target is not None:
-            watch.switched(target)
-            running = target
+    flight: Flight | None = None   # the cycle queued behind the one being read (pipelined)
+    try:
+        while not cancel.cancelled:
+            probing = steps < probe_steps and len(states) > (0 if running == "raw" else 1)
+            if not probing and len(states) > 1:  # the probing phase is over: only raw stays reachable
+                states = {running: states[running]} if running in states else {}
+            if running == "raw" and not probing:
+                yield from decode(bundle, cache, pending, cfg, rng, cancel, engine="raw", processor=processor)
+                return
+            state = states[running] if running != "raw" else raw_stepping
+            if running != "raw" and not probing and not processor.active:
+                # queue cycle n+1 (from cycle n's bonus, still on the device) before reading cycle n
+                if flight is None:
+                    flight = state.launch(mx.array(pending, dtype=mx.uint32))
+                following = state.launch(flight.pending)
+                cycle, flight = state.land(flight), following
+            else:
+                cycle = state.cycle(pending, sync=probing)
+            steps += 1
+            pending = cycle.emitted[-1]
+            yield _report(cycle, states, running, probing, processor, watch, started)
+            started = time.perf_counter()
+            target = watch.choice(None if probing else ("raw",))
+            if target is not None:
+                if flight is not None:   # the queued cycle ran past the hand-off: undo it
+                    rollback(state, flight)
+                    flight = None
+                watch.switched(target)
+                running = target
+    finally:
+        if flight is not None:   # the request ended (stop, EOS, max_tokens, cancel): the caches keep what was read
+            rollback(states[running], flight)
+
+
+def _report(cycle: Cycle, states: Mapping[str, Drafting], running: str, probing: bool, processor: TargetProcessor,
+            watch: SwitchWatch, started: float) -> StepResult:
+    """Report one read cycle: the processor and the probes see its tokens, the watch its acceptance."""
+    processor.advance(cycle.emitted)
+    probes: dict[str, list[float]] = {}
+    if probing:
+        for engine, other in states.items():
+            if engine != running:
+                probes[engine] = other.absorb(cycle.committed)
+                for accepted in probes[engine]:
+                    watch.record_probe(engine, accepted)
+    if running != "raw":
+        watch.record(cycle.accepted)
+    return StepResult(
+        tokens=cycle.emitted, drafted=cycle.drafted, accepted=cycle.accepted, seconds=time.perf_counter() - started,
+        engine=running, accepted_positions=cycle.accepted_positions, probes=probes, probing=probing,
+        logprobs=cycle.logprobs,
+    )

@@ -5,6 +5,12 @@
 - `forward_tree`: ONE forward over a token tree (a chain is a tree): RoPE at P + depth, attention
   over the prefix plus ancestor-or-self, GatedDeltaNet forked from each parent, per-slot GDN state.
 - `commit`: keep the accepted root path: pack KV rows in place, restore GDN state of its last slot.
+- `forward_device` / `commit_device`: the same with the committed length on the device (`Cursor`),
+  for the pipelined speculative cycle (engines/speculative.py): the verify writes its rows at the
+  device position into the attention caches' fixed buffers and attends over a host upper bound of
+  the columns with the rest masked; the commit picks GDN state by a device slot index and moves
+  the position by a device count. Nothing here reads the device, so cycle n+1 can be queued before
+  the host has seen cycle n's verdict.
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ from functools import lru_cache
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask, create_ssm_mask, scaled_dot_product_attention
+from mlx_lm.models.cache import KVCache
 
 from .bundle import ModelBundle
-from .gdn import GdnSnapshot, gdn_tree, restore
+from .gdn import GdnSnapshot, gdn_tree, restore, restore_at
 from .kernels import fast_paths
 from .kernels.attention import ops_attention, use_ops_attention
-from .tree import TreeLayout
+from .tree import DeviceTree, TreeLayout
 
 
 @dataclass
@@ -146,3 +153,140 @@ def commit(bundle: ModelBundle, cache: list, out: TreeOutput, path: list[int]) -
             layer_cache.keys[..., start:stop, :] = layer_cache.keys[..., rows, :]
             layer_cache.values[..., start:stop, :] = layer_cache.values[..., rows, :]
         layer_cache.offset = out.offset + n
+
+
+# -- the committed length on the device ---------------------------------------------------------
+@dataclass
+class Cursor:
+    """The committed length of a set of attention caches as the device sees it after every queued
+    cycle (`pos`), what the host knows of it after the cycles it has read (`known`), and the widest
+    advance of each cycle still in flight: known + their sum bounds pos, and a verify attends over
+    that many columns plus its own rows, the columns past pos masked."""
+
+    pos: mx.array
+    known: int
+    inflight: list[int] = field(default_factory=list)
+
+    @classmethod
+    def at(cls, length: int) -> "Cursor":
+        return cls(mx.array(length, dtype=mx.int32), length)
+
+    @property
+    def bound(self) -> int:
+        return self.known + sum(self.inflight)
+
+    def advance(self, count: mx.array, widest: int) -> None:
+        self.pos = self.pos + count.astype(mx.int32)
+        self.inflight.append(widest)
+
+    def landed(self, count: int) -> None:
+        """The oldest cycle in flight has been read: it advanced by `count`."""
+        self.known += count
+        self.inflight.pop(0)
+
+
+def ensure_capacity(cache, width: int) -> None:
+    """Grow an attention cache's buffers to hold `width` rows (in mlx-lm's steps), keeping every row
+    (rows past the host's offset may belong to a cycle in flight)."""
+    if cache.keys.shape[2] >= width:
+        return
+    step = cache.step
+    extra = ((width - cache.keys.shape[2] + step - 1) // step) * step
+    B, H, _, Dk = cache.keys.shape
+    cache.keys = mx.concatenate([cache.keys, mx.zeros((B, H, extra, Dk), cache.keys.dtype)], axis=2)
+    cache.values = mx.concatenate([cache.values, mx.zeros((B, H, extra, cache.values.shape[3]), cache.values.dtype)], axis=2)
+
+
+def write_rows(cache, keys: mx.array, values: mx.array, pos: mx.array) -> None:
+    start = pos.reshape(1).astype(mx.int32)
+    cache.keys = mx.slice_update(cache.keys, keys, start, axes=(2,))
+    cache.values = mx.slice_update(cache.values, values, start, axes=(2,))
+
+
+def device_mask(tree: DeviceTree, pos: mx.array, width: int) -> mx.array:
+    """(T, width) bool: committed columns (< pos) plus ancestor-or-self among the tree's rows,
+    which sit at columns pos.. of the buffer."""
+    column = mx.arange(width, dtype=mx.int32)[None, :] - pos
+    if tree.layout is not None and _is_chain(tree.layout):
+        return column <= mx.arange(tree.size, dtype=mx.int32)[:, None]
+    inside = (column >= 0) & (column < tree.size)
+    ancestors = mx.take(tree.visibility, mx.clip(column[0], 0, tree.size - 1), axis=1)
+    return (column < 0) | (inside & ancestors)
+
+
+def attention_device(attn: nn.Module, x: mx.array, cache, tree: DeviceTree, pos: mx.array, width: int,
+                     mask: mx.array) -> tuple[mx.array, tuple[mx.array, mx.array]]:
+    """`attention_tree` at a device position: the tree's rows are written at pos..pos+T of the
+    buffer; returns the output and the rows (a tree commit packs the accepted ones)."""
+    _, T, _ = x.shape
+    queries, gate = mx.split(attn.q_proj(x).reshape(1, T, attn.num_attention_heads, -1), 2, axis=-1)
+    gate = gate.reshape(1, T, -1)
+    keys = attn.k_norm(attn.k_proj(x).reshape(1, T, attn.num_key_value_heads, -1)).transpose(0, 2, 1, 3)
+    values = attn.v_proj(x).reshape(1, T, attn.num_key_value_heads, -1).transpose(0, 2, 1, 3)
+    queries = attn.q_norm(queries).transpose(0, 2, 1, 3)
+    if tree.layout is not None and _is_chain(tree.layout):
+        queries, keys = attn.rope(queries, offset=pos), attn.rope(keys, offset=pos)
+    else:
+        positions = tree.depths + pos
+        queries, keys = _rope_at(attn.rope, queries, positions), _rope_at(attn.rope, keys, positions)
+    ensure_capacity(cache, width)
+    write_rows(cache, keys, values, pos)
+    all_keys, all_values = cache.keys[..., :width, :], cache.values[..., :width, :]
+    if use_ops_attention(queries):
+        out = ops_attention(queries, all_keys, all_values, attn.scale, mask)
+    else:
+        out = scaled_dot_product_attention(queries, all_keys, all_values, cache=cache, scale=attn.scale, mask=mask)
+    out = out.transpose(0, 2, 1, 3).reshape(1, T, -1)
+    return attn.o_proj(out * mx.sigmoid(gate)), (keys, values)
+
+
+@dataclass
+class DeviceOutput(ForwardOutput):
+    pos: mx.array | None = None                                          # committed length before the verify
+    snapshots: dict[int, GdnSnapshot] = field(default_factory=dict)      # GDN layer id -> per-slot state
+    rows: dict[int, tuple[mx.array, mx.array]] = field(default_factory=dict)   # attention layer -> new K/V
+
+
+def forward_device(bundle: ModelBundle, tokens: mx.array, tree: DeviceTree, cache: list, cursor: Cursor,
+                   capture: tuple[int, ...] = ()) -> DeviceOutput:
+    """`forward_tree` at the cursor's device position; call `commit_device` afterwards."""
+    decoder = bundle.decoder
+    h = decoder.embed_tokens(tokens[None])
+    width = cursor.bound + tree.size
+    mask = device_mask(tree, cursor.pos, width)   # once per forward, shared by every attention layer
+    out = DeviceOutput(hidden=h, pos=cursor.pos)
+    for i, (layer, layer_cache) in enumerate(zip(bundle.layers, cache)):
+        normed = layer.input_layernorm(h)
+        if layer.is_linear:
+            r, out.snapshots[i] = gdn_tree(layer.linear_attn, normed, layer_cache, tree)
+        else:
+            r, out.rows[i] = attention_device(layer.self_attn, normed, layer_cache, tree, cursor.pos, width, mask)
+        h = h + r
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+        if i in capture:
+            out.layer_outputs[i] = h[0]
+    out.hidden = decoder.norm(h)[0]
+    return out
+
+
+def commit_device(bundle: ModelBundle, cache: list, out: DeviceOutput, tree: DeviceTree, path: mx.array,
+                  last: mx.array, count: mx.array, cursor: Cursor) -> None:
+    """Keep the accepted root path (`path`: its slots in depth order, then filler; `last` its final
+    slot; `count` its length) without a host read: GDN state at `last`, accepted K/V rows packed
+    at pos (a chain's are already there), the cursor moved by count."""
+    chain = tree.layout is not None and _is_chain(tree.layout)
+    for i, (layer, layer_cache) in enumerate(zip(bundle.layers, cache)):
+        if layer.is_linear:
+            restore_at(layer_cache, out.snapshots[i], last)
+        elif not chain:
+            keys, values = out.rows[i]
+            write_rows(layer_cache, keys[:, :, path], values[:, :, path], out.pos)
+    cursor.advance(count, tree.size)
+
+
+def settle(cache: list, cursor: Cursor) -> None:
+    """Hand the caches back to host-offset code (mlx-lm's decode, the host cycle): nothing in
+    flight, the attention caches' offsets set to the committed length."""
+    for layer_cache in cache:
+        if isinstance(layer_cache, KVCache):
+            layer_cache.offset = cursor.known

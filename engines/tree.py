@@ -8,8 +8,9 @@ in slot order always meets parents first. Depth is not monotone in slot order.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
+import mlx.core as mx
 import numpy as np
 
 
@@ -91,3 +92,142 @@ class TreeLayout:
                 windows[slot, col] = row
                 row = previous(row) if col else row
         return windows
+
+
+# -- trees as device data (the pipelined speculative cycle: no host read between draft and verify) ---
+@dataclass(frozen=True)
+class DeviceTree:
+    """A verify tree whose shape (slot count) is fixed and whose structure may be device data.
+
+    `layout` is set when the structure is known on the host (a chain): the forwards then take their
+    compiled per-layout paths. Otherwise the structure is in the arrays alone, so every tree of one
+    size shares one traced graph and the host never reads the drafter's proposal.
+    """
+
+    size: int
+    depths: mx.array        # (T,) int32
+    parents: mx.array       # (T,) int32, parents[0] = -1
+    visibility: mx.array    # (T, T) bool, ancestor-or-self
+    windows: mx.array       # (T, kernel) int32 rows into concat(conv_state, slot rows), see conv_windows
+    layout: TreeLayout | None = None
+    max_depth: mx.array | int = 0   # deepest slot's depth (an int when the layout is known)
+
+    @classmethod
+    def of(cls, layout: TreeLayout, kernel: int) -> "DeviceTree":
+        return _device_tree(layout, kernel)
+
+
+@lru_cache(maxsize=64)
+def _device_tree(layout: TreeLayout, kernel: int) -> DeviceTree:
+    return DeviceTree(layout.size, mx.array(layout.depths, dtype=mx.int32), mx.array(layout.parents, dtype=mx.int32),
+                      mx.array(layout.visibility), mx.array(layout.conv_windows(kernel)), layout, max(layout.depths))
+
+
+class BestFirstTables:
+    """DDTree's best-first tree (the `budget` most probable prefixes of the per-depth top-K
+    candidates) as fixed-shape array ops, precomputed once per (budget, depths, width, kernel).
+
+    Log-probabilities are <= 0, so a prefix scores no higher than its parent or its next-better
+    sibling: the B best prefixes always include those, and a prefix of depth d with ranks r_1..r_d
+    is only among them if d + sum(r) <= B. Those candidates (15 for B = 4) are enumerated here in
+    order of d + sum(r), parents first; a verify ranks them by score (ties: earlier candidate, as
+    the heap) and keeps the top B in candidate order, which gives parent < child slots.
+    """
+
+    def __init__(self, budget: int, depths: int, width: int, kernel: int):
+        candidates: list[tuple[int, ...]] = []
+        frontier: list[tuple[int, ...]] = [()]
+        while frontier:   # breadth-first over (depth, ranks) in order of cost d + sum(r)
+            grown = []
+            for ranks in frontier:
+                for rank in range(width):
+                    child = ranks + (rank,)
+                    if len(child) <= depths and len(child) + sum(child) <= budget:
+                        grown.append(child)
+            frontier = grown
+            candidates += grown
+        candidates.sort(key=lambda r: (len(r) + sum(r), len(r), r))
+        index = {ranks: i + 1 for i, ranks in enumerate(candidates)}   # extended index: 0 is the root
+        count = len(candidates) + 1
+        parent = np.full(count, -1, dtype=np.int32)
+        depth = np.zeros(count, dtype=np.int32)
+        rank = np.zeros(count, dtype=np.int32)
+        picks = np.zeros((count, depths * width), dtype=np.float32)   # score = picks @ top_logprobs.ravel()
+        for ranks, e in index.items():
+            parent[e] = index.get(ranks[:-1], 0)
+            depth[e], rank[e] = len(ranks), ranks[-1]
+            for d, r in enumerate(ranks):
+                picks[e, d * width + r] = 1.0
+        ancestors = np.zeros((count, count), dtype=bool)
+        history = kernel - 1
+        # ancestor at distance j (0 = self) as an extended index, or history + a (a < 0) for the
+        # conv-state row before the root at distance j - depth
+        at_distance = np.zeros((count, kernel), dtype=np.int32)
+        for e in range(count):
+            node, j = e, 0
+            while node >= 0:
+                ancestors[e, node] = True
+                if j < kernel:
+                    at_distance[e, j] = node
+                node, j = (parent[node] if node else -1), j + 1
+            for j in range(depth[e] + 1, kernel):
+                at_distance[e, j] = -(j - depth[e])
+        self.budget = min(budget, count - 1)
+        self.size = self.budget + 1
+        self.width, self.history = width, history
+        self.parent, self.depth, self.rank = mx.array(parent), mx.array(depth), mx.array(rank)
+        self.picks = mx.array(picks[1:])                       # (C, depths * width)
+        self.ancestors = mx.array(ancestors)
+        self.at_distance = mx.array(at_distance[:, ::-1].copy())   # column c: distance kernel-1-c
+        self.candidate_index = mx.arange(1, count, dtype=mx.int32)
+
+    def tree(self, top_logprobs: mx.array, top_tokens: mx.array) -> tuple[mx.array, DeviceTree]:
+        """(draft tokens (B,), tree) from the drafter's sorted per-depth candidates, all lazy."""
+        flat = mx.maximum(top_logprobs.astype(mx.float32), -1e30).reshape(-1)
+        score = self.picks @ flat                                       # (C,)
+        index = self.candidate_index
+        beats = (score[:, None] > score[None, :]) | ((score[:, None] == score[None, :]) & (index[:, None] < index[None, :]))
+        chosen = beats.astype(mx.int32).sum(axis=0) < self.budget       # the B best (closed under parents)
+        order = mx.argsort(mx.where(chosen, index, index + index.shape[0]))[: self.budget]
+        nodes = mx.concatenate([mx.zeros((1,), dtype=mx.int32), index[order]])   # (T,) extended indices
+        size = self.size
+        slot_of = mx.argmax(nodes[None, :] == mx.arange(self.parent.shape[0], dtype=mx.int32)[:, None], axis=1)
+        parents = mx.where(nodes == 0, -1, slot_of[self.parent[nodes]].astype(mx.int32))
+        depths = self.depth[nodes]
+        visibility = self.ancestors[nodes][:, nodes]
+        at = self.at_distance[nodes]                                    # (T, kernel)
+        windows = mx.where(at >= 0, self.history + slot_of[mx.maximum(at, 0)].astype(mx.int32), self.history + at)
+        tokens = top_tokens.reshape(-1)[(self.depth[nodes[1:]] - 1) * self.width + self.rank[nodes[1:]]]
+        return tokens, DeviceTree(size, depths, parents, visibility, windows.astype(mx.int32), None, depths.max())
+
+
+@dataclass(frozen=True)
+class DeviceWalk:
+    """The walk of a verified tree as arrays: what to commit and what was emitted."""
+
+    path: mx.array      # (T,) accepted slots in depth order, then filler (slot 0)
+    last: mx.array      # slot of the deepest accepted node
+    accepted: mx.array  # number of accepted draft tokens (depth of `last`)
+    emitted: mx.array   # (T,) accepted draft tokens then the bonus; entries past `accepted` are filler
+
+
+def walk_device(tree: DeviceTree, tokens: mx.array, choices: mx.array) -> DeviceWalk:
+    """`walk` without a host read: a slot is accepted iff every node on its root path matched the
+    target's choice at its parent (siblings hold distinct tokens, so at most one slot per depth)."""
+    size = tree.size
+    slot_tokens = mx.concatenate([mx.zeros((1,), dtype=tokens.dtype), tokens]).astype(mx.int32)
+    choices = choices.astype(mx.int32)
+    matched = slot_tokens == choices[mx.maximum(tree.parents, 0)]
+    matched = matched | (mx.arange(size) == 0)
+    misses = (tree.visibility.astype(mx.float32) @ (1.0 - matched.astype(mx.float32))[:, None])[:, 0]
+    accepted_slots = misses == 0
+    deep = mx.where(accepted_slots, tree.depths, -1)
+    last = mx.argmax(deep)
+    depth = deep.max()
+    at_depth = accepted_slots[None, :] & (tree.depths[None, :] == mx.arange(size, dtype=mx.int32)[:, None])
+    path = mx.argmax(at_depth, axis=1).astype(mx.int32)                 # (T,): slot at each depth (0 past the end)
+    position = mx.arange(size, dtype=mx.int32)
+    drafts = slot_tokens[path[mx.minimum(position + 1, size - 1)]]
+    bonus = choices[last]
+    emitted = mx.where(position < depth, drafts, bonus)
+    return DeviceWalk(path, last, depth, emitted)
