@@ -1,6 +1,7 @@
 """Host or device: how much of an engine step the host spends waiting for the device.
 
     python -m bench.profile_host [--model DIR] [--dtype D] [--tokens 128] [--per-class 1] [--passes 2]
+                                 [--cycles pipelined,host]
 
 Pass 1 meets every tree layout, shape and kernel for the first time; pass 2 repeats the same
 prompts, so a difference between them is one-off (per-layout / per-shape) setup.
@@ -10,6 +11,10 @@ Each engine decodes the same prompts with the host-sync calls timed (`array.item
 device (including launches inside eval). wait / step near 0 means the device idles while Python
 builds graphs and launches work (host-bound: fewer, larger launches or compiled graphs would help);
 near 1 means the device is the bottleneck (cheaper kernels would).
+
+`--cycles pipelined,host` measures every speculative engine both ways in the same process: its
+pipelined cycles (the default: cycle n+1 queued before cycle n's verdict is read) and the host cycle
+(each verdict read before the next draft; rows `<engine>/host`), one after the other per engine.
 """
 
 from __future__ import annotations
@@ -88,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-class", type=int, default=1)
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--engines", default=None, help="comma list (default: all loaded)")
+    parser.add_argument("--cycles", default="pipelined",
+                        help="comma list of pipelined,host: speculative cycle modes to measure (default: pipelined)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -95,33 +102,49 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.setup import load_bench_model
     from bench.workloads import load_workload
+    from engines.kernels import using
 
     model = load_bench_model(args.model, dtype=args.dtype)
     runtime = model.timed
     prompts = [runtime.encode_chat(list(p.messages)) for p in load_workload("mixed", args.per_class, 0)]
     rows = {}
     names = args.engines.split(",") if args.engines else list(runtime.engine_names)
+    modes = args.cycles.split(",")
     for name in names:
         engine = runtime.engines[name]
-        clock = SyncClock()
-        with timed_syncs(clock):
-            decode(engine, prompts[0], 16, clock)  # warm-up: first allocations, the common shapes
-            for run in range(1, args.passes + 1):
-                wall = waited = launched = steps = 0.0
-                for ids in prompts:
-                    seconds, wait_seconds, async_seconds, n = decode(engine, ids, args.tokens, clock)
-                    wall, waited, launched, steps = wall + seconds, waited + wait_seconds, launched + async_seconds, steps + n
-                per = 1e3 / max(steps, 1)
-                step, wait, launch = wall * per, waited * per, launched * per
-                rows[f"{name}/pass{run}"] = {"step_ms": step, "wait_ms": wait, "async_eval_ms": launch,
-                                             "python_ms": max(step - wait - launch, 0.0), "steps": int(steps)}
-                print(f"{name:<8} pass {run}: step {step:6.2f} ms = waiting {wait:6.2f} + in async_eval {launch:6.2f} + "
-                      f"Python {rows[f'{name}/pass{run}']['python_ms']:6.2f}", flush=True)
+        for mode in modes if name != "raw" else modes[:1]:
+            label = name if mode == "pipelined" or name == "raw" else f"{name}/{mode}"
+            with using(pipelined=mode == "pipelined"):
+                rows.update(_profile(engine, label, prompts, args))
     print(f"device {mx.default_device()}; {len(prompts)} prompts x {args.tokens} tokens, greedy")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"device": str(mx.default_device()), "tokens": args.tokens, "engines": rows}, handle, indent=1)
     return 0
+
+
+def _profile(engine, label: str, prompts: list[list[int]], args) -> dict[str, dict]:
+    """Per pass: ms per engine step, split into waiting / in async_eval / Python, and tokens per step."""
+    rows = {}
+    clock = SyncClock()
+    with timed_syncs(clock):
+        decode(engine, prompts[0], 16, clock)  # warm-up: first allocations, the common shapes
+        for run in range(1, args.passes + 1):
+            wall = waited = launched = steps = 0.0
+            for ids in prompts:
+                seconds, wait_seconds, async_seconds, n = decode(engine, ids, args.tokens, clock)
+                wall, waited, launched, steps = wall + seconds, waited + wait_seconds, launched + async_seconds, steps + n
+            per = 1e3 / max(steps, 1)
+            step, wait, launch = wall * per, waited * per, launched * per
+            tokens = len(prompts) * args.tokens / max(wall, 1e-9)
+            rows[f"{label}/pass{run}"] = {"step_ms": step, "wait_ms": wait, "async_eval_ms": launch,
+                                          "python_ms": max(step - wait - launch, 0.0), "steps": int(steps),
+                                          "tokens_per_s": tokens}
+            print(f"{label:<14} pass {run}: step {step:6.2f} ms = waiting {wait:6.2f} + in async_eval {launch:6.2f} + "
+                  f"Python {rows[f'{label}/pass{run}']['python_ms']:6.2f}; {tokens:6.1f} tok/s", flush=True)
+    return rows
+
+
 
 
 if __name__ == "__main__":

@@ -101,6 +101,7 @@ class DDTreeEngine:
         self.layer_ids = drafter.cfg.target_layer_ids
         self.capture = tuple(self.layer_ids)   # the drafter's context features
         self.context_sink, self.context_window = context_sink, context_window
+        self.warm()
 
     def _features(self, layer_outputs: dict[int, mx.array], rows: mx.array | slice) -> list[mx.array]:
         return [layer_outputs[i][rows] for i in self.layer_ids]

@@ -25,6 +25,7 @@ from contracts.engine import CancelToken, StepResult, SwitchRule
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
+from .kernels import fast_paths
 from .prefill import PrefixPlan, PrefixUse, prefill_cached
 from .processing import TargetProcessor
 from .raw import decode
@@ -246,7 +247,7 @@ def speculative_generate(
                 yield from decode(bundle, cache, pending, cfg, rng, cancel, engine="raw", processor=processor)
                 return
             state = states[running] if running != "raw" else raw_stepping
-            if running != "raw" and not probing and not processor.active:
+            if running != "raw" and not probing and not processor.active and fast_paths.pipelined:
                 # queue cycle n+1 (from cycle n's bonus, still on the device) before reading cycle n
                 if flight is None:
                     flight = state.launch(mx.array(pending, dtype=mx.uint32))

@@ -198,9 +198,10 @@ def ensure_capacity(cache, width: int) -> None:
 
 
 def write_rows(cache, keys: mx.array, values: mx.array, pos: mx.array) -> None:
-    start = pos.reshape(1).astype(mx.int32)
-    cache.keys = mx.slice_update(cache.keys, keys, start, axes=(2,))
-    cache.values = mx.slice_update(cache.values, values, start, axes=(2,))
+    """Rows pos..pos+T of the buffers: a scatter at device indices (every backend has one)."""
+    rows = pos + mx.arange(keys.shape[2], dtype=mx.int32)
+    cache.keys[:, :, rows, :] = keys
+    cache.values[:, :, rows, :] = values
 
 
 def device_mask(tree: DeviceTree, pos: mx.array, width: int) -> mx.array:

@@ -180,9 +180,14 @@ class BestFirstTables:
         self.ancestors = mx.array(ancestors)
         self.at_distance = mx.array(at_distance[:, ::-1].copy())   # column c: distance kernel-1-c
         self.candidate_index = mx.arange(1, count, dtype=mx.int32)
+        self._build = mx.compile(self._arrays)   # ~25 small ops: one trace, fused where MLX can
 
     def tree(self, top_logprobs: mx.array, top_tokens: mx.array) -> tuple[mx.array, DeviceTree]:
         """(draft tokens (B,), tree) from the drafter's sorted per-depth candidates, all lazy."""
+        tokens, depths, parents, visibility, windows = self._build(top_logprobs, top_tokens)
+        return tokens, DeviceTree(self.size, depths, parents, visibility, windows, None, depths.max())
+
+    def _arrays(self, top_logprobs: mx.array, top_tokens: mx.array) -> tuple[mx.array, ...]:
         flat = mx.maximum(top_logprobs.astype(mx.float32), -1e30).reshape(-1)
         score = self.picks @ flat                                       # (C,)
         index = self.candidate_index
@@ -190,7 +195,6 @@ class BestFirstTables:
         chosen = beats.astype(mx.int32).sum(axis=0) < self.budget       # the B best (closed under parents)
         order = mx.argsort(mx.where(chosen, index, index + index.shape[0]))[: self.budget]
         nodes = mx.concatenate([mx.zeros((1,), dtype=mx.int32), index[order]])   # (T,) extended indices
-        size = self.size
         slot_of = mx.argmax(nodes[None, :] == mx.arange(self.parent.shape[0], dtype=mx.int32)[:, None], axis=1)
         parents = mx.where(nodes == 0, -1, slot_of[self.parent[nodes]].astype(mx.int32))
         depths = self.depth[nodes]
@@ -198,7 +202,7 @@ class BestFirstTables:
         at = self.at_distance[nodes]                                    # (T, kernel)
         windows = mx.where(at >= 0, self.history + slot_of[mx.maximum(at, 0)].astype(mx.int32), self.history + at)
         tokens = top_tokens.reshape(-1)[(self.depth[nodes[1:]] - 1) * self.width + self.rank[nodes[1:]]]
-        return tokens, DeviceTree(size, depths, parents, visibility, windows.astype(mx.int32), None, depths.max())
+        return tokens, depths, parents, visibility, windows.astype(mx.int32)
 
 
 @dataclass(frozen=True)
@@ -214,20 +218,28 @@ class DeviceWalk:
 def walk_device(tree: DeviceTree, tokens: mx.array, choices: mx.array) -> DeviceWalk:
     """`walk` without a host read: a slot is accepted iff every node on its root path matched the
     target's choice at its parent (siblings hold distinct tokens, so at most one slot per depth)."""
-    size = tree.size
+    return DeviceWalk(*_walk_compiled(tree.parents, tree.depths, tree.visibility, tokens, choices))
+
+
+def _walk_arrays(parents: mx.array, depths: mx.array, visibility: mx.array, tokens: mx.array,
+                 choices: mx.array) -> tuple[mx.array, ...]:
+    size = parents.shape[0]
     slot_tokens = mx.concatenate([mx.zeros((1,), dtype=tokens.dtype), tokens]).astype(mx.int32)
     choices = choices.astype(mx.int32)
-    matched = slot_tokens == choices[mx.maximum(tree.parents, 0)]
+    matched = slot_tokens == choices[mx.maximum(parents, 0)]
     matched = matched | (mx.arange(size) == 0)
-    misses = (tree.visibility.astype(mx.float32) @ (1.0 - matched.astype(mx.float32))[:, None])[:, 0]
+    misses = (visibility.astype(mx.float32) @ (1.0 - matched.astype(mx.float32))[:, None])[:, 0]
     accepted_slots = misses == 0
-    deep = mx.where(accepted_slots, tree.depths, -1)
+    deep = mx.where(accepted_slots, depths, -1)
     last = mx.argmax(deep)
     depth = deep.max()
-    at_depth = accepted_slots[None, :] & (tree.depths[None, :] == mx.arange(size, dtype=mx.int32)[:, None])
+    at_depth = accepted_slots[None, :] & (depths[None, :] == mx.arange(size, dtype=mx.int32)[:, None])
     path = mx.argmax(at_depth, axis=1).astype(mx.int32)                 # (T,): slot at each depth (0 past the end)
     position = mx.arange(size, dtype=mx.int32)
     drafts = slot_tokens[path[mx.minimum(position + 1, size - 1)]]
     bonus = choices[last]
     emitted = mx.where(position < depth, drafts, bonus)
-    return DeviceWalk(path, last, depth, emitted)
+    return path, last, depth, emitted
+
+
+_walk_compiled = mx.compile(_walk_arrays)
