@@ -296,3 +296,18 @@ def test_stop_strings_and_eos_inside_an_accepted_run(agree_engines, name):
 
 class _Never:
     cancelled = False
+
+
+@pytest.mark.parametrize("name", ["mtp", "ddtree", "dflash"])
+def test_pipelined_and_host_cycles_take_the_same_steps(agree_engines, name):
+    """Greedy, the pipelined cycle drafts the same trees and accepts the same runs as the host cycle
+    (the device builder picks the heap's prefixes): identical tokens and per-step acceptance."""
+    bundle, engines = agree_engines
+    for text in PROMPTS[6:9]:
+        ids = encode(bundle, text)
+        runs = []
+        for pipelined in (True, False):
+            with kernels.using(pipelined=pipelined):
+                tokens, steps = run_engine(engines[name], ids, 48, GREEDY)
+            runs.append((tokens, [(s.drafted, s.accepted, s.accepted_positions) for s in steps]))
+        assert runs[0] == runs[1], text
