@@ -121,8 +121,9 @@ class Drafting(Protocol):
     the target caches) and returns what it emitted — its last token is the next pending one.
     `absorb` keeps the state in sync with rows another engine committed and returns this engine's
     probed acceptance on them (accepted draft tokens per would-be verify). `launch` / `land` split
-    a cycle around its host read (pipelined); `rollback` undoes the last launched, unread cycle and
-    `settle` hands the caches back to host-offset code (after the last land or rollback)."""
+    a cycle around its host read (pipelined; a Flight's `undo` takes back a launched, unread cycle)
+    and `settle` hands the caches back to host-offset code (after the last land or undo). Raw's
+    stepping only ever runs host cycles."""
 
     def cycle(self, pending: int, sync: bool) -> Cycle: ...
 

@@ -179,7 +179,9 @@ class BestFirstTables:
         self.picks = mx.array(picks[1:])                       # (C, depths * width)
         self.ancestors = mx.array(ancestors)
         self.at_distance = mx.array(at_distance[:, ::-1].copy())   # column c: distance kernel-1-c
-        self.candidate_index = mx.arange(1, count, dtype=mx.int32)
+        self.candidate_index = mx.array(np.arange(1, count, dtype=np.int32))
+        # materialised here: tables built at load (one thread) are used by the worker thread's stream
+        mx.eval(self.parent, self.depth, self.rank, self.picks, self.ancestors, self.at_distance, self.candidate_index)
         self._build = mx.compile(self._arrays)   # ~25 small ops: one trace, fused where MLX can
 
     def tree(self, top_logprobs: mx.array, top_tokens: mx.array) -> tuple[mx.array, DeviceTree]:
