@@ -1,7 +1,7 @@
 """Host or device: how much of an engine step the host spends waiting for the device.
 
     python -m bench.profile_host [--model DIR] [--dtype D] [--tokens 128] [--per-class 1] [--passes 2]
-                                 [--cycles pipelined,host]
+                                 [--cycles auto|pipelined,host]
 
 Pass 1 meets every tree layout, shape and kernel for the first time; pass 2 repeats the same
 prompts, so a difference between them is one-off (per-layout / per-shape) setup.
@@ -13,8 +13,9 @@ builds graphs and launches work (host-bound: fewer, larger launches or compiled 
 near 1 means the device is the bottleneck (cheaper kernels would).
 
 `--cycles pipelined,host` measures every speculative engine both ways in the same process: its
-pipelined cycles (the default: cycle n+1 queued before cycle n's verdict is read) and the host cycle
-(each verdict read before the next draft; rows `<engine>/host`), one after the other per engine.
+pipelined cycles (cycle n+1 queued before cycle n's verdict is read; rows `<engine>/pipelined`) and the
+host cycle (each verdict read before the next draft; rows `<engine>/host`), one after the other per
+engine. The default, `auto`, runs what a request gets (pipelined on a GPU, the host cycle on the CPU).
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-class", type=int, default=1)
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--engines", default=None, help="comma list (default: all loaded)")
-    parser.add_argument("--cycles", default="pipelined",
-                        help="comma list of pipelined,host: speculative cycle modes to measure (default: pipelined)")
+    parser.add_argument("--cycles", default="auto",
+                        help="comma list of auto,pipelined,host: speculative cycle modes to measure (default: auto)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -113,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         engine = runtime.engines[name]
         for mode in modes if name != "raw" else modes[:1]:
-            label = name if mode == "pipelined" or name == "raw" else f"{name}/{mode}"
-            with using(pipelined=mode == "pipelined"):
+            label = name if mode == "auto" or name == "raw" else f"{name}/{mode}"
+            with using(pipelined=None if mode == "auto" else mode == "pipelined"):
                 rows.update(_profile(engine, label, prompts, args))
     print(f"device {mx.default_device()}; {len(prompts)} prompts x {args.tokens} tokens, greedy")
     if args.json:

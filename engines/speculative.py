@@ -8,7 +8,8 @@ device always has the next cycle to run, as raw decode has its next step. Tokens
 stop-checked one cycle late; a queued cycle the request no longer wants (a hand-off to raw, the
 end of the request) is undone by `rollback`, which puts back the state it replaced (references
 to immutable arrays: nothing is copied). Requests whose target logits need a host read per cycle
-(penalties, a constraint) and the probing phase of a switch rule run the host `cycle` instead.
+(penalties, a constraint) and the probing phase of a switch rule run the host `cycle` instead, and
+so does the CPU backend by default (`kernels.pipelined_cycles`: no device to keep busy there).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from contracts.engine import CancelToken, StepResult, SwitchRule
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
-from .kernels import fast_paths
+from .kernels import pipelined_cycles
 from .prefill import PrefixPlan, PrefixUse, prefill_cached
 from .processing import TargetProcessor
 from .raw import decode
@@ -248,7 +249,7 @@ def speculative_generate(
                 yield from decode(bundle, cache, pending, cfg, rng, cancel, engine="raw", processor=processor)
                 return
             state = states[running] if running != "raw" else raw_stepping
-            if running != "raw" and not probing and not processor.active and fast_paths.pipelined:
+            if running != "raw" and not probing and not processor.active and pipelined_cycles():
                 # queue cycle n+1 (from cycle n's bonus, still on the device) before reading cycle n
                 if flight is None:
                     flight = state.launch(mx.array(pending, dtype=mx.uint32))

@@ -25,6 +25,22 @@ def private_home(tmp_path_factory):
         os.environ["HOME"] = saved
 
 
+@pytest.fixture(scope="session", autouse=True)
+def pipelined_cycles():
+    """Speculative engines run pipelined cycles in every test (as on a GPU; the CPU default is the host
+    cycle, which the tests that ask for it, and penalised / constrained / probing requests, still run).
+    Through the environment, so served subprocesses do the same."""
+    import os
+
+    saved = os.environ.get("SWITCHYARD_PIPELINED")
+    os.environ["SWITCHYARD_PIPELINED"] = "1"
+    yield
+    if saved is None:
+        os.environ.pop("SWITCHYARD_PIPELINED", None)
+    else:
+        os.environ["SWITCHYARD_PIPELINED"] = saved
+
+
 @pytest.fixture(scope="session")
 def tiny_target(tmp_path_factory) -> Path:
     """Random Qwen3.5 target (3 GatedDeltaNet + 1 attention layer, MTP head), float32, HF layout."""

@@ -311,3 +311,38 @@ def test_pipelined_and_host_cycles_take_the_same_steps(agree_engines, name):
                 tokens, steps = run_engine(engines[name], ids, 48, GREEDY)
             runs.append((tokens, [(s.drafted, s.accepted, s.accepted_positions) for s in steps]))
         assert runs[0] == runs[1], text
+
+
+def test_drafter_context_holes_are_invisible(tiny_agree_bundle, tiny_agree_drafter):
+    """Context rows appended with rejected slots as holes give the drafter exactly the block states a
+    context of the accepted rows alone gives (positions and masks agree)."""
+    bundle = tiny_agree_bundle
+    drafter = load_drafter(tiny_agree_drafter, bundle)
+    rs = np.random.RandomState(5)
+    hidden = bundle.hidden_size
+    layers = len(drafter.cfg.target_layer_ids)
+    with_holes, dense = drafter.new_context(), drafter.new_context()
+    prompt_rows = [mx.array(rs.randn(6, hidden).astype(np.float32)) for _ in range(layers)]
+    drafter.add_context(prompt_rows, with_holes)
+    drafter.add_context(prompt_rows, dense)
+    for accepted in (3, 1, 5, 2):
+        rows = [mx.array(rs.randn(5, hidden).astype(np.float32)) for _ in range(layers)]
+        drafter.add_context(rows, with_holes, mx.arange(5) < accepted)
+        drafter.add_context([r[:accepted] for r in rows], dense)
+    assert int(with_holes.length.item()) == dense.length
+    block = bundle.embed_tokens(mx.array([7] + [drafter.cfg.mask_token_id] * (drafter.cfg.block_size - 1)))
+    np.testing.assert_allclose(np.array(drafter(block, with_holes)), np.array(drafter(block, dense)), atol=1e-5)
+
+
+def test_pipelined_cycles_are_automatic_per_device(monkeypatch):
+    """On by default on a GPU, off on the CPU backend (nothing to overlap there); the environment or
+    the switch override it."""
+    monkeypatch.delenv("SWITCHYARD_PIPELINED", raising=False)
+    with kernels.using():
+        assert kernels.pipelined_cycles() == (mx.default_device() == mx.gpu)
+        monkeypatch.setenv("SWITCHYARD_PIPELINED", "0")
+        assert not kernels.pipelined_cycles()
+        monkeypatch.setenv("SWITCHYARD_PIPELINED", "1")
+        assert kernels.pipelined_cycles()
+    with kernels.using(pipelined=False):
+        assert not kernels.pipelined_cycles()

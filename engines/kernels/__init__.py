@@ -5,12 +5,16 @@ pieces, cached index arrays), `cuda_kernel` (the one-launch tree GDN kernel on M
 `ops_attention` (matmul attention for multi-query verifies/drafts on MLX-CUDA, kernels/attention.py)
 and `chunked_gdn` (the compiled GDN recurrence for all slots at once instead of one tree level at a time)
 and `pipelined` (speculative cycles queued one ahead with the verdict on the device, instead of the host
-cycle that reads each verdict before the next draft: engines/speculative.py).
+cycle that reads each verdict before the next draft: engines/speculative.py; automatic: on a GPU, where
+it keeps the device busy while the host reads, not on the CPU backend, where MLX computes on the host's
+own cores and the pipelined cycle's extra work (masks, holes) only costs; `SWITCHYARD_PIPELINED=1/0`
+overrides the automatic choice).
 Benchmarks flip it to measure before/after in one process; tests flip it to compare paths.
 """
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
@@ -22,15 +26,27 @@ class FastPaths:
     cuda_kernel: bool = True
     ops_attention: bool | None = None   # None: automatic (multi-query on MLX-CUDA); tests force it
     chunked_gdn: bool = True
-    pipelined: bool = True
+    pipelined: bool | None = None      # None: automatic (pipelined_cycles)
 
 
 fast_paths = FastPaths()
 
 
+def pipelined_cycles() -> bool:
+    """Whether speculative cycles run pipelined: the switch if set, else SWITCHYARD_PIPELINED, else on a GPU."""
+    if fast_paths.pipelined is not None:
+        return fast_paths.pipelined
+    forced = os.environ.get("SWITCHYARD_PIPELINED", "").strip().lower()
+    if forced in ("1", "true", "0", "false"):
+        return forced in ("1", "true")
+    import mlx.core as mx
+
+    return mx.default_device() == mx.gpu
+
+
 @contextmanager
 def using(enabled: bool = True, cuda_kernel: bool = True, ops_attention: bool | None = None,
-          chunked_gdn: bool = True, pipelined: bool = True) -> Iterator[FastPaths]:
+          chunked_gdn: bool = True, pipelined: bool | None = None) -> Iterator[FastPaths]:
     """Temporarily choose the paths (restores the previous choice on exit)."""
     previous = (fast_paths.enabled, fast_paths.cuda_kernel, fast_paths.ops_attention, fast_paths.chunked_gdn,
                 fast_paths.pipelined)
