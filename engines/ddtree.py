@@ -128,7 +128,8 @@ class DDTreeEngine:
         """The drafter's block after `pending` and its per-depth top candidates, as a lazy graph."""
         cfg = self.drafter.cfg
         masks = mx.full((cfg.block_size - 1,), cfg.mask_token_id, dtype=mx.uint32)
-        block = mx.concatenate([mx.array(pending, dtype=mx.uint32).reshape(1), masks])
+        first = pending.astype(mx.uint32) if isinstance(pending, mx.array) else mx.array(pending, dtype=mx.uint32)
+        block = mx.concatenate([first.reshape(1), masks])   # a device token stays lazy (the pipelined cycle)
         hidden = self.drafter(self.bundle.embed_tokens(block), context)
         logits = self.bundle.lm_head(hidden[1:]).astype(mx.float32)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)

@@ -346,3 +346,21 @@ def test_pipelined_cycles_are_automatic_per_device(monkeypatch):
         assert kernels.pipelined_cycles()
     with kernels.using(pipelined=False):
         assert not kernels.pipelined_cycles()
+
+
+@pytest.mark.parametrize("name", ["mtp", "ddtree", "dflash"])
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_one_host_read_per_pipelined_cycle(agree_engines, name, temperature, monkeypatch):
+    """A pipelined cycle reads the device once (its land): no draft, tree or verdict read between."""
+    bundle, engines = agree_engines
+    gen = engines[name].generate(encode(bundle, PROMPTS[0]), SamplingParams(temperature=temperature, seed=1), _Never())
+    next(gen), next(gen)   # prefill and the first cycle
+    reads: list[str] = []
+    for owner, attr in ((mx.array, "item"), (mx.array, "tolist"), (mx, "eval"), (np, "array")):
+        original = getattr(owner, attr)
+        monkeypatch.setattr(owner, attr, lambda *a, _o=original, _n=attr, **k: reads.append(_n) or _o(*a, **k))
+    for _ in range(8):
+        next(gen)
+    monkeypatch.undo()
+    gen.close()
+    assert reads == ["tolist"] * 8
