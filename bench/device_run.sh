@@ -3,8 +3,10 @@
 #   bash bench/device_run.sh bench [switchyard bench options]   # the end-to-end benchmark (issue 7)
 #   bash bench/device_run.sh verify                              # kernel check + verify-cost profile + engines
 #   bash bench/device_run.sh engines                             # fp32 diagnostic + engines, reference vs CUDA paths
-#   bash bench/device_run.sh profile                             # host vs device per step, verify costs, fp32 losslessness
+#   bash bench/device_run.sh profile                             # host vs device per step (pipelined and host
+#                                                                #   cycles), verify costs, fp32 losslessness
 #   bash bench/device_run.sh multiturn                           # prefix cache: TTFT per turn vs mlx_lm.server
+# SWITCHYARD_PIPELINED=0 before any of them runs the host cycle instead of the pipelined one (A/B).
 # Logs and results go to $OUT (what the device tool brings back).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -43,7 +45,9 @@ case "$task" in
       --tokens 64 --json "$OUT/engines.json" 2>&1 | quiet | tee "$OUT/engines.txt"
     ;;
   profile)
-    timeout 120 python3 -m bench.profile_host --tokens 128 --per-class 2 --json "$OUT/host.json" 2>&1 | quiet | tee "$OUT/host.txt"
+    # every speculative engine pipelined (verdict on the device) and with the host cycle, in one process (issue 18)
+    timeout 240 python3 -m bench.profile_host --tokens 128 --per-class 2 --cycles pipelined,host \
+      --json "$OUT/host.json" 2>&1 | quiet | tee "$OUT/host.txt"
     timeout 80 python3 -m bench.profile_verify --model demo --trials 25 --pieces --json "$OUT/pv_demo.json" 2>&1 \
       | quiet | tee "$OUT/pv_demo.txt"
     # greedy speculative output equals raw's only in exact arithmetic: float32 with TF32 matmuls off
