@@ -364,3 +364,17 @@ def test_one_host_read_per_pipelined_cycle(agree_engines, name, temperature, mon
     monkeypatch.undo()
     gen.close()
     assert reads == ["tolist"] * 8
+
+
+@pytest.mark.parametrize("name", ["mtp", "ddtree", "ddtree-window"])
+def test_long_pipelined_generation_grows_the_caches(agree_engines, tiny_agree_drafter, name):
+    """Past the attention buffers' first 256 rows (grown while a cycle is in flight) and, with a small
+    drafter window, past the drafter context's trim (holes count as rows there): still raw's tokens."""
+    bundle, engines = agree_engines
+    engine = engines.get(name) or DDTreeEngine(bundle, engines["ddtree"].drafter, budget=4, context_sink=4,
+                                              context_window=24)
+    ids = encode(bundle, PROMPTS[10])
+    want = run_engine(RawEngine(bundle), ids, 300, GREEDY)[0]
+    got, steps = run_engine(engine, ids, 300, GREEDY)
+    assert got == want
+    assert any(s.accepted for s in steps)
