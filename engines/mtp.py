@@ -156,7 +156,7 @@ class _MTPDrafting:
             draft_lp = log_probs(self.draft_logits, cfg)
             draft = rng.categorical(draft_lp)
         verify_ids = mx.stack([pending.reshape(()).astype(mx.uint32), draft.astype(mx.uint32)])
-        tree = DeviceTree.of(_VERIFY, 1)
+        tree = DeviceTree.of(_VERIFY, 1)   # a chain: the forwards use its layout (the kernel size is unused)
         out = forward_device(bundle, verify_ids, tree, self.cache, self.cursor)
         logits = bundle.lm_head(out.hidden)
         verdict = verify_one(draft, draft_lp, logits, cfg, rng)

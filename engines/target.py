@@ -197,11 +197,16 @@ def ensure_capacity(cache, width: int) -> None:
     cache.values = mx.concatenate([cache.values, mx.zeros((B, H, extra, cache.values.shape[3]), cache.values.dtype)], axis=2)
 
 
-def write_rows(cache, keys: mx.array, values: mx.array, pos: mx.array) -> None:
-    """Rows pos..pos+T of the buffers: a scatter at device indices (every backend has one)."""
-    rows = pos + mx.arange(keys.shape[2], dtype=mx.int32)
-    cache.keys[:, :, rows, :] = keys
-    cache.values[:, :, rows, :] = values
+def write_rows(cache, keys: mx.array, values: mx.array, rows: mx.array) -> None:
+    """keys/values (1, H, T, D) into buffer rows `rows` (T,) (device indices): one scatter each
+    (put_along_axis: 3 graph nodes where indexed assignment builds 18)."""
+    index = rows[None, None, :, None]
+    cache.keys = mx.put_along_axis(cache.keys, mx.broadcast_to(index, keys.shape), keys, axis=2)
+    cache.values = mx.put_along_axis(cache.values, mx.broadcast_to(index, values.shape), values, axis=2)
+
+
+def _rows(pos: mx.array, size: int) -> mx.array:
+    return pos + mx.arange(size, dtype=mx.int32)
 
 
 def device_mask(tree: DeviceTree, pos: mx.array, width: int) -> mx.array:
@@ -216,9 +221,10 @@ def device_mask(tree: DeviceTree, pos: mx.array, width: int) -> mx.array:
 
 
 def attention_device(attn: nn.Module, x: mx.array, cache, tree: DeviceTree, pos: mx.array, width: int,
-                     mask: mx.array) -> tuple[mx.array, tuple[mx.array, mx.array]]:
+                     mask: mx.array, rows: mx.array | None = None) -> tuple[mx.array, tuple[mx.array, mx.array]]:
     """`attention_tree` at a device position: the tree's rows are written at pos..pos+T of the
-    buffer; returns the output and the rows (a tree commit packs the accepted ones)."""
+    buffer (`rows`, once per forward); returns the output and the rows (a tree commit packs the
+    accepted ones)."""
     _, T, _ = x.shape
     queries, gate = mx.split(attn.q_proj(x).reshape(1, T, attn.num_attention_heads, -1), 2, axis=-1)
     gate = gate.reshape(1, T, -1)
@@ -231,7 +237,7 @@ def attention_device(attn: nn.Module, x: mx.array, cache, tree: DeviceTree, pos:
         positions = tree.depths + pos
         queries, keys = _rope_at(attn.rope, queries, positions), _rope_at(attn.rope, keys, positions)
     ensure_capacity(cache, width)
-    write_rows(cache, keys, values, pos)
+    write_rows(cache, keys, values, _rows(pos, T) if rows is None else rows)
     all_keys, all_values = cache.keys[..., :width, :], cache.values[..., :width, :]
     if use_ops_attention(queries):
         out = ops_attention(queries, all_keys, all_values, attn.scale, mask)
@@ -246,6 +252,7 @@ class DeviceOutput(ForwardOutput):
     pos: mx.array | None = None                                          # committed length before the verify
     snapshots: dict[int, GdnSnapshot] = field(default_factory=dict)      # GDN layer id -> per-slot state
     rows: dict[int, tuple[mx.array, mx.array]] = field(default_factory=dict)   # attention layer -> new K/V
+    buffer_rows: mx.array | None = None                                  # (T,) where the verify wrote them
 
 
 def forward_device(bundle: ModelBundle, tokens: mx.array, tree: DeviceTree, cache: list, cursor: Cursor,
@@ -255,13 +262,14 @@ def forward_device(bundle: ModelBundle, tokens: mx.array, tree: DeviceTree, cach
     h = decoder.embed_tokens(tokens[None])
     width = cursor.bound + tree.size
     mask = device_mask(tree, cursor.pos, width)   # once per forward, shared by every attention layer
-    out = DeviceOutput(hidden=h, pos=cursor.pos)
+    rows = _rows(cursor.pos, tree.size)
+    out = DeviceOutput(hidden=h, pos=cursor.pos, buffer_rows=rows)
     for i, (layer, layer_cache) in enumerate(zip(bundle.layers, cache)):
         normed = layer.input_layernorm(h)
         if layer.is_linear:
             r, out.snapshots[i] = gdn_tree(layer.linear_attn, normed, layer_cache, tree)
         else:
-            r, out.rows[i] = attention_device(layer.self_attn, normed, layer_cache, tree, cursor.pos, width, mask)
+            r, out.rows[i] = attention_device(layer.self_attn, normed, layer_cache, tree, cursor.pos, width, mask, rows)
         h = h + r
         h = h + layer.mlp(layer.post_attention_layernorm(h))
         if i in capture:
@@ -281,7 +289,7 @@ def commit_device(bundle: ModelBundle, cache: list, out: DeviceOutput, tree: Dev
             restore_at(layer_cache, out.snapshots[i], last)
         elif not chain:
             keys, values = out.rows[i]
-            write_rows(layer_cache, keys[:, :, path], values[:, :, path], out.pos)
+            write_rows(layer_cache, keys[:, :, path], values[:, :, path], out.buffer_rows)
     cursor.advance(count, tree.size)
 
 

@@ -111,6 +111,8 @@ class DeviceTree:
     windows: mx.array       # (T, kernel) int32 rows into concat(conv_state, slot rows), see conv_windows
     layout: TreeLayout | None = None
     max_depth: mx.array | int = 0   # deepest slot's depth (an int when the layout is known)
+    inclusive: mx.array | None = None   # (T, T) float32 visibility and its strict part: the GDN
+    strict: mx.array | None = None      # recurrence's path masks, built once per tree, not per layer
 
     @classmethod
     def of(cls, layout: TreeLayout, kernel: int) -> "DeviceTree":
@@ -119,8 +121,11 @@ class DeviceTree:
 
 @lru_cache(maxsize=64)
 def _device_tree(layout: TreeLayout, kernel: int) -> DeviceTree:
+    inclusive = layout.visibility.astype(np.float32)
+    strict = inclusive * (1.0 - np.eye(layout.size, dtype=np.float32))
     return DeviceTree(layout.size, mx.array(layout.depths, dtype=mx.int32), mx.array(layout.parents, dtype=mx.int32),
-                      mx.array(layout.visibility), mx.array(layout.conv_windows(kernel)), layout, max(layout.depths))
+                      mx.array(layout.visibility), mx.array(layout.conv_windows(kernel)), layout, max(layout.depths),
+                      mx.array(inclusive), mx.array(strict))
 
 
 class BestFirstTables:
@@ -186,8 +191,8 @@ class BestFirstTables:
 
     def tree(self, top_logprobs: mx.array, top_tokens: mx.array) -> tuple[mx.array, DeviceTree]:
         """(draft tokens (B,), tree) from the drafter's sorted per-depth candidates, all lazy."""
-        tokens, depths, parents, visibility, windows = self._build(top_logprobs, top_tokens)
-        return tokens, DeviceTree(self.size, depths, parents, visibility, windows, None, depths.max())
+        tokens, depths, parents, visibility, windows, inclusive, strict, deepest = self._build(top_logprobs, top_tokens)
+        return tokens, DeviceTree(self.size, depths, parents, visibility, windows, None, deepest, inclusive, strict)
 
     def _arrays(self, top_logprobs: mx.array, top_tokens: mx.array) -> tuple[mx.array, ...]:
         flat = mx.maximum(top_logprobs.astype(mx.float32), -1e30).reshape(-1)
@@ -204,7 +209,9 @@ class BestFirstTables:
         at = self.at_distance[nodes]                                    # (T, kernel)
         windows = mx.where(at >= 0, self.history + slot_of[mx.maximum(at, 0)].astype(mx.int32), self.history + at)
         tokens = top_tokens.reshape(-1)[(self.depth[nodes[1:]] - 1) * self.width + self.rank[nodes[1:]]]
-        return tokens, depths, parents, visibility, windows.astype(mx.int32)
+        inclusive = visibility.astype(mx.float32)
+        strict = inclusive * (1.0 - mx.eye(self.size, dtype=mx.float32))
+        return tokens, depths, parents, visibility, windows.astype(mx.int32), inclusive, strict, depths.max()
 
 
 @dataclass(frozen=True)
