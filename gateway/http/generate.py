@@ -135,7 +135,8 @@ async def _admit(request: Request, state: GatewayState, endpoint: Endpoint) -> t
     if state.config.api_keys and not state.config.share_prefix_cache:   # tenants never share cached prompts
         admitted.spec = replace(admitted.spec, cache_scope=request.scope.get(KEY_ID, "anonymous"))
     spec, backend, router = admitted.spec, state.backend, state.router
-    ticket = state.scheduler.submit(lambda t: run_request(backend, router, spec, t.cancel_token, t.admitted_depth))
+    ticket = state.scheduler.submit(lambda t: run_request(backend, router, spec, t.cancel_token, t.admitted_depth,
+                                                                        concurrent=t.concurrent))
     return admitted, ticket
 
 
