@@ -10,7 +10,8 @@ against three servers run one after another on this machine:
   weighs load;
 * `mlx_lm.server` on the same model (it batches concurrent requests too).
 
-Each server first answers `--warmup` requests one at a time (compiles, the router's monitor learns).
+Each server first answers 6 warm-up requests one at a time (compiles, the router's monitor learns),
+then one concurrent round at the largest N (the batch shapes' first compiles on a GPU).
 Reported per N: aggregate completion tokens/s (all tokens / wall time), per-client decode tokens/s
 (median over requests), TTFT p50/p99, and whether every greedy answer equals the serial server's.
 Goals: 8 clients >= 2.5x the serial server's aggregate; 1 client >= 0.98x it.
@@ -106,9 +107,14 @@ def run_level(base_url: str, model: str, server: str, clients: int, per_client: 
     return level
 
 
-def _warm(base_url: str, model: str, prompts: list[dict], count: int, max_tokens: int) -> None:
-    for item in prompts[-count:] if count else ():
+def _warm(base_url: str, model: str, prompts: list[dict], count: int, max_tokens: int, clients: int) -> None:
+    """`count` requests one at a time (first-use compiles, the router's monitor), then one round of
+    `clients` at once (the batch sizes' first shapes), on prompts the measurement does not use first."""
+    if not count:
+        return
+    for item in prompts[-count:]:
         stream_once(base_url, {"model": model, "messages": item["messages"], "max_tokens": max_tokens, "temperature": 0})
+    run_level(base_url, model, "warm-up", clients, 1, prompts[::-1], min(max_tokens, 48))
 
 
 def run(model_dir: Path, out: Path, levels: tuple[int, ...] = (1, 2, 4, 8), per_client: int = 2,
@@ -131,7 +137,7 @@ def run(model_dir: Path, out: Path, levels: tuple[int, ...] = (1, 2, 4, 8), per_
             proc = MlxLmServer(model_dir, log)
         model = "default" if flags is not None else str(model_dir)
         try:
-            _warm(proc.url, model, prompts, warmup, max_tokens)
+            _warm(proc.url, model, prompts, warmup, max_tokens, max(levels))
             for clients in levels:
                 results.append(run_level(proc.url, model, name, clients, per_client, prompts, max_tokens))
                 print(f"{name}: {clients} clients {results[-1].aggregate_tok_s:.1f} tok/s", flush=True)

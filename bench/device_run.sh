@@ -5,6 +5,7 @@
 #   bash bench/device_run.sh engines                             # fp32 diagnostic + engines, reference vs CUDA paths
 #   bash bench/device_run.sh profile                             # host vs device per step, verify costs, fp32 losslessness
 #   bash bench/device_run.sh multiturn                           # prefix cache: TTFT per turn vs mlx_lm.server
+#   bash bench/device_run.sh clients                             # 1/2/4/8 concurrent clients: serial, batched, mlx_lm
 # Logs and results go to $OUT (what the device tool brings back).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -21,6 +22,12 @@ case "$task" in
     rm -rf /tmp/bench-out   # a warm machine keeps the previous run's files
     python3 -m gateway.cli bench --out /tmp/bench-out "$@" 2>&1 | quiet | tee "$OUT/bench.log"
     tar -C /tmp -czf "$OUT/bench.tgz" bench-out
+    ;;
+  clients)
+    # concurrent streaming clients: serve --max-batch 1 vs serve (batched) vs mlx_lm.server (issue 21)
+    rm -rf /tmp/cl
+    python3 -m gateway.cli bench --clients 1,2,4,8 --out /tmp/cl "$@" 2>&1 | quiet | tee "$OUT/clients.log"
+    cp /tmp/cl/clients.md /tmp/cl/clients.json "$OUT/" 2>/dev/null
     ;;
   multiturn)
     # TTFT per turn with / without the prefix cache and mlx_lm.server (issue 20)
@@ -52,7 +59,7 @@ case "$task" in
     grep -A1 "losslessness" /tmp/lossless/report.md | tee "$OUT/lossless.txt"
     ;;
   *)
-    echo "unknown task $task (bench | verify | engines | profile | multiturn)" >&2
+    echo "unknown task $task (bench | verify | engines | profile | multiturn | clients)" >&2
     exit 2
     ;;
 esac
