@@ -68,6 +68,8 @@ class DecodeBatch:
         self.active = 0         # requests being generated now (prefilling, speculative or raw)
         self.steps = 0          # batched steps run (for metrics)
         self.row_steps = 0      # tokens produced by batched steps
+        self._queued: mx.array | None = None   # the next step's tokens, in flight (pipelining)
+        self._last: float | None = None         # when the previous step's tokens landed
 
     # -- who is here ---------------------------------------------------------------------------
     @contextmanager
@@ -96,14 +98,11 @@ class DecodeBatch:
         """A lone stream should join: another raw stream runs and there is room."""
         return self.enabled and self.streams >= 2 and len(self.rows) < self.max_rows
 
-    def alone(self, row: BatchRow) -> bool:
-        """The row is the only raw stream left: it decodes faster on its own caches, pipelined."""
-        return self.streams <= 1 and self.rows == [row]
-
     # -- joining and leaving -------------------------------------------------------------------
     def join(self, cache: list, pending: int, cfg: SamplerConfig, rng: Rng,
              processor: TargetProcessor | None = None) -> BatchRow:
         """Adds a request whose `cache` holds everything before `pending` (not yet fed)."""
+        self.drain()
         single = [type(layer).merge([layer]) for layer in cache]
         if self.cache is None:
             self.cache = single
@@ -112,22 +111,34 @@ class DecodeBatch:
                 mine.extend(theirs)
         row = BatchRow(pending, cfg, rng, processor)
         self.rows.append(row)
+        self._last = None   # the next step's time includes the join: not a step cost
         return row
 
     def leave(self, row: BatchRow) -> None:
         if row not in self.rows:
             return
+        self.drain()
         index = self.rows.index(row)
         self.rows.pop(index)
         if not self.rows:
             self.cache = None
+            self._last = None
             return
         keep = [i for i in range(len(self.rows) + 1) if i != index]
         for layer in self.cache:
             layer.filter(keep)
 
+    def alone(self, row: BatchRow) -> bool:
+        """The row is the only raw stream left and has nothing buffered: it decodes faster on its own
+        caches, pipelined (a queued step is drained first; its token is buffered, so not yet)."""
+        if self.streams > 1 or self.rows != [row]:
+            return False
+        self.drain()
+        return not row.ready
+
     def split_off(self, row: BatchRow) -> tuple[list, int]:
         """Takes the row out with caches of its own (to decode alone): (cache, pending)."""
+        self.drain()
         index = self.rows.index(row)
         cache = [layer.extract(index) for layer in self.cache]
         self.leave(row)
@@ -140,40 +151,64 @@ class DecodeBatch:
             self._step()
         return row.ready.popleft()
 
+    def drain(self) -> None:
+        """Lands the step queued ahead (pipelining): every row gets its token, nothing stays in flight,
+        and each row's pending token is again one not yet fed (the state joins and leaves need)."""
+        if self._queued is None:
+            return
+        queued, self._queued = self._queued, None
+        self._distribute(queued.tolist(), [[] for _ in self.rows])
+
     def _step(self) -> None:
-        started = time.perf_counter()
-        inputs = mx.array([[r.pending] for r in self.rows], dtype=mx.uint32)
-        logits = self.bundle.model(inputs, cache=self.cache)[:, -1, :]
-        tokens = self._choose(logits)
-        seconds = time.perf_counter() - started
-        for row, (token, logprobs) in zip(self.rows, tokens):
-            row.pending = token
-            row.ready.append(BatchToken(token, seconds, len(self.rows), logprobs))
+        """One batched step. Rows whose next logits need no host state (no penalties, constraint or
+        log-probabilities) run pipelined: the following step is queued before the host reads this
+        one's tokens, as a single decode does."""
+        if any(r.processed for r in self.rows):
+            self.drain()
+            logits = self._forward(mx.array([[r.pending] for r in self.rows], dtype=mx.uint32))
+            tokens, logprobs = zip(*self._choose(logits))
+            self._distribute(list(tokens), list(logprobs))
+            return
+        if self._queued is None:   # start the pipeline from each row's pending token
+            current = self._sample(self._forward(mx.array([[r.pending] for r in self.rows], dtype=mx.uint32)))
+        else:
+            current = self._queued
+        self._queued = self._sample(self._forward(current[:, None]))
+        mx.async_eval(self._queued)
+        self._distribute(current.tolist(), [[] for _ in self.rows])
+
+    def _forward(self, inputs: mx.array) -> mx.array:
+        return self.bundle.model(inputs, cache=self.cache)[:, -1, :]
+
+    def _distribute(self, tokens: list[int], logprobs: list[list[TokenLogprob]]) -> None:
+        now = time.perf_counter()
+        seconds = now - self._last if self._last is not None else 0.0
+        self._last = now
+        for row, token, lp in zip(self.rows, tokens, logprobs):
+            row.pending = int(token)
+            row.ready.append(BatchToken(int(token), seconds, len(self.rows), lp))
         self.steps += 1
         self.row_steps += len(self.rows)
 
+    def _sample(self, logits: mx.array) -> mx.array:
+        """(B,) tokens, lazily: one argmax when every row is greedy, else each row with its sampler
+        (a processed row's entry is a placeholder: `_choose` draws it on the host, from its own rng)."""
+        if all(r.cfg.greedy for r in self.rows):
+            return mx.argmax(logits, axis=-1)
+        return mx.concatenate([mx.argmax(logits[i : i + 1], axis=-1) if r.cfg.greedy or r.processed
+                               else choose(logits[i : i + 1], r.cfg, r.rng).reshape(1)
+                               for i, r in enumerate(self.rows)])
+
     def _choose(self, logits: mx.array) -> list[tuple[int, list[TokenLogprob]]]:
-        """One token per row with the row's own sampler, penalties and constraint."""
-        plain = [i for i, r in enumerate(self.rows) if not r.processed]
-        chosen: dict[int, tuple[int, list[TokenLogprob]]] = {}
-        greedy = [i for i in plain if self.rows[i].cfg.greedy]
-        lazy: list[tuple[int, mx.array]] = []
-        if greedy:   # one argmax for every greedy row
-            lazy.append((-1, mx.argmax(logits[mx.array(greedy)], axis=-1)))
-        for i in plain:
-            if not self.rows[i].cfg.greedy:
-                lazy.append((i, choose(logits[i : i + 1], self.rows[i].cfg, self.rows[i].rng)))
-        mx.eval([a for _, a in lazy])
-        for i, values in lazy:
-            if i == -1:
-                chosen.update({g: (int(v), []) for g, v in zip(greedy, values.tolist())})
-            else:
-                chosen[i] = (int(values.item()), [])
-        for i, row in enumerate(self.rows):
-            if row.processed:   # its logits need its own history on the host: one row at a time
-                processor = row.processor
-                processed = processor.apply(logits[i : i + 1], [[]])
+        """One token per row with the row's own sampler, penalties and constraint (on the host)."""
+        plain = self._sample(logits)
+        out: list[tuple[int, list[TokenLogprob]]] = []
+        for i, (row, token) in enumerate(zip(self.rows, plain.tolist())):
+            if row.processed:   # its logits need its own history on the host
+                processed = row.processor.apply(logits[i : i + 1], [[]])
                 token = int(choose(processed, row.cfg, row.rng)[0].item())
-                chosen[i] = (token, processor.logprobs(processed, [token]))
-                processor.advance([token])
-        return [chosen[i] for i in range(len(self.rows))]
+                out.append((token, row.processor.logprobs(processed, [token])))
+                row.processor.advance([token])
+            else:
+                out.append((int(token), []))
+        return out
