@@ -29,6 +29,10 @@ case "$task" in
     python3 -m gateway.cli bench --clients 1,2,4,8 --out /tmp/cl "$@" 2>&1 | quiet | tee "$OUT/clients.log"
     cp /tmp/cl/clients.md /tmp/cl/clients.json "$OUT/" 2>/dev/null
     ;;
+  batchprof)
+    # c(B) per batch size and engine-level serial vs batched throughput (no HTTP)
+    timeout 300 python3 -m bench.profile_batch --json "$OUT/profile_batch.json" "$@" 2>&1 | quiet | tee "$OUT/profile_batch.txt"
+    ;;
   multiturn)
     # TTFT per turn with / without the prefix cache and mlx_lm.server (issue 20)
     rm -rf /tmp/mt
@@ -59,7 +63,7 @@ case "$task" in
     grep -A1 "losslessness" /tmp/lossless/report.md | tee "$OUT/lossless.txt"
     ;;
   *)
-    echo "unknown task $task (bench | verify | engines | profile | multiturn | clients)" >&2
+    echo "unknown task $task (bench | verify | engines | profile | multiturn | clients | batchprof)" >&2
     exit 2
     ;;
 esac
