@@ -384,6 +384,9 @@ class AdaptiveRouter:
         return {
             "classes": classes,
             "measured": self.monitor.snapshot(),
+            # c(B) as routing uses it now: measured per batch size, the policy's prior where unmeasured
+            "batch_costs": list(self.monitor.batch_costs(policy.batching.prior_row_cost, policy.batching.max_rows,
+                                                         policy.batching.cost_warmup)) if policy.batching.enabled else [],
             "loaded_engines": sorted(self._loaded),
             "enabled_engines": list(policy.engines.enabled()),
             "quarantined": self.quarantined(),
