@@ -47,6 +47,7 @@ class Runtime:
         self.model_id = model_id
         self.prefix_cache: PrefixCache | None = None
         self.set_prefix_cache(prefix_cache_bytes)
+        self._batch_rows = 0   # what set_batching allowed (the policy may only lower it)
         mtp = engines.get("mtp")
         ddtree = engines.get("ddtree")
         self.mtp_head_bytes = mtp.head.nbytes() if isinstance(mtp, MTPEngine) else 0
@@ -144,6 +145,14 @@ class Runtime:
     def set_batching(self, max_rows: int) -> None:
         """Raw decoders running at once share one forward per step, up to `max_rows` (< 2: off)."""
         self.bundle.decode_batch = DecodeBatch(self.bundle, max_rows) if max_rows >= 2 else None
+        self._batch_rows = max_rows
+
+    def set_batch_limit(self, rows: int) -> None:
+        """The live policy's cap on rows per batched step (never above what set_batching allowed);
+        rows already in the batch stay until they finish."""
+        batch = self.bundle.decode_batch
+        if batch is not None:
+            batch.max_rows = max(2, min(rows, self._batch_rows))
 
     def batch_stats(self) -> dict[str, float] | None:
         batch = self.bundle.decode_batch

@@ -340,3 +340,33 @@ def test_queue_limit_counts_waiting_requests_behind_full_running_slots():
             request.thread.join(30)
         wait_until(lambda: scheduler.idle)
         assert httpx.post(url, json=chat("after", max_tokens=1)).status_code == 200
+
+
+def test_higher_priority_requests_leave_the_queue_first():
+    gate = threading.Event()
+    backend = FakeBackend(gate=gate)
+    router = RecordingRouter()
+    app = create_app(backend, router=router, config=GatewayConfig(max_queue=8))
+    scheduler = app.state.gateway.scheduler
+    with live_server(app) as server:
+        url = server.base_url + CHAT
+        first = Background(url, chat("first", max_tokens=1))
+        wait_until(backend.started.is_set)
+        queued = []
+        for i, (name, body_priority, header) in enumerate((("low", None, None), ("high", 5, None),
+                                                           ("header", None, "3"), ("body-wins", -2, "9"))):
+            body = chat(name, max_tokens=1, **({"priority": body_priority} if body_priority is not None else {}))
+            headers = {"X-Switchyard-Priority": header} if header else {}
+            queued.append(threading.Thread(target=httpx.post, args=(url,), kwargs={"json": body, "headers": headers,
+                                                                                    "timeout": 30}))
+            queued[-1].start()
+            wait_until(lambda: scheduler.waiting == i + 1)
+        bad = httpx.post(url, json=chat("x"), headers={"X-Switchyard-Priority": "urgent"})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "priority"
+        assert httpx.post(url, json=chat("x", priority=5000)).status_code == 400
+        gate.set()
+        for thread in queued:
+            thread.join(30)
+        assert first.response().status_code == 200
+    order = [next(m["content"] for m in c["messages"] if m["role"] == "user") for c in backend.chats]
+    assert order == ["first", "high", "header", "low", "body-wins"]

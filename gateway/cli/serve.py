@@ -214,12 +214,13 @@ def _log_inspection(args: argparse.Namespace) -> None:
 
 
 def bind_engine_options(store, runtime) -> None:
-    """Apply the policy's engine options (DDTree budget) to the loaded runtime now and after every
+    """Apply the policy's engine options (DDTree budget, rows per batched step) to the loaded runtime now and after every
     successful reload. The runtime reads the budget once per draft cycle, so a change takes effect
     at the next cycle of any request."""
 
     def apply(snapshot) -> None:
         runtime.set_tree_budget(snapshot.policy.engines.ddtree.budget)
+        runtime.set_batch_limit(snapshot.policy.batching.max_rows)
 
     apply(store.current())
     store.subscribe(apply)

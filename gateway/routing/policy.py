@@ -159,7 +159,7 @@ class BatchingPolicy(_Strict):
     # c(B) = 1 + prior_row_cost * (B - 1) until the monitor has timed batched steps of B rows
     prior_row_cost: float = Field(0.15, ge=0, le=1)
     cost_warmup: int = Field(8, ge=0)     # timed steps of a batch size before its measured cost replaces the prior
-    max_rows: int = Field(16, ge=2, le=256)   # batch sizes the cost table covers (extrapolated beyond)
+    max_rows: int = Field(16, ge=2, le=256)   # most rows per batched step (also capped by serve --max-batch)
 
 
 class StatePolicy(_Strict):

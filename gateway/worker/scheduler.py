@@ -39,6 +39,7 @@ class Ticket:
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout if timeout is not None else None
         self.concurrent = 0   # other requests running when this one started (what the router weighs)
+        self.priority = 0     # higher leaves the queue first
         self.items: Iterator[Any] | None = None   # the work's generator once started (worker side)
         self._loop = loop
         self._inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -174,8 +175,9 @@ class Scheduler:
         return len(tickets)
 
     # -- admission --
-    def submit(self, work: Callable[[Ticket], Iterator[Any]]) -> Ticket:
-        """Queue work (called on the event loop). Raises QueueFull / WorkerUnavailable."""
+    def submit(self, work: Callable[[Ticket], Iterator[Any]], priority: int = 0) -> Ticket:
+        """Queue work (called on the event loop); higher `priority` waits behind fewer others (FIFO
+        within a priority). Raises QueueFull / WorkerUnavailable."""
         loop = asyncio.get_running_loop()
         with self._cond:
             if not self.alive or self._stopping:
@@ -184,9 +186,11 @@ class Scheduler:
                 raise WorkerUnavailable("The server is shutting down.")
             if len(self._waiting) >= self.max_queue + self._free_slots():  # a free slot always admits one
                 raise QueueFull(self.retry_after_seconds)
-            ticket = Ticket(work, loop, admitted_depth=len(self._waiting), timeout=self.request_timeout)
+            ahead = sum(1 for t in self._waiting if t.priority >= priority)
+            ticket = Ticket(work, loop, admitted_depth=ahead, timeout=self.request_timeout)
+            ticket.priority = priority
             ticket._on_cancel = self._discard
-            self._waiting.append(ticket)
+            self._waiting.insert(ahead, ticket)
             self._cond.notify()
         return ticket
 
