@@ -1,0 +1,202 @@
+"""Reply cues: binary features saying what the *reply* must be, matched on words, not regexes.
+
+A cue fires when the ask (system prompt + the user message outside pasted blocks, see
+`features.cue_text`) contains one of its terms. Terms are words or two-word phrases, looked up
+by the same polynomial word hashes the n-gram blocks use, so all cues of a prompt cost one
+hashing pass and one sorted-array lookup (about 0.05 ms on a 4k-character prompt, where the
+19 regexes this replaces took 0.3-0.5 ms). Kinds of cue:
+
+* word cue — any of its terms occurs;
+* near cue — a term of its `left` list is followed within `window` words by one of `right`
+  ("write ... a Python function", "at least 300 words");
+* line-start cue — a term opens a line of the ask ("What ...", "How ...");
+* symbol cue — a substring or a short character-class regex (`=>`, `3 + 4`, `?` at a line end).
+
+Every term is lower case; phrases are two words (the word block's bigram hash).
+The cue list is part of the feature map: changing it needs a retrain.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from classifier import hashing
+
+_SALT = 5  # cue words are hashed apart from the word blocks (their hashes never meet)
+
+_LANGS = ("python javascript typescript java c++ c# golang go rust ruby perl php swift kotlin bash shell powershell "
+          "verilog vhdl haskell scala lua matlab julia react node node.js django pandas numpy sql-alchemy r cpp "
+          "css html jquery flask numpy tensorflow pytorch spark excel-vba vba assembly fortran cobol dart elixir")  # fmt: skip
+_NUMBER_WORDS = "one two three four five six seven eight nine ten twelve fifteen twenty thirty fifty hundred"
+
+
+@dataclass(frozen=True)
+class Cue:
+    name: str
+    words: str = ""  # word cue terms, space-separated; a phrase joins its two words with "_"
+    left: str = ""  # near cue: left terms ...
+    right: str = ""  # ... followed within `window` words by a right term
+    window: int = 0
+    line_start: str = ""  # line-start cue terms
+    symbols: tuple[str, ...] = ()  # substrings
+    pattern: str = ""  # a short regex (character classes only: no word alternations)
+
+
+CUES: tuple[Cue, ...] = (
+    Cue("code_make",
+        left="write create implement build generate make give_me design code develop fix refactor complete optimize "
+             "convert translate port",
+        right="function functions program programs script scripts class classes method methods module code snippet "
+              "algorithm regex regular_expression circuit app component endpoint unit_test unit_tests test_cases "
+              "loop implementation api cli decorator query queries",
+        window=8),
+    Cue("code_lang", left="in using with into to", right=_LANGS, window=1),
+    Cue("code_lang_any", words=_LANGS),
+    Cue("code_tokens", words="def printf println lambda struct async await stdin stdout argv console.log",
+        symbols=("()", "=>", "::", "!=", "==", "->")),
+    Cue("code_fix", words="bug bugs error errors exception traceback compile compiles compiled debug refactor "
+                          "segfault stack_trace crash crashes"),
+    Cue("hardware", words="module input_port output_port input inputs output outputs wire clk clock reset flip-flop "
+                          "flipflop flip_flop flip_flops bit bits vector signal active_high active_low posedge testbench "
+                          "multiplexer mux decoder encoder fsm"),
+    Cue("fmt_name", words="json yaml csv tsv xml toml sql jsonl"),
+    Cue("fmt_demand",
+        left="return output respond reply format formatted give provide generate produce emit as in into",
+        right="json yaml csv xml table key-value key_value dictionary schema", window=6),
+    Cue("fmt_keys", words="key keys field fields column columns row rows schema array object attribute attributes"),
+    Cue("fmt_table", words="table tables spreadsheet tabular markdown_table"),
+    Cue("prose_make",
+        left="write compose draft create give_me generate tell craft",
+        right="essay essays story stories poem poems letter email article blog post tweet speech review summary "
+              "paragraph paragraphs song lyrics haiku limerick report outline proposal description dialogue joke "
+              "slogan bio biography toast message caption novel chapter scene script narrative monologue sonnet "
+              "ad advertisement pitch cover_letter rap riddle fable",
+        window=8),
+    Cue("prose_explain", words="explain describe summarize summarise discuss compare elaborate analyze analyse "
+                               "evaluate justify reason opinion advice recommend suggest tell_me what_do you_think "
+                               "why persuade argue reflect"),
+    Cue("prose_wh", line_start="what why who whom whose when where which is are do does did can could should would "
+                               "will have has how"),
+    Cue("prose_count", left=f"{_NUMBER_WORDS} <num>",
+        right="word words sentence sentences paragraph paragraphs character characters bullet bullets line lines "
+              "section sections stanza stanzas",
+        window=2),
+    Cue("prose_constraint", words="keyword keywords sentence sentences paragraph paragraphs word_count unique_words "
+                                  "stop_words tone audience style first_person third_person capital_letters lowercase "
+                                  "uppercase title highlighted placeholders postscript p.s bullet_points quotation "
+                                  "wrap_your end_your"),
+    Cue("roleplay", words="pretend act_as you_are role-play roleplay role_play imagine in_the_style character "
+                          "persona as_if characters"),
+    Cue("math", words="how_many how_much calculate solve compute sum product probability integer integers equation "
+                      "equations percent percentage average ratio remainder digit digits area perimeter total cost "
+                      "costs price prime divisible fraction",
+        pattern=r"\d\s*[-+*/^=<>×÷]\s*\d"),
+    Cue("question_mark", pattern=r"\?\s*(?:\n|$)"),
+    Cue("options", words="options option choices choice", pattern=r"(?:^|\n)\s*\(?[a-e1-5][).]\s+\S"),
+)  # fmt: skip
+CUE_NAMES: tuple[str, ...] = tuple(cue.name for cue in CUES)
+assert len(CUES) <= 32  # one bit per cue in a uint32 mask
+
+NUM = "<num>"  # stands for any word that starts with a digit
+
+
+def _term_hash(term: str) -> int:
+    parts = term.split("_")
+    hashes = []
+    for part in parts:
+        points = hashing.codepoints(part)
+        prefix = hashing.prefix_hash(points)
+        starts, ends = hashing.word_spans(points)
+        if len(starts) != 1:  # "c++", "node.js": several word runs; hashed as the tokenizer splits them
+            return -1
+        hashes.append(hashing.word_unigrams(prefix, starts, ends, _SALT)[0])
+    if len(hashes) == 1:
+        return int(hashes[0])
+    if len(hashes) == 2:
+        return int(hashing.with_bigrams(np.array(hashes, dtype=np.uint64))[2])
+    raise ValueError(f"cue term {term!r}: one or two words")
+
+
+def _terms(text: str, single_letters: bool = False) -> list[str]:
+    """Split a cue list; terms the word tokenizer would cut in several runs are kept by their parts
+    ("node.js" -> the phrase "node js"; "c++" -> "c", kept only where `single_letters`, i.e. after
+    "in"/"using": a lone "c" is an option letter more often than a language)."""
+    out = []
+    for term in text.split():
+        if term == NUM:
+            continue
+        runs = re.findall(r"[a-z0-9\u0080-\uffff]+", term.replace("_", " "))
+        if len(runs) == 1:
+            if len(runs[0]) > 1 or single_letters:
+                out.append(runs[0])
+        elif len(runs) == 2:
+            out.append("_".join(runs))
+        # longer phrases are not cue terms
+    return out
+
+
+class CueTable:
+    """Sorted term hashes with, per hash, bit masks of the cues (and sides) that use it."""
+
+    def __init__(self, cues: tuple[Cue, ...] = CUES):
+        self.cues = cues
+        table: dict[int, list[int]] = {}  # hash -> [word mask, left mask, right mask, line mask]
+        for bit, cue in enumerate(cues):
+            for slot, field in enumerate((cue.words, cue.left, cue.right, cue.line_start)):
+                for term in _terms(field, single_letters=slot == 2):
+                    key = _term_hash(term)
+                    table.setdefault(key, [0, 0, 0, 0])[slot] |= 1 << bit
+        keys = np.array(sorted(table), dtype=np.uint64)
+        self.keys = keys
+        self.masks = np.array([table[int(k)] for k in keys], dtype=np.int64).reshape(-1, 4)
+        self.num_left = np.int64(sum(1 << bit for bit, cue in enumerate(cues) if NUM in cue.left.split()))
+        self.near = [(bit, cue.window) for bit, cue in enumerate(cues) if cue.window]
+        self.symbols = [(bit, cue.symbols) for bit, cue in enumerate(cues) if cue.symbols]
+        self.patterns = [(bit, re.compile(cue.pattern)) for bit, cue in enumerate(cues) if cue.pattern]
+
+    def values(self, ask: str) -> np.ndarray:
+        """0/1 per cue for a lower-cased ask text."""
+        hit = 0
+        points = hashing.codepoints(ask)
+        starts, ends = hashing.word_spans(points)
+        n = starts.size
+        if n:
+            words = hashing.word_unigrams(hashing.prefix_hash(points), starts, ends, _SALT)
+            tokens = hashing.with_bigrams(words)
+            positions = np.concatenate((np.arange(n), np.arange(n - 1))) if n > 1 else np.arange(n)
+            index = np.minimum(np.searchsorted(self.keys, tokens), self.keys.size - 1)
+            found = self.keys[index] == tokens
+            masks = np.zeros((tokens.size, 4), dtype=np.int64)
+            masks[found] = self.masks[index[found]]
+            is_num = (points[starts] >= 48) & (points[starts] <= 57)
+            masks[:n, 1][is_num] |= self.num_left
+            hit |= int(np.bitwise_or.reduce(masks[:, 0]))
+            # line-start terms: the first word of each line (a newline between it and the previous word)
+            newlines = np.flatnonzero(points == 10)
+            line_of = np.searchsorted(newlines, starts)
+            first = np.concatenate(([True], line_of[1:] != line_of[:-1]))
+            hit |= int(np.bitwise_or.reduce(masks[:n, 3][first]))
+            any_left = int(np.bitwise_or.reduce(masks[:, 1]))
+            any_right = int(np.bitwise_or.reduce(masks[:, 2]))
+            for bit, window in self.near:
+                flag = 1 << bit
+                if not (any_left & flag and any_right & flag):
+                    continue
+                lefts = positions[(masks[:, 1] & flag) != 0]
+                rights = positions[(masks[:, 2] & flag) != 0]
+                gaps = rights[None, :] - lefts[:, None]
+                if np.any((gaps > 0) & (gaps <= window)):
+                    hit |= flag
+        for bit, symbols in self.symbols:
+            if not hit & (1 << bit) and any(symbol in ask for symbol in symbols):
+                hit |= 1 << bit
+        for bit, pattern in self.patterns:
+            if not hit & (1 << bit) and pattern.search(ask):
+                hit |= 1 << bit
+        return np.array([(hit >> bit) & 1 for bit in range(len(self.cues))], dtype=np.float64)
+
+
+TABLE = CueTable()
