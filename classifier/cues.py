@@ -43,6 +43,7 @@ class Cue:
     line_start: str = ""  # line-start cue terms
     symbols: tuple[str, ...] = ()  # substrings
     pattern: str = ""  # a short regex (character classes only: no word alternations)
+    requires: tuple[str, ...] = ()  # conjunction cue: fires when all these (earlier) cues fire
 
 
 CUES: tuple[Cue, ...] = (
@@ -51,8 +52,13 @@ CUES: tuple[Cue, ...] = (
              "convert translate port",
         right="function functions program programs script scripts class classes method methods module code snippet "
               "algorithm regex regular_expression circuit app component endpoint unit_test unit_tests test_cases "
-              "loop implementation api cli decorator query queries",
+              "loop implementation api cli decorator query queries sort sorting parser trie linked_list "
+              "binary_search hash_table stack queue tree heap iterator generator",
         window=8),
+    # a unit of code specified by what it takes and gives ("This module takes ... and outputs ...")
+    Cue("code_spec", left="module function class program method circuit subroutine procedure routine script",
+        right="takes take accepts receives returns return outputs implements computes should must that_takes",
+        window=3),
     Cue("code_lang", left="in using with into to", right=_LANGS, window=1),
     Cue("code_lang_any", words=_LANGS),
     Cue("code_tokens", words="def printf println lambda struct async await stdin stdout argv console.log",
@@ -94,6 +100,16 @@ CUES: tuple[Cue, ...] = (
                       "equations percent percentage average ratio remainder digit digits area perimeter total cost "
                       "costs price prime divisible fraction",
         pattern=r"\d\s*[-+*/^=<>×÷]\s*\d"),
+    Cue("code_domain", words="variable variables array arrays string strings dict dictionary hash hashes file files "
+                             "filename directory directories regex loop loops function functions method methods "
+                             "class classes object objects module modules library libraries package packages "
+                             "compile compiler interpreter syntax integer float boolean byte bytes socket sockets "
+                             "thread threads process processes stdin stdout stderr database api parse parser "
+                             "exception iterate iterator recursion pointer pointers scalar scalars subroutine "
+                             "script scripts program programs command commands shell terminal unix http url "
+                             "cgi sql server"),
+    Cue("howto", words="how_do how_can how_to how_would how_should how_does"),
+    Cue("code_howto", requires=("howto", "code_domain")),
     Cue("question_mark", pattern=r"\?\s*(?:\n|$)"),
     Cue("options", words="options option choices choice", pattern=r"(?:^|\n)\s*\(?[a-e1-5][).]\s+\S"),
 )  # fmt: skip
@@ -156,6 +172,10 @@ class CueTable:
         self.near = [(bit, cue.window) for bit, cue in enumerate(cues) if cue.window]
         self.symbols = [(bit, cue.symbols) for bit, cue in enumerate(cues) if cue.symbols]
         self.patterns = [(bit, re.compile(cue.pattern)) for bit, cue in enumerate(cues) if cue.pattern]
+        names = [cue.name for cue in cues]
+        self.conjunctions = [
+            (bit, sum(1 << names.index(req) for req in cue.requires)) for bit, cue in enumerate(cues) if cue.requires
+        ]
 
     def values(self, ask: str) -> np.ndarray:
         """0/1 per cue for a lower-cased ask text."""
@@ -195,6 +215,9 @@ class CueTable:
                 hit |= 1 << bit
         for bit, pattern in self.patterns:
             if not hit & (1 << bit) and pattern.search(ask):
+                hit |= 1 << bit
+        for bit, required in self.conjunctions:
+            if hit & required == required:
                 hit |= 1 << bit
         return np.array([(hit >> bit) & 1 for bit in range(len(self.cues))], dtype=np.float64)
 

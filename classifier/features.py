@@ -219,7 +219,7 @@ def structural_raw(text: str, words: np.ndarray | None = None) -> np.ndarray:
 # Cues (classifier/cues.py): what the *reply* must be, phrased the way people ask it in any style
 # (a judge template, a forum question, an essay assignment). Matched on the ask text only (system
 # prompt + running text of the user message), so pasted code or data does not fire them. Binary.
-CUE_HEAD, CUE_TAIL = 600, 300
+CUE_HEAD, CUE_TAIL = 1000, 500
 
 
 def cue_text(request: RequestText) -> str:

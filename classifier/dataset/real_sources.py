@@ -6,11 +6,16 @@ carries over to a style it never saw. Generated template prompts never form a fo
 
 Labelling rules (documented in classifier/README.md, applied in `label_*` below):
 
+* hand labels — the Python FAQ and perlfaq questions were read one by one and labelled by what
+  they ask for (faq_labels.tsv): code for how to do a programming task (answered by code or
+  commands), prose for why / what is / which tool / where / is it possible / advice. Their answers
+  mix explanation and examples, so the reply rule below mislabelled 149 of 480 (an explanation
+  with a 6-line example counted as code, a one-liner answer as prose);
 * reply rule — where the package ships a reply (ChatterBot's
   answers, lm-eval's few-shot targets), the label is what that reply *is*: `structured` when
   tables / JSON / YAML / CSV / SQL / XML make up >= 40 % of it (or the whole reply parses as JSON),
-  `code` when other fenced or obviously-code blocks make up >= 25 %, otherwise `prose`;
-  (in the Python FAQ and perlfaq answers, indented verbatim paragraphs count as code blocks);
+  `code` when other fenced or obviously-code blocks make up >= 25 %, otherwise `prose`
+  (for an FAQ question missing from faq_labels.tsv, indented verbatim paragraphs count as code);
 * source rule — where no reply is shipped, the task defines it: VerilogEval / CoNaLa / Concode
   descriptions ask for code; WritingBench queries ask for a written document (prose);
   deepeval's LLM-judge templates are `structured` when they demand a JSON answer, else `prose`;
@@ -213,12 +218,32 @@ def _indented_blocks_fenced(lines: list[str], indent: int = 2) -> str:
     return "\n".join(out)
 
 
+FAQ_LABELS_FILE = Path(__file__).with_name("faq_labels.tsv")
+
+
+def faq_hand_labels(path: Path = FAQ_LABELS_FILE) -> dict[str, str]:
+    """Question (whitespace-normalised) -> hand label, from faq_labels.tsv."""
+    labels = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            label, question = line.split("\t", 1)
+            labels[" ".join(question.split())] = label
+    return labels
+
+
+def _faq_label(question: str, answer: str, hand: dict[str, str]) -> tuple[str, str]:
+    """The hand label where the question was read; the reply rule for a question added since."""
+    label = hand.get(" ".join(question.split()))
+    return (label, "hand") if label else (label_reply(answer), "reply")
+
+
 _RST_HEADING = re.compile(r"^(\S.*)\n([-=~^])\2{3,}\s*$", re.MULTILINE)
 
 
 def python_faq(root: Path) -> Iterator[dict]:
-    """Python's FAQ (PSF licence): each question heading, labelled by its answer."""
+    """Python's FAQ (PSF licence): each question heading."""
     faq = next(Path(root).rglob("html/_sources/faq"))
+    hand = faq_hand_labels()
     for path in sorted(faq.glob("*.rst.txt")):
         text = path.read_text(encoding="utf-8")
         heads = list(_RST_HEADING.finditer(text))
@@ -229,24 +254,21 @@ def python_faq(root: Path) -> Iterator[dict]:
             body = text[head.end() : following.start() if following else len(text)].splitlines()
             body = [line for line in body if not line.startswith(".. ")]
             group = f"python-faq:{path.stem}:{question}"
-            yield _record(question, label_reply(_indented_blocks_fenced(body, 3)), "python-doc:faq", group, "reply")
+            label, rule = _faq_label(question, _indented_blocks_fenced(body, 3), hand)
+            yield _record(question, label, "python-doc:faq", group, rule)
 
 
 def perl_faq(root: Path) -> Iterator[dict]:
-    """perlfaq1-9 (Artistic/GPL): each `=head2` question, labelled by its answer."""
+    """perlfaq1-9 (Artistic/GPL): each `=head2` question."""
+    hand = faq_hand_labels()
     for path in sorted(Path(root).rglob("pod/perlfaq[1-9].pod")):
         sections = re.split(r"^=head2\s+", path.read_text(encoding="utf-8", errors="replace"), flags=re.MULTILINE)[1:]
         for section in sections:
             question, _, body = section.partition("\n")
             body_lines = [line for line in body.splitlines() if not line.startswith("=")]
             group = f"perlfaq:{path.stem}:{question.strip()}"
-            yield _record(
-                question.strip(),
-                label_reply(_indented_blocks_fenced(body_lines, 1)),
-                "perl-doc:perlfaq",
-                group,
-                "reply",
-            )
+            label, rule = _faq_label(question, _indented_blocks_fenced(body_lines, 1), hand)
+            yield _record(question.strip(), label, "perl-doc:perlfaq", group, rule)
 
 
 # BIG-bench (Apache-2.0): 167 tasks by ~450 authors. Kept: up to BIGBENCH_PER_TASK examples of each
