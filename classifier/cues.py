@@ -10,7 +10,8 @@ hashing pass and one sorted-array lookup (about 0.05 ms on a 4k-character prompt
 * near cue — a term of its `left` list is followed within `window` words by one of `right`
   ("write ... a Python function", "at least 300 words");
 * line-start cue — a term opens a line of the ask ("What ...", "How ...");
-* symbol cue — a substring or a short character-class regex (`=>`, `3 + 4`, `?` at a line end).
+* symbol cue — a substring or a short character-class regex (`=>`, `3 + 4`, `?` at a line end);
+  also how Chinese, Japanese and Korean asks say "code", "essay", "table" (no spaces to split words on).
 
 Every term is lower case; phrases are two words (the word block's bigram hash).
 The cue list is part of the feature map: changing it needs a retrain.
@@ -54,10 +55,12 @@ CUES: tuple[Cue, ...] = (
               "algorithm regex regular_expression circuit app component endpoint unit_test unit_tests test_cases "
               "loop implementation api cli decorator query queries sort sorting parser trie linked_list "
               "binary_search hash_table stack queue tree heap iterator generator",
-        window=8),
+        window=8, symbols=("代码", "函数", "脚本", "程序", "コード", "関数", "스크립트", "코드", "함수")),
     # a unit of code specified by what it takes and gives ("This module takes ... and outputs ...")
-    Cue("code_spec", left="module function class program method circuit subroutine procedure routine script",
-        right="takes take accepts receives returns return outputs implements computes should must that_takes",
+    Cue("code_spec", left="module function class program method circuit subroutine procedure routine script block "
+                           "component entity",
+        right="takes take accepts receives returns return outputs implements computes should must assigns has "
+              "produces generates drives selects",
         window=3),
     Cue("code_lang", left="in using with into to", right=_LANGS, window=1),
     Cue("code_lang_any", words=_LANGS),
@@ -73,14 +76,14 @@ CUES: tuple[Cue, ...] = (
         left="return output respond reply format formatted give provide generate produce emit as in into",
         right="json yaml csv xml table key-value key_value dictionary schema", window=6),
     Cue("fmt_keys", words="key keys field fields column columns row rows schema array object attribute attributes"),
-    Cue("fmt_table", words="table tables spreadsheet tabular markdown_table"),
+    Cue("fmt_table", words="table tables spreadsheet tabular markdown_table", symbols=("表格", "表を", "표로")),
     Cue("prose_make",
         left="write compose draft create give_me generate tell craft",
         right="essay essays story stories poem poems letter email article blog post tweet speech review summary "
               "paragraph paragraphs song lyrics haiku limerick report outline proposal description dialogue joke "
               "slogan bio biography toast message caption novel chapter scene script narrative monologue sonnet "
               "ad advertisement pitch cover_letter rap riddle fable",
-        window=8),
+        window=8, symbols=("撰写", "写一篇", "写一份", "写一封", "文案", "作文", "文章", "作文を", "文章を", "글을")),
     Cue("prose_explain", words="explain describe summarize summarise discuss compare elaborate analyze analyse "
                                "evaluate justify reason opinion advice recommend suggest tell_me what_do you_think "
                                "why persuade argue reflect"),
@@ -91,11 +94,12 @@ CUES: tuple[Cue, ...] = (
               "section sections stanza stanzas",
         window=2),
     Cue("prose_constraint", words="keyword keywords sentence sentences paragraph paragraphs word_count unique_words "
-                                  "stop_words tone audience style first_person third_person capital_letters lowercase "
-                                  "uppercase title highlighted placeholders postscript p.s bullet_points quotation "
-                                  "wrap_your end_your"),
-    Cue("roleplay", words="pretend act_as you_are role-play roleplay role_play imagine in_the_style character "
-                          "persona as_if characters"),
+                                  "stop_words tone audience first_person third_person capital_letters all_lowercase "
+                                  "all_capital highlighted placeholders postscript p.s bullet_points quotation "
+                                  "wrap_your end_your your_response"),
+    # not "you are": system prompts of every class open with it ("You are a coding assistant")
+    Cue("roleplay", words="pretend act_as role-play roleplay role_play imagine style_of character "
+                          "persona as_if characters in_character"),
     Cue("math", words="how_many how_much calculate solve compute sum product probability integer integers equation "
                       "equations percent percentage average ratio remainder digit digits area perimeter total cost "
                       "costs price prime divisible fraction",
@@ -150,7 +154,8 @@ def _terms(text: str, single_letters: bool = False) -> list[str]:
                 out.append(runs[0])
         elif len(runs) == 2:
             out.append("_".join(runs))
-        # longer phrases are not cue terms
+        else:
+            raise ValueError(f"cue term {term!r}: one or two words")
     return out
 
 

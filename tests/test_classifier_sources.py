@@ -148,3 +148,21 @@ def test_source_scores_ignore_classes_below_min_support():
     assert scores["classes_scored"] == ["prose"]
     # prose F1: precision 20/22, recall 1 -> the unsupported code prompts still cost precision
     assert scores["macro_f1"] == pytest.approx(2 * (20 / 22) / (1 + 20 / 22))
+
+
+def test_cue_lists_reject_phrases_longer_than_two_words():
+    with pytest.raises(ValueError):
+        cues._terms("in_the_style")
+    assert cues._terms("give_me c++ node.js x") == ["give_me", "node_js"]  # lone letters only where asked
+    assert cues._terms("c++", single_letters=True) == ["c"]
+
+
+def test_conjunction_cue_needs_every_part():
+    table = cues.CueTable((cues.Cue("a", words="alpha"), cues.Cue("b", words="beta"), cues.Cue("ab", requires=("a", "b"))))
+    assert list(table.values("alpha only")) == [1.0, 0.0, 0.0]
+    assert list(table.values("beta and alpha")) == [1.0, 1.0, 1.0]
+
+
+def test_system_prompt_persona_is_not_roleplay():
+    assert "roleplay" not in fired("You are a coding assistant. Answer with code only.")
+    assert "roleplay" in fired("Imagine you are a dragon and describe your hoard, in the style of Tolkien.")
