@@ -31,6 +31,8 @@ _SALT = 5  # cue words are hashed apart from the word blocks (their hashes never
 _LANGS = ("python javascript typescript java c++ c# golang go rust ruby perl php swift kotlin bash shell powershell "
           "verilog vhdl haskell scala lua matlab julia react node node.js django pandas numpy sql-alchemy r cpp "
           "css html jquery flask numpy tensorflow pytorch spark excel-vba vba assembly fortran cobol dart elixir")  # fmt: skip
+# "write" in the other languages of the template set (a request in Spanish still says "script")
+_WRITE_VERBS = "escribe escribir écris écrivez schreibe schreib scrivi escreva escreve schrijf напиши напишите napisz"
 _NUMBER_WORDS = "one two three four five six seven eight nine ten twelve fifteen twenty thirty fifty hundred"
 
 
@@ -50,10 +52,10 @@ class Cue:
 CUES: tuple[Cue, ...] = (
     Cue("code_make",
         left="write create implement build generate make give_me design code develop fix refactor complete optimize "
-             "convert translate port",
+             "convert translate port need want " + _WRITE_VERBS,
         right="function functions program programs script scripts class classes method methods module code snippet "
               "algorithm regex regular_expression circuit app component endpoint unit_test unit_tests test_cases "
-              "loop implementation api cli decorator query queries sort sorting parser trie linked_list "
+              "loop implementation api cli decorator sort sorting parser trie linked_list "
               "binary_search hash_table stack queue tree heap iterator generator",
         window=8, symbols=("代码", "函数", "脚本", "程序", "コード", "関数", "스크립트", "코드", "함수")),
     # a unit of code specified by what it takes and gives ("This module takes ... and outputs ...")
@@ -71,14 +73,16 @@ CUES: tuple[Cue, ...] = (
     Cue("hardware", words="module input_port output_port input inputs output outputs wire clk clock reset flip-flop "
                           "flipflop flip_flop flip_flops bit bits vector signal active_high active_low posedge testbench "
                           "multiplexer mux decoder encoder fsm"),
-    Cue("fmt_name", words="json yaml csv tsv xml toml sql jsonl"),
+    Cue("fmt_name", words="json yaml yml csv tsv xml toml sql jsonl ini create_table"),
+    Cue("fmt_config", words="config configuration kubernetes k8s ingress manifest docker-compose docker_compose helm "
+                            "nginx systemd crontab dotenv"),
     Cue("fmt_demand",
         left="return output respond reply format formatted give provide generate produce emit as in into",
         right="json yaml csv xml table key-value key_value dictionary schema", window=6),
     Cue("fmt_keys", words="key keys field fields column columns row rows schema array object attribute attributes"),
     Cue("fmt_table", words="table tables spreadsheet tabular markdown_table", symbols=("表格", "表を", "표로")),
     Cue("prose_make",
-        left="write compose draft create give_me generate tell craft",
+        left="write compose draft create give_me generate tell craft need want " + _WRITE_VERBS,
         right="essay essays story stories poem poems letter email article blog post tweet speech review summary "
               "paragraph paragraphs song lyrics haiku limerick report outline proposal description dialogue joke "
               "slogan bio biography toast message caption novel chapter scene script narrative monologue sonnet "

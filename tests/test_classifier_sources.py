@@ -31,6 +31,7 @@ def fired(text: str) -> set[str]:
     ("text", "expected", "absent"),
     [
         ("Write a Python function that reverses a string.", {"code_make", "code_lang_any"}, {"prose_make"}),
+        ("Write a SQL query that lists late orders.", {"fmt_name"}, {"code_make"}),  # SQL is structured
         ("Please write me a short story about a lighthouse keeper.", {"prose_make"}, {"code_make"}),
         ("Use at least 300 words and include the keyword 'river'.", {"prose_count", "prose_constraint"}, set()),
         ("Write two paragraphs on rain.", {"prose_count"}, set()),
