@@ -178,7 +178,12 @@ class CueTable:
         self.keys = keys
         self.masks = np.array([table[int(k)] for k in keys], dtype=np.int64).reshape(-1, 4)
         self.num_left = np.int64(sum(1 << bit for bit, cue in enumerate(cues) if NUM in cue.left.split()))
-        self.near = [(bit, cue.window) for bit, cue in enumerate(cues) if cue.window]
+        # within[g]: the near cues whose window allows a right term g words after a left one
+        self.max_window = max((cue.window for cue in cues), default=0)
+        self.within = np.array(
+            [sum(1 << bit for bit, cue in enumerate(cues) if 0 < g <= cue.window) for g in range(self.max_window + 2)],
+            dtype=np.int64,
+        )
         self.symbols = [(bit, cue.symbols) for bit, cue in enumerate(cues) if cue.symbols]
         self.patterns = [(bit, re.compile(cue.pattern)) for bit, cue in enumerate(cues) if cue.pattern]
         names = [cue.name for cue in cues]
@@ -195,30 +200,27 @@ class CueTable:
         if n:
             words = hashing.word_unigrams(hashing.prefix_hash(points), starts, ends, _SALT)
             tokens = hashing.with_bigrams(words)
-            positions = np.concatenate((np.arange(n), np.arange(n - 1))) if n > 1 else np.arange(n)
             index = np.minimum(np.searchsorted(self.keys, tokens), self.keys.size - 1)
-            found = self.keys[index] == tokens
-            masks = np.zeros((tokens.size, 4), dtype=np.int64)
-            masks[found] = self.masks[index[found]]
-            is_num = (points[starts] >= 48) & (points[starts] <= 57)
-            masks[:n, 1][is_num] |= self.num_left
-            hit |= int(np.bitwise_or.reduce(masks[:, 0]))
-            # line-start terms: the first word of each line (a newline between it and the previous word)
-            newlines = np.flatnonzero(points == 10)
-            line_of = np.searchsorted(newlines, starts)
-            first = np.concatenate(([True], line_of[1:] != line_of[:-1]))
-            hit |= int(np.bitwise_or.reduce(masks[:n, 3][first]))
-            any_left = int(np.bitwise_or.reduce(masks[:, 1]))
-            any_right = int(np.bitwise_or.reduce(masks[:, 2]))
-            for bit, window in self.near:
-                flag = 1 << bit
-                if not (any_left & flag and any_right & flag):
-                    continue
-                lefts = positions[(masks[:, 1] & flag) != 0]
-                rights = positions[(masks[:, 2] & flag) != 0]
-                gaps = rights[None, :] - lefts[:, None]
-                if np.any((gaps > 0) & (gaps <= window)):
-                    hit |= flag
+            found = np.flatnonzero(self.keys[index] == tokens)  # a handful of the prompt's tokens
+            masks = self.masks[index[found]]
+            positions = np.where(found < n, found, found - n)  # a bigram sits at its first word
+            numbers = np.flatnonzero((points[starts] >= 48) & (points[starts] <= 57))
+            if numbers.size and self.num_left:  # "<num>" left terms: any word that starts with a digit
+                masks = np.concatenate((masks, np.tile([0, self.num_left, 0, 0], (numbers.size, 1))))
+                positions = np.concatenate((positions, numbers))
+            if masks.size:
+                hit |= int(np.bitwise_or.reduce(masks[:, 0], initial=0))
+                line_rows = (masks[: found.size, 3] != 0) & (found < n)
+                if line_rows.any():  # is one of these terms the first word of its line?
+                    line_of = np.searchsorted(np.flatnonzero(points == 10), starts)
+                    first = np.concatenate(([True], line_of[1:] != line_of[:-1]))
+                    line_rows &= first[np.minimum(found, n - 1)]
+                    hit |= int(np.bitwise_or.reduce(masks[: found.size, 3][line_rows], initial=0))
+                lefts, rights = masks[:, 1], masks[:, 2]
+                if lefts.any() and rights.any():  # near cues, all at once over (left, right) term pairs
+                    gaps = np.clip(positions[None, :] - positions[:, None], 0, self.max_window + 1)
+                    pairs = lefts[:, None] & rights[None, :] & self.within[gaps]
+                    hit |= int(np.bitwise_or.reduce(pairs, axis=None, initial=0))
         for bit, symbols in self.symbols:
             if not hit & (1 << bit) and any(symbol in ask for symbol in symbols):
                 hit |= 1 << bit

@@ -96,10 +96,16 @@ def _looks_like_ask(line: str) -> bool:
     return letters >= 0.8 * len(stripped)
 
 
-def ask_text(user: str) -> str:
+def unpasted(user: str) -> str:
+    """The user message (head and tail when long) with fenced / triple-quoted blocks cut out."""
+    return _PASTED_BLOCK.sub("\n", clip_long(user))
+
+
+def ask_text(user: str, outside: str | None = None) -> str:
     """The request's own words: running-text lines among the first and last few lines of the
-    user message, outside pasted blocks. Pasted code or data would otherwise drown a short ask."""
-    lines = _PASTED_BLOCK.sub("\n", clip_long(user)).split("\n")
+    user message, outside pasted blocks. Pasted code or data would otherwise drown a short ask.
+    `outside`: `unpasted(user)` when the caller has it already."""
+    lines = (unpasted(user) if outside is None else outside).split("\n")
     if len(lines) > 2 * ASK_SCAN_LINES:
         lines = lines[:ASK_SCAN_LINES] + lines[-ASK_SCAN_LINES:]
     ask = "\n".join(line for line in lines if _looks_like_ask(line))
@@ -108,8 +114,8 @@ def ask_text(user: str) -> str:
     return ask
 
 
-def edge_text(request: RequestText) -> str:
-    return f"{request.system[:EDGE_CHARS]}\n{ask_text(request.user)}"
+def edge_text(request: RequestText, outside: str | None = None) -> str:
+    return f"{request.system[:EDGE_CHARS]}\n{ask_text(request.user, outside)}"
 
 
 def _counted_block(hashes: np.ndarray, bits: int, offset: int, weight: float) -> tuple[np.ndarray, np.ndarray]:
@@ -222,23 +228,23 @@ def structural_raw(text: str, words: np.ndarray | None = None) -> np.ndarray:
 CUE_HEAD, CUE_TAIL = 1000, 500
 
 
-def cue_text(request: RequestText) -> str:
+def cue_text(request: RequestText, outside: str | None = None) -> str:
     """System prompt + the user message outside fenced blocks, head and tail (where asks sit)."""
-    user = _PASTED_BLOCK.sub("\n", request.user[: 4 * CUE_HEAD] + "\n" + request.user[-4 * CUE_TAIL :]
-                             if len(request.user) > 4 * (CUE_HEAD + CUE_TAIL) else request.user)  # fmt: skip
+    user = unpasted(request.user) if outside is None else outside
     if len(user) > CUE_HEAD + CUE_TAIL:
         user = user[:CUE_HEAD] + "\n" + user[-CUE_TAIL:]
     return f"{request.system[:EDGE_CHARS]}\n{user}".strip()
 
 
-def cue_values(request: RequestText) -> np.ndarray:
-    return cues.TABLE.values(cue_text(request).lower())
+def cue_values(request: RequestText, outside: str | None = None) -> np.ndarray:
+    return cues.TABLE.values(cue_text(request, outside).lower())
 
 
 def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
     """Column indices and values of the request's sparse feature row (indices increase by block)."""
     char_off, word_off, edge_off, hist_off, struct_off = spec.offsets
     text = primary_text(request)
+    outside = unpasted(request.user)  # shared by the ask block and the cues
     points = hashing.codepoints(text.lower())
     prefix = hashing.prefix_hash(points)
     starts, ends = hashing.word_spans(points)
@@ -254,7 +260,7 @@ def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.n
     blocks = [
         _counted_block(char_hashes, spec.char_bits, char_off, spec.char_weight),
         _counted_block(hashing.with_bigrams(unigrams), spec.word_bits, word_off, spec.word_weight),
-        _counted_block(_words(edge_text(request), 2, True), spec.edge_bits, edge_off, spec.edge_weight),
+        _counted_block(_words(edge_text(request, outside), 2, True), spec.edge_bits, edge_off, spec.edge_weight),
         _counted_block(
             _words(clip_long(request.history), 3, False), spec.history_bits, hist_off, spec.history_weight
         ),
@@ -265,6 +271,6 @@ def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.n
     else:  # not fitted yet: the featurizer fits the scaler on these raw values
         scaled = raw
     blocks.append((np.arange(len(STRUCT_NAMES)) + struct_off, scaled))
-    cues = cue_values(request)
+    cues = cue_values(request, outside)
     blocks.append((np.flatnonzero(cues) + struct_off + len(STRUCT_NAMES), cues[cues > 0] * spec.cue_weight))
     return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
