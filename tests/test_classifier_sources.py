@@ -37,7 +37,8 @@ def fired(text: str) -> set[str]:
         ("Write two paragraphs on rain.", {"prose_count"}, set()),
         ("Return the result as JSON with keys name and age.", {"fmt_name", "fmt_demand", "fmt_keys"}, set()),
         ("Rewrite it in C++ please", {"code_lang"}, set()),
-        ("Is option c right?\n(a) yes\n(b) no", {"options", "prose_wh", "question_mark"}, {"code_lang", "code_lang_any"}),
+        ("Is option c right?\n(a) yes\n(b) no", {"options", "prose_wh", "question_mark"},
+         {"code_lang", "code_lang_any"}),
         ("A train leaves at 3 pm. What is 12 * 7?", {"math", "question_mark"}, set()),
         ("This module takes an 8-bit input and outputs its parity.", {"code_spec", "hardware"}, set()),
         ("How can I capture STDERR from an external command?", {"howto", "code_domain", "code_howto"}, set()),
@@ -122,7 +123,8 @@ def test_chat_sources_default_prose_with_hand_labels(tmp_path):
     got = {r["text"]: (r["label"], r["label_rule"]) for r in real_sources.donotanswer(tmp_path)}
     assert got[rows[0]] == ("prose", "source") and got[rows[1]] == ("code", "hand")
     pb = tmp_path / "inspect_evals/persistbench/benchmark_samples/cross_domain.jsonl"
-    queries = ["What should I cook tonight?", "Refactor the following C++ code block from a performance-critical section: x"]
+    queries = ["What should I cook tonight?",
+               "Refactor the following C++ code block from a performance-critical section: x"]
     _write(pb, "\n".join(json.dumps({"query": q, "memories": ["User likes tea."]}) for q in queries))
     got = {r["text"]: r["label"] for r in real_sources.persistbench(tmp_path)}
     assert got == {queries[0]: "prose", queries[1]: "code"}
@@ -159,7 +161,8 @@ def test_cue_lists_reject_phrases_longer_than_two_words():
 
 
 def test_conjunction_cue_needs_every_part():
-    table = cues.CueTable((cues.Cue("a", words="alpha"), cues.Cue("b", words="beta"), cues.Cue("ab", requires=("a", "b"))))
+    parts = (cues.Cue("a", words="alpha"), cues.Cue("b", words="beta"), cues.Cue("ab", requires=("a", "b")))
+    table = cues.CueTable(parts)
     assert list(table.values("alpha only")) == [1.0, 0.0, 0.0]
     assert list(table.values("beta and alpha")) == [1.0, 1.0, 1.0]
 
