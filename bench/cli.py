@@ -52,6 +52,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--blas-probe", action="store_true",
                    help="Linux: also measure c(1)/c(4), prefill and decode with the wheel's BLAS vs OpenBLAS")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--clients", default=None, metavar="LIST",
+                   help="concurrent streaming clients, e.g. 1,2,4,8: aggregate and per-client tok/s and TTFT of "
+                        "`serve --max-batch 1`, `serve` (batched) and mlx_lm.server (bench/clients.py)")
+    p.add_argument("--per-client", type=int, default=2, metavar="N", help="requests per client with --clients")
+    p.add_argument("--no-mlx-lm", action="store_true", help="with --clients or multiturn: skip mlx_lm.server")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", metavar="DIR", default="bench/out/latest", help="output dir (default: %(default)s)")
     p.set_defaults(func=bench)
@@ -67,6 +72,21 @@ def bench(args: argparse.Namespace) -> int:
         report = run(model, Path(args.out), max_tokens=min(args.max_tokens, 64))
         print((Path(args.out) / "multiturn.md").read_text())
         return 0 if report["series"] else 1
+    if args.clients:   # concurrency: serial vs batched vs mlx_lm.server, servers one after another
+        from engines.checkpoint import default_model_dir
+
+        from .clients import run as run_clients
+
+        levels = tuple(sorted({int(n) for n in args.clients.split(",") if n.strip()}))
+        if not levels or min(levels) < 1 or args.per_client < 1:
+            print("error: --clients takes positive integers, --per-client >= 1", file=sys.stderr)
+            return 2
+        model = Path(args.model) if args.model else default_model_dir()
+        report = run_clients(model, Path(args.out), levels, args.per_client, args.max_tokens,
+                             with_mlx_lm=not args.no_mlx_lm,
+                             serve_args=tuple(a for a in ("--dtype", args.dtype) if args.dtype) if args.dtype else ())
+        print((Path(args.out) / "clients.md").read_text())
+        return 0 if report["errors"] == 0 else 1
     from gateway.cli.blas import reexec_with_openblas
 
     reexec_with_openblas("bench")  # measure what `switchyard serve` runs (same BLAS choice, same opt-out)

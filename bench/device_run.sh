@@ -6,6 +6,7 @@
 #   bash bench/device_run.sh profile                             # host vs device per step (pipelined and host
 #                                                                #   cycles), verify costs, fp32 losslessness
 #   bash bench/device_run.sh multiturn                           # prefix cache: TTFT per turn vs mlx_lm.server
+#   bash bench/device_run.sh clients                             # 1/2/4/8 concurrent clients: serial, batched, mlx_lm
 # SWITCHYARD_PIPELINED=0 before any of them runs the host cycle instead of the pipelined one (A/B).
 # Logs and results go to $OUT (what the device tool brings back).
 set -uo pipefail
@@ -23,6 +24,16 @@ case "$task" in
     rm -rf /tmp/bench-out   # a warm machine keeps the previous run's files
     python3 -m gateway.cli bench --out /tmp/bench-out "$@" 2>&1 | quiet | tee "$OUT/bench.log"
     tar -C /tmp -czf "$OUT/bench.tgz" bench-out
+    ;;
+  clients)
+    # concurrent streaming clients: serve --max-batch 1 vs serve (batched) vs mlx_lm.server (issue 21)
+    rm -rf /tmp/cl
+    python3 -m gateway.cli bench --clients 1,2,4,8 --out /tmp/cl "$@" 2>&1 | quiet | tee "$OUT/clients.log"
+    cp /tmp/cl/clients.md /tmp/cl/clients.json "$OUT/" 2>/dev/null
+    ;;
+  batchprof)
+    # c(B) per batch size and engine-level serial vs batched throughput (no HTTP)
+    timeout 300 python3 -m bench.profile_batch --json "$OUT/profile_batch.json" "$@" 2>&1 | quiet | tee "$OUT/profile_batch.txt"
     ;;
   multiturn)
     # TTFT per turn with / without the prefix cache and mlx_lm.server (issue 20)
@@ -56,7 +67,7 @@ case "$task" in
     grep -A1 "losslessness" /tmp/lossless/report.md | tee "$OUT/lossless.txt"
     ;;
   *)
-    echo "unknown task $task (bench | verify | engines | profile | multiturn)" >&2
+    echo "unknown task $task (bench | verify | engines | profile | multiturn | clients | batchprof)" >&2
     exit 2
     ;;
 esac

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from classifier import hashing
+from classifier import cues, hashing
 from contracts.request_text import RequestText
 
 # The constants below are part of the feature map too: changing any of them needs a retrain.
@@ -55,7 +55,7 @@ class FeatureSpec:
 
     @property
     def n_features(self) -> int:
-        return self.offsets[-1] + len(STRUCT_NAMES) + len(CUES)
+        return self.offsets[-1] + len(STRUCT_NAMES) + len(cues.CUE_NAMES)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -92,14 +92,20 @@ def _looks_like_ask(line: str) -> bool:
     stripped = line.strip()
     if not stripped or len(stripped) > 400 or line[:1] in (" ", "\t"):
         return False
-    letters = sum(ch.isalpha() or ch == " " for ch in stripped)
+    letters = sum(map(str.isalpha, stripped)) + stripped.count(" ")
     return letters >= 0.8 * len(stripped)
 
 
-def ask_text(user: str) -> str:
+def unpasted(user: str) -> str:
+    """The user message (head and tail when long) with fenced / triple-quoted blocks cut out."""
+    return _PASTED_BLOCK.sub("\n", clip_long(user))
+
+
+def ask_text(user: str, outside: str | None = None) -> str:
     """The request's own words: running-text lines among the first and last few lines of the
-    user message, outside pasted blocks. Pasted code or data would otherwise drown a short ask."""
-    lines = _PASTED_BLOCK.sub("\n", clip_long(user)).split("\n")
+    user message, outside pasted blocks. Pasted code or data would otherwise drown a short ask.
+    `outside`: `unpasted(user)` when the caller has it already."""
+    lines = (unpasted(user) if outside is None else outside).split("\n")
     if len(lines) > 2 * ASK_SCAN_LINES:
         lines = lines[:ASK_SCAN_LINES] + lines[-ASK_SCAN_LINES:]
     ask = "\n".join(line for line in lines if _looks_like_ask(line))
@@ -108,8 +114,8 @@ def ask_text(user: str) -> str:
     return ask
 
 
-def edge_text(request: RequestText) -> str:
-    return f"{request.system[:EDGE_CHARS]}\n{ask_text(request.user)}"
+def edge_text(request: RequestText, outside: str | None = None) -> str:
+    return f"{request.system[:EDGE_CHARS]}\n{ask_text(request.user, outside)}"
 
 
 def _counted_block(hashes: np.ndarray, bits: int, offset: int, weight: float) -> tuple[np.ndarray, np.ndarray]:
@@ -216,70 +222,29 @@ def structural_raw(text: str, words: np.ndarray | None = None) -> np.ndarray:
     return np.concatenate((head, shares, per_line))
 
 
-# Cues: what the *reply* must be, phrased the way people ask it in any style (a judge template,
-# a forum question, an essay assignment). Matched on the ask text only (system prompt + running
-# text of the user message), so pasted code or data does not fire them. Binary, unscaled.
-_LANGS = (r"python|javascript|typescript|java|c\+\+|c#|golang|go|rust|ruby|perl|php|swift|kotlin|bash|shell|"
-          r"powershell|verilog|vhdl|haskell|scala|lua|matlab|julia|react|node(?:\.js)?|django|pandas|numpy")  # fmt: skip
-CUES: tuple[tuple[str, str], ...] = (
-    ("code_make", r"\b(?:write|create|implement|build|generate|make|give me|design|code|develop)\b[^.?!\n]{0,50}"
-                  r"\b(?:function|program|script|class|method|module|code|snippet|algorithm|regex|"
-                  r"regular expression|circuit|app|component|endpoint|unit tests?|test cases?|loop)s?\b"),
-    ("code_lang", rf"\b(?:in|using|with|into|to) (?:{_LANGS})\b|\b(?:{_LANGS}) (?:code|function|script|program|class)\b"),
-    ("code_lang_any", rf"\b(?:{_LANGS})\b"),
-    ("code_tokens", r"\b(?:def|printf|println|console\.log|lambda|struct|async|await|stdin|stdout|argv)\b|\w\(\)|=>|::"),
-    ("code_fix", r"\b(?:bug|error|exception|traceback|compile[sd]?|debug|refactor|segfault|stack trace)\b"),
-    ("hardware", r"\b(?:module|input port|output port|inputs?|outputs?|wire|clk|clock|reset|flip-?flops?|bits?|"
-                 r"vector|signal|active[- ]high|active[- ]low|posedge|testbench)\b"),
-    ("fmt_name", r"\b(?:json|yaml|csv|tsv|xml|toml|sql|jsonl)\b"),
-    ("fmt_demand", r"\b(?:return|output|respond|reply|format(?:ted)?|give|provide|generate|produce|emit|as|in|into)\b"
-                   r"[^.\n]{0,40}\b(?:json|yaml|csv|xml|table|key-value|dictionary|schema)\b"),
-    ("fmt_keys", r"\b(?:keys?|fields?|columns?|rows?|schema|array|object|attributes?)\b"),
-    ("fmt_table", r"\b(?:table|spreadsheet|tabular|markdown table)\b"),
-    ("prose_make", r"\b(?:write|compose|draft|create|give me|generate)\b[^.?!\n]{0,40}\b(?:essay|story|poem|letter|"
-                   r"email|article|blog|post|tweet|speech|review|summary|paragraph|song|lyrics|haiku|limerick|"
-                   r"report|outline|proposal|description|dialogue|joke|slogan|bio|biography|toast|message|caption)s?\b"),
-    ("prose_explain", r"\b(?:explain|describe|summari[sz]e|discuss|compare|elaborate|analy[sz]e|evaluate|justify|"
-                      r"reason|opinion|advice|recommend|suggest|tell me|what do you think)\b"),
-    ("prose_wh", r"^\W*(?:what|why|who|whom|whose|when|where|which|is|are|do|does|did|can|could|should|would|will|"
-                 r"have|has|how)\b"),
-    ("prose_count", r"\b(?:at least|at most|no more than|no less than|fewer than|less than|more than|exactly|"
-                    r"between|under|over|maximum|minimum)\s+\d+\s+(?:words?|sentences?|paragraphs?|"
-                    r"characters?|bullet points?|lines?)\b|\b\d+[- ](?:words?|sentences?|paragraphs?)\b"),
-    ("prose_constraint", r"\b(?:keywords?|sentences?|paragraphs?|word count|unique words|stop words|tone|"
-                         r"audience|style|first person|third person|capital letters|lowercase|title)\b"),
-    ("roleplay", r"\b(?:pretend|act as|you are an?|role-?play|imagine|in the style of|character|persona|"
-                 r"as if you were)\b"),
-    ("math", r"\b(?:how many|how much|calculate|solve|compute|sum|product|probability|integers?|equation|"
-             r"percent(?:age)?|average|ratio|remainder|digits?)\b|\d\s*[-+*/^=<>]\s*\d|\|[^|\n]{1,20}\|"),
-    ("question_mark", r"\?\s*$"),
-    ("options", r"(?:^|\n)\s*\(?[a-e1-5][).]\s+\S|\boptions?:"),
-)  # fmt: skip
-# Case-insensitive by lowercasing the ask once: re.I over these word alternations costs ~2x the time.
-_CUE_PATTERNS = tuple(re.compile(pattern, re.M) for _, pattern in CUES)
+# Cues (classifier/cues.py): what the *reply* must be, phrased the way people ask it in any style
+# (a judge template, a forum question, an essay assignment). Matched on the ask text only (system
+# prompt + running text of the user message), so pasted code or data does not fire them. Binary.
+CUE_HEAD, CUE_TAIL = 1000, 500
 
 
-CUE_HEAD, CUE_TAIL = 600, 300
-
-
-def cue_text(request: RequestText) -> str:
+def cue_text(request: RequestText, outside: str | None = None) -> str:
     """System prompt + the user message outside fenced blocks, head and tail (where asks sit)."""
-    user = _PASTED_BLOCK.sub("\n", request.user[: 4 * CUE_HEAD] + "\n" + request.user[-4 * CUE_TAIL :]
-                             if len(request.user) > 4 * (CUE_HEAD + CUE_TAIL) else request.user)  # fmt: skip
+    user = unpasted(request.user) if outside is None else outside
     if len(user) > CUE_HEAD + CUE_TAIL:
         user = user[:CUE_HEAD] + "\n" + user[-CUE_TAIL:]
     return f"{request.system[:EDGE_CHARS]}\n{user}".strip()
 
 
-def cue_values(request: RequestText) -> np.ndarray:
-    ask = cue_text(request).lower()
-    return np.array([1.0 if pattern.search(ask) else 0.0 for pattern in _CUE_PATTERNS])
+def cue_values(request: RequestText, outside: str | None = None) -> np.ndarray:
+    return cues.TABLE.values(cue_text(request, outside).lower())
 
 
 def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
     """Column indices and values of the request's sparse feature row (indices increase by block)."""
     char_off, word_off, edge_off, hist_off, struct_off = spec.offsets
     text = primary_text(request)
+    outside = unpasted(request.user)  # shared by the ask block and the cues
     points = hashing.codepoints(text.lower())
     prefix = hashing.prefix_hash(points)
     starts, ends = hashing.word_spans(points)
@@ -295,7 +260,7 @@ def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.n
     blocks = [
         _counted_block(char_hashes, spec.char_bits, char_off, spec.char_weight),
         _counted_block(hashing.with_bigrams(unigrams), spec.word_bits, word_off, spec.word_weight),
-        _counted_block(_words(edge_text(request), 2, True), spec.edge_bits, edge_off, spec.edge_weight),
+        _counted_block(_words(edge_text(request, outside), 2, True), spec.edge_bits, edge_off, spec.edge_weight),
         _counted_block(
             _words(clip_long(request.history), 3, False), spec.history_bits, hist_off, spec.history_weight
         ),
@@ -306,6 +271,6 @@ def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.n
     else:  # not fitted yet: the featurizer fits the scaler on these raw values
         scaled = raw
     blocks.append((np.arange(len(STRUCT_NAMES)) + struct_off, scaled))
-    cues = cue_values(request)
+    cues = cue_values(request, outside)
     blocks.append((np.flatnonzero(cues) + struct_off + len(STRUCT_NAMES), cues[cues > 0] * spec.cue_weight))
     return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .chat import ChatPrompt, ReplyFormat, TokenLogprob, ToolCall
@@ -29,6 +29,8 @@ class StepResult:
     probing: bool = False      # the step also kept other engines in sync: its time is not the engine's cost
     logprobs: list[TokenLogprob] = field(default_factory=list)  # per emitted token, when the request asked
     cached_tokens: int = 0     # first step only: prompt tokens restored from the prefix cache
+    batch_rows: int = 1        # requests that shared this step's forward (raw continuous batching)
+    interleaved: bool = False  # other requests ran on the worker meanwhile: its wall time is not the engine's
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,21 @@ class SwitchRule:
     targets: tuple[str, ...] = ("raw",)               # engines the request may switch to
     probe_steps: int = 0                              # steps during which other engines are probed (0: none)
     probe_every: int = 1                              # DDTree probe interval within that phase (its drafter is dearer)
+    batch_costs: tuple[float, ...] = ()               # c(B), B = 1, 2, ...: a raw step shared by B requests
+    raw_cost_now: float = 1.0                         # what a raw token costs this request now (see batched)
 
     def cost(self, engine: str) -> float:
-        return 1.0 if engine == "raw" else float(self.costs.get(engine, 1.0))
+        return self.raw_cost_now if engine == "raw" else float(self.costs.get(engine, 1.0))
+
+    def marginal_raw_cost(self, others: int) -> float:
+        return marginal_batch_cost(self.batch_costs, others)
+
+    def batched(self, others: int) -> "SwitchRule":
+        """This rule with raw priced at its marginal cost in a batch with `others` requests: under load,
+        a speculative request hands over to raw (and so to the batch) once its window says the batch
+        makes tokens cheaper than its own cycles do."""
+        cost = self.marginal_raw_cost(others)
+        return self if cost == self.raw_cost_now else replace(self, raw_cost_now=cost)
 
     def spread(self, engine: str) -> float:
         """Per-step sd of an engine's accepted tokens (raw accepts nothing, exactly)."""
@@ -72,6 +86,21 @@ class SwitchRule:
         scale = self.cost(engine) / self.cost(other)  # break-even moves by this per token of the other's alpha
         noise = self.evidence_z * math.sqrt((self.spread(engine) ** 2 + (scale * self.spread(other)) ** 2) / self.window)
         return self.break_even(engine, other, other_accepted) - self.margin - noise
+
+
+def marginal_batch_cost(costs: Sequence[float], others: int) -> float:
+    """What one more raw token costs the worker when `others` requests are generating besides this one
+    and all of them decode raw in one batch: c(others + 1) - c(others), in single raw steps, from the
+    table costs[B - 1] = c(B) (1.0 with no table or nobody else; beyond the table its last slope goes on)."""
+    if others <= 0 or len(costs) < 2:
+        return 1.0
+
+    def c(rows: int) -> float:
+        if rows <= len(costs):
+            return costs[rows - 1]
+        return costs[-1] + (rows - len(costs)) * (costs[-1] - costs[-2])
+
+    return max(0.0, min(1.0, c(others + 1) - c(others)))
 
 
 class CancelToken:
@@ -107,6 +136,16 @@ class Engine(Protocol):
         loaded speculative engines, which share the target). `prefix` (engines.prefill.PrefixPlan)
         lets the prefill resume from the prefix cache."""
         ...
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Yielded by an engine (and passed through untouched by every layer above it) between pieces of
+    a long prefill: the worker may step the other running requests before the next piece. It carries
+    no output; the scheduler posts nothing for it."""
+
+    done: int    # prompt rows prefilled so far
+    total: int   # rows this prefill computes
 
 
 @dataclass
@@ -171,6 +210,10 @@ class Backend(Protocol):
         ...
 
     def memory_bytes(self) -> dict[str, int]: ...
+
+    def batch_stats(self) -> dict[str, float] | None:
+        """The raw decoding batch: rows, requests generating, steps and row-steps so far (None: off)."""
+        ...
 
     def prefix_cache_stats(self) -> dict[str, float] | None:
         """Lookups, hits, cached tokens, evictions, bytes and entries of the prefix cache (None: off)."""

@@ -9,7 +9,7 @@ ENGINE_NAMES: tuple[str, ...] = ("raw", "mtp", "ddtree")
 CLASSES: tuple[str, ...] = ("code", "prose", "structured")
 
 # Why the router chose an engine (X-Switchyard-Route-Reason, metrics label).
-ROUTE_REASONS: tuple[str, ...] = ("forced", "rule", "monitor", "explore", "fallback", "health")
+ROUTE_REASONS: tuple[str, ...] = ("forced", "rule", "monitor", "explore", "fallback", "health", "load")
 
 # OpenAI `response_format.type` values; the structured ones force the class "structured".
 RESPONSE_FORMATS: tuple[str, ...] = ("text", "json_object", "json_schema")

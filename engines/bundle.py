@@ -79,6 +79,7 @@ class ModelBundle:
         self.language_model = language_model          # has .model (decoder stack) and lm_head
         self.decoder = language_model.model           # embed_tokens, layers, norm
         self.eos_token_ids: frozenset[int] = frozenset(int(t) for t in tokenizer.eos_token_ids)
+        self.decode_batch: Any = None   # engines.batch.DecodeBatch once the runtime turns batching on
 
     # -- shared pieces (engines reference these; nothing of the target is copied) ---------------
     @property

@@ -47,6 +47,17 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, **config.get("text_config", {})}
 
 
+def layer_types(config: dict[str, Any]) -> list[str]:
+    """Each decoder layer's kind ("linear_attention" = GatedDeltaNet, "full_attention"): the config's
+    `layer_types`, else every `full_attention_interval`-th layer (4 by default) is full attention."""
+    cfg = text_config(config)
+    if cfg.get("layer_types"):
+        return list(cfg["layer_types"])
+    interval = int(cfg.get("full_attention_interval", 4))
+    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+            for i in range(int(cfg.get("num_hidden_layers", 0)))]
+
+
 def mtp_layer_count(config: dict) -> int:
     cfg = text_config(config)
     return int(cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0)

@@ -10,7 +10,15 @@ from pathlib import Path
 
 from contracts.errors import ModelLoadError
 
-from .checkpoint import INDEX_FILE, mtp_layer_count, mtp_tensor_names, read_config, safetensors_header, text_config
+from .checkpoint import (
+    INDEX_FILE,
+    layer_types,
+    mtp_layer_count,
+    mtp_tensor_names,
+    read_config,
+    safetensors_header,
+    text_config,
+)
 from .dflash_config import DrafterConfig
 
 
@@ -104,14 +112,8 @@ class Inspection:
 
 
 def _layer_kinds(cfg: dict) -> tuple[int, int]:
-    layers = int(cfg.get("num_hidden_layers", 0))
-    types = cfg.get("layer_types")
-    if types:
-        linear = sum(1 for t in types if t == "linear_attention")
-    else:
-        interval = int(cfg.get("full_attention_interval", 4))
-        linear = sum(1 for i in range(layers) if (i + 1) % interval != 0)
-    return linear, layers - linear
+    linear = sum(1 for t in layer_types(cfg) if t == "linear_attention")
+    return linear, int(cfg.get("num_hidden_layers", 0)) - linear
 
 
 def _mtp(model_dir: Path, config: dict, mtp_weights: Path | None) -> dict:

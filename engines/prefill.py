@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Generator, Sequence
 
 import mlx.core as mx
+
+from contracts.engine import Pause
 
 from .bundle import ModelBundle
 from .prefix_cache import PrefixCache, PrefixEntry
 from .target import ForwardOutput, forward_causal
 
 PREFILL_CHUNK = 2048
+# While other requests run on the worker, a prefill goes in smaller pieces and gives the worker back
+# between them (contracts.engine.Pause), so running streams keep flowing during a long prompt.
+INTERLEAVED_CHUNK = 512
 
 
 def chunk_slices(length: int, *, last_alone: bool = False, size: int = PREFILL_CHUNK) -> list[slice]:
@@ -80,10 +85,30 @@ def prefill_cached(
     bundle: ModelBundle, cache: list, tokens: Sequence[int], capture: tuple[int, ...] = (), last_alone: bool = False,
     plan: PrefixPlan | None = None,
 ) -> tuple[ForwardOutput | None, int, PrefixUse | None]:
+    """`prefill_stepwise` run to the end in one go (no pauses)."""
+    steps = prefill_stepwise(bundle, cache, tokens, capture, last_alone, plan, pause_every=0)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def prefill_stepwise(
+    bundle: ModelBundle, cache: list, tokens: Sequence[int], capture: tuple[int, ...] = (), last_alone: bool = False,
+    plan: PrefixPlan | None = None, pause_every: int | None = None,
+) -> Generator[Pause, None, tuple[ForwardOutput | None, int, PrefixUse | None]]:
     """`prefill`, and how many leading tokens came from the prefix cache. With a plan, the longest
     cached prefix of the tokens (all but a last-alone row) is restored instead of computed, and
     snapshots are stored at the plan's boundaries and at the end of those tokens: the state there
-    is the same whichever engine prefills, so one entry serves raw, mtp and ddtree."""
+    is the same whichever engine prefills, so one entry serves raw, mtp and ddtree.
+
+    Yields a Pause after every `pause_every` computed rows (None: INTERLEAVED_CHUNK while other
+    requests share the worker, else never; 0: never), computing in pieces of that size then."""
+    if pause_every is None:
+        batch = bundle.decode_batch
+        pause_every = INTERLEAVED_CHUNK if batch is not None and batch.active > 1 else 0
+    size = pause_every or PREFILL_CHUNK
     ids = [int(t) for t in tokens]
     body = len(ids) - 1 if last_alone and ids else len(ids)
     keep = tuple(sorted(set(capture) | set(plan.store.capture))) if plan is not None else capture
@@ -100,9 +125,11 @@ def prefill_cached(
     bounds = sorted({p for p in (plan.points if plan else ()) if start < p < body} | {body})
     done = start
     for bound in bounds:
-        for rows in chunk_slices(bound - done):
+        for rows in chunk_slices(bound - done, size=size):
             parts.append(forward_causal(bundle, array[done + rows.start : done + rows.stop], cache, keep))
             mx.eval(parts[-1].hidden, [c.state for c in cache])
+            if pause_every and done + rows.stop < len(ids):
+                yield Pause(done + rows.stop - start, len(ids) - start)
         if plan is not None and bound > done:
             out = parts[0] = _concat(parts, keep)
             del parts[1:]

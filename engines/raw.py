@@ -4,7 +4,7 @@ over to raw mid-way: it continues from any target cache plus the pending token."
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 import mlx.core as mx
@@ -12,8 +12,9 @@ import mlx.core as mx
 from contracts.engine import CancelToken, StepResult, SwitchRule
 from contracts.sampling import SamplingParams
 
+from .batch import DecodeBatch
 from .bundle import ModelBundle
-from .prefill import PrefixPlan, prefill_cached
+from .prefill import PrefixPlan, prefill_stepwise
 from .processing import TargetProcessor
 from .sampling import Rng, SamplerConfig, choose, resolve
 
@@ -27,14 +28,45 @@ def decode(
     cancel: CancelToken,
     engine: str = "raw",
     processor: TargetProcessor | None = None,
+    batch: DecodeBatch | None = None,
 ) -> Iterator[StepResult]:
-    """Feed `pending` (not yet in the cache) and decode one token per step, pipelined: the next
-    step's graph is queued with async_eval before the host reads the current token. A request whose
-    logits depend on the previous token on the host (penalties, a constraint, log-probabilities)
-    decodes one step at a time instead (`decode_each`)."""
-    if processor is not None and (processor.active or processor.params.logprobs):
-        yield from decode_each(bundle, cache, pending, cfg, rng, cancel, engine, processor)
+    """Feed `pending` (not yet in the cache) and decode one token per step. Alone, the steps are
+    pipelined (`decode_alone`); while another request decodes raw too, the request joins the
+    target's DecodeBatch and leaves it again when it is the last one there (no re-prefill either way)."""
+    if batch is None or not batch.enabled:
+        yield from decode_alone(bundle, cache, pending, cfg, rng, cancel, engine, processor)
         return
+    with batch.stream():
+        while not cancel.cancelled:
+            if not batch.wants():
+                pending = yield from decode_alone(bundle, cache, pending, cfg, rng, cancel, engine, processor,
+                                                  until=batch.wants)
+                if pending is None:
+                    return
+                continue
+            row = batch.join(cache, pending, cfg, rng, processor)
+            try:
+                while not cancel.cancelled and (row.ready or not batch.alone(row)):
+                    out = batch.take(row)
+                    yield StepResult(tokens=[out.token], seconds=out.seconds, engine=engine, logprobs=out.logprobs,
+                                     batch_rows=out.rows)
+                if cancel.cancelled:
+                    return
+                cache, pending = batch.split_off(row)
+            finally:
+                batch.leave(row)
+
+
+def decode_alone(
+    bundle: ModelBundle, cache: list, pending: int, cfg: SamplerConfig, rng: Rng, cancel: CancelToken,
+    engine: str = "raw", processor: TargetProcessor | None = None, until: Callable[[], bool] | None = None,
+) -> Generator[StepResult, None, int | None]:
+    """One row, pipelined: the next step's graph is queued with async_eval before the host reads
+    the current token. A request whose logits depend on the previous token on the host (penalties,
+    a constraint, log-probabilities) decodes one step at a time instead (`decode_each`). Stops when
+    `until()` turns true and returns the token to feed next (None when cancelled)."""
+    if processor is not None and (processor.active or processor.params.logprobs):
+        return (yield from decode_each(bundle, cache, pending, cfg, rng, cancel, engine, processor, until))
 
     def step(token: mx.array) -> mx.array:
         logits = bundle.model(token.reshape(1, 1), cache=cache)[:, -1, :]
@@ -44,6 +76,10 @@ def decode(
     mx.async_eval(current)
     started = time.perf_counter()
     while not cancel.cancelled:
+        if until is not None and until():   # `current` is chosen but not fed: it is the next pending
+            token = int(current.item())
+            yield StepResult(tokens=[token], seconds=time.perf_counter() - started, engine=engine)
+            return token
         following = step(current)
         mx.async_eval(following)
         token = int(current.item())
@@ -51,15 +87,18 @@ def decode(
         yield StepResult(tokens=[token], seconds=now - started, engine=engine)
         started = now
         current = following
+    return None
 
 
 def decode_each(
     bundle: ModelBundle, cache: list, pending: int, cfg: SamplerConfig, rng: Rng, cancel: CancelToken,
-    engine: str, processor: TargetProcessor,
-) -> Iterator[StepResult]:
+    engine: str, processor: TargetProcessor, until: Callable[[], bool] | None = None,
+) -> Generator[StepResult, None, int | None]:
     """One token per step, each chosen from the processed target distribution."""
     started = time.perf_counter()
     while not cancel.cancelled:
+        if until is not None and until():
+            return pending
         logits = processor.apply(bundle.model(mx.array([[pending]], dtype=mx.uint32), cache=cache)[:, -1, :], [[]])
         token = int(choose(logits, cfg, rng)[0].item())
         logprobs = processor.logprobs(logits, [token])
@@ -68,6 +107,7 @@ def decode_each(
         yield StepResult(tokens=[token], seconds=now - started, engine=engine, logprobs=logprobs)
         started = now
         pending = token
+    return None
 
 
 class RawEngine:
@@ -100,7 +140,8 @@ class RawEngine:
         rng = Rng(params.seed)
         processor = TargetProcessor(params, prompt_ids, self.bundle.tokenizer, self.bundle.vocab_size)
         cache = self.bundle.make_cache()
-        _, cached, _ = prefill_cached(self.bundle, cache, prompt_ids[:-1], plan=prefix)
-        steps = decode(self.bundle, cache, int(prompt_ids[-1]), cfg, rng, cancel, processor=processor)
+        _, cached, _ = yield from prefill_stepwise(self.bundle, cache, prompt_ids[:-1], plan=prefix)
+        steps = decode(self.bundle, cache, int(prompt_ids[-1]), cfg, rng, cancel, processor=processor,
+                       batch=self.bundle.decode_batch)
         for index, step in enumerate(steps):
             yield replace(step, cached_tokens=cached) if index == 0 else step

@@ -17,7 +17,7 @@ from typing import Any
 from mlx_lm.generate import TextStateMachine
 
 from contracts.chat import ReplyFormat, ToolCall
-from contracts.engine import GenerationChunk
+from contracts.engine import GenerationChunk, Pause
 
 log = logging.getLogger("switchyard.reply")
 
@@ -113,6 +113,9 @@ def split_reply(chunks: Iterator[GenerationChunk], splitter: ReplySplitter) -> I
     """The text stream's chunks with their text split into answer, reasoning and tool calls; a
     generation that stopped after a tool call finishes with "tool_calls"."""
     for chunk in chunks:
+        if isinstance(chunk, Pause):
+            yield chunk
+            continue
         piece = splitter.feed(chunk.text)
         if chunk.finish_reason is not None:
             rest = splitter.finish()

@@ -5,16 +5,18 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 
 from contracts.chat import ChatPrompt, ReplyFormat
-from contracts.engine import CancelToken, Engine, GenerationChunk, PrefixHint, SwitchRule
+from contracts.engine import CancelToken, Engine, GenerationChunk, PrefixHint, StepResult, SwitchRule
 from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError, SwitchyardError
 from contracts.sampling import SamplingParams
 
+from .batch import DecodeBatch
 from .bundle import ModelBundle, load_bundle
 from .chat import chat_prompt
 from .checkpoint import default_model_dir, has_mtp_tensors, mtp_layer_count
@@ -45,6 +47,7 @@ class Runtime:
         self.model_id = model_id
         self.prefix_cache: PrefixCache | None = None
         self.set_prefix_cache(prefix_cache_bytes)
+        self._batch_rows = 0   # what set_batching allowed (the policy may only lower it)
         mtp = engines.get("mtp")
         ddtree = engines.get("ddtree")
         self.mtp_head_bytes = mtp.head.nbytes() if isinstance(mtp, MTPEngine) else 0
@@ -106,7 +109,8 @@ class Runtime:
         peers = {name: e for name, e in self.engines.items() if name not in ("raw", engine)}
         plan = PrefixPlan(self.prefix_cache, prefix.scope, prefix.points) \
             if prefix is not None and self.prefix_cache is not None else None
-        steps = self.engines[engine].generate(prompt_ids, params, cancel, switch=switch, peers=peers, prefix=plan)
+        steps = self._counted(self.engines[engine].generate(prompt_ids, params, cancel, switch=switch, peers=peers,
+                                                            prefix=plan))
         chunks = stream_text(
             steps, self.bundle.tokenizer, eos_token_ids=self.bundle.eos_token_ids,
             max_tokens=params.max_tokens, stops=params.stop, prompt_tokens=len(prompt_ids),
@@ -121,6 +125,41 @@ class Runtime:
         except Exception as exc:  # an engine bug must not take the server down
             log.exception("engine %s failed", engine)
             raise EngineFailure(engine, exc) from exc
+
+    def _counted(self, steps: Iterator[StepResult]) -> Iterator[StepResult]:
+        """The engine's steps, with the request counted as generating while they run (the decode
+        batch's load, which a speculative request weighs against its own cycles)."""
+        batch = self.bundle.decode_batch
+        if batch is None:
+            yield from steps
+            return
+        with batch.generating():
+            try:
+                for step in steps:
+                    # a step taken while others share the worker: only a batched step's own time is clean
+                    shared = isinstance(step, StepResult) and batch.active > 1 and step.batch_rows == 1
+                    yield replace(step, interleaved=True) if shared else step
+            finally:
+                steps.close()
+
+    def set_batching(self, max_rows: int) -> None:
+        """Raw decoders running at once share one forward per step, up to `max_rows` (< 2: off)."""
+        self.bundle.decode_batch = DecodeBatch(self.bundle, max_rows) if max_rows >= 2 else None
+        self._batch_rows = max_rows
+
+    def set_batch_limit(self, rows: int) -> None:
+        """The live policy's cap on rows per batched step (never above what set_batching allowed);
+        rows already in the batch stay until they finish."""
+        batch = self.bundle.decode_batch
+        if batch is not None:
+            batch.max_rows = max(2, min(rows, self._batch_rows))
+
+    def batch_stats(self) -> dict[str, float] | None:
+        batch = self.bundle.decode_batch
+        if batch is None:
+            return None
+        return {"rows": len(batch.rows), "streams": batch.streams, "generating": batch.active,
+                "steps": batch.steps, "row_steps": batch.row_steps, "max_rows": batch.max_rows}
 
     def end_thread(self) -> None:
         """MLX 0.32 keeps streams and compile caches per thread and no longer frees them at exit on

@@ -27,7 +27,7 @@ from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
 from .kernels import pipelined_cycles
-from .prefill import PrefixPlan, PrefixUse, prefill_cached
+from .prefill import PrefixPlan, PrefixUse, prefill_stepwise
 from .processing import TargetProcessor
 from .raw import decode
 from .sampling import Rng, SamplerConfig, choose, log_probs, resolve
@@ -223,7 +223,8 @@ def speculative_generate(
     probe_every = switch.probe_every if switch is not None else 1
 
     processor = TargetProcessor(params, prompt_ids, bundle.tokenizer, bundle.vocab_size)
-    prefilled, cached, prefix_use = prefill_cached(bundle, cache, prompt_ids, capture, last_alone=True, plan=prefix)
+    prefilled, cached, prefix_use = yield from prefill_stepwise(bundle, cache, prompt_ids, capture, last_alone=True,
+                                                                plan=prefix)
     first_logits = processor.apply(bundle.lm_head(prefilled.hidden[-1:]), [[]])
     first = choose(first_logits, cfg, rng)
     request = Prefilled(cache, mx.array([int(t) for t in prompt_ids], dtype=mx.uint32), prefilled, first, cfg, rng,
@@ -246,7 +247,8 @@ def speculative_generate(
             if not probing and len(states) > 1:  # the probing phase is over: only raw stays reachable
                 states = {running: states[running]} if running in states else {}
             if running == "raw" and not probing:
-                yield from decode(bundle, cache, pending, cfg, rng, cancel, engine="raw", processor=processor)
+                yield from decode(bundle, cache, pending, cfg, rng, cancel, engine="raw", processor=processor,
+                                  batch=bundle.decode_batch)
                 return
             state = states[running] if running != "raw" else raw_stepping
             if running != "raw" and not probing and not processor.active and pipelined_cycles():
@@ -261,6 +263,8 @@ def speculative_generate(
             pending = cycle.emitted[-1]
             yield _report(cycle, states, running, probing, processor, watch, started)
             started = time.perf_counter()
+            if switch is not None and bundle.decode_batch is not None:   # under load raw is priced as a batch row
+                watch.rule = switch.batched(bundle.decode_batch.active - 1)
             target = watch.choice(None if probing else ("raw",))
             if target is not None:
                 if flight is not None:   # the queued cycle ran past the hand-off: undo it

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from contracts.engine import GenerationChunk, StepResult
+from contracts.engine import GenerationChunk, Pause, StepResult
 
 
 class StopMatcher:
@@ -53,6 +53,9 @@ def stream_text(
     produced = 0
     try:
         for step in steps:
+            if isinstance(step, Pause):   # between prefill pieces: nothing to emit, the worker steps others
+                yield step
+                continue
             kept: list[int] = []
             finish: str | None = None
             for token in step.tokens:

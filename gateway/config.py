@@ -12,6 +12,9 @@ class GatewayConfig(BaseModel):
     port: int = Field(8000, ge=0, le=65535)
     # Requests allowed to wait behind the running one; one more gets 429 + Retry-After.
     max_queue: int = Field(16, ge=0)
+    # Requests the worker runs at once, interleaved step by step; those decoding raw share one batched
+    # forward (continuous batching). 1 = one at a time. `switchyard serve --max-batch` sets it.
+    max_running: int = Field(1, ge=1, le=256)
     retry_after_seconds: int = Field(1, ge=1)
     # max_tokens when a request does not say (OpenAI's chat default is "until the context ends"); always
     # shortened to the room the prompt leaves in the context. Qwen3.6's card recommends ~32k output tokens.

@@ -34,7 +34,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "gateway.cli": ("contracts", "gateway", "engines.runtime", "engines.checkpoint", "engines.checkpoint_info"),
     "gateway": ("gateway",),
     "bench": ("contracts", "engines", "gateway", "classifier", "bench"),
-    "training": ("contracts", "engines", "training"),
+    # training's PyTorch code reuses only the MLX-free engine modules (checkpoint layout, drafter config,
+    # tokenizer pipeline); the acceptance report measures the MLX engines themselves
+    "training": ("contracts", "engines.checkpoint", "engines.dflash_config", "engines.qwen_tokenizer", "training"),
+    "training.acceptance_report": ("contracts", "engines", "training"),
     "tests": FIRST_PARTY,
 }
 # no MLX, ever, in these rooms (engines.runtime is the only door to it, opened by `serve`)
@@ -118,6 +121,18 @@ def test_the_rules_catch_violations(tmp_path):
     assert imported_modules(relative, name="gateway.worker.rel") == {"gateway.http"}
     assert violations("gateway.worker.rel", {"gateway.http"})
     assert not violations("gateway.cli.serve", {"engines.runtime", "gateway.http.app"})
+
+
+def test_training_is_a_room_of_its_own():
+    """training/ is a package whose every module is checked by the arrows above (the runtime rooms may
+    not import it; it reaches the engines only through their MLX-free modules)."""
+    modules = [module_name(p) for p in source_files() if module_name(p).split(".")[0] == "training"]
+    assert "training" in modules and "training.train_family" in modules and "training.train_common" in modules
+    assert {room_of(m) for m in modules} == {"training", "training.acceptance_report"}
+    assert violations("training.train_family", {"engines.dflash"})      # MLX engine code from the torch side
+    assert not violations("training.train_family", {"engines.dflash_config", "training.train_common"})
+    assert violations("engines.runtime", {"training.family_config"})
+    assert violations("gateway.cli.serve", {"training.cli"})
 
 
 def test_importing_every_mlx_free_module_loads_no_mlx():

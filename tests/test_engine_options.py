@@ -35,6 +35,22 @@ def test_policy_budget_applies_and_follows_reloads(tiny_target, tiny_drafter, tm
     assert all(c.step is None or c.step.drafted in (0, 6) for c in chunks)
 
 
+def test_policy_caps_rows_per_batched_step_live_never_above_max_batch(tiny_target, tmp_path):
+    runtime = load_runtime(tiny_target)
+    runtime.set_batching(8)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("batching:\n  max_rows: 3\n")
+    store = PolicyStore(policy)
+    bind_engine_options(store, runtime)
+    assert runtime.bundle.decode_batch.max_rows == 3
+    policy.write_text("batching:\n  max_rows: 64\n")
+    assert store.reload("test").ok
+    assert runtime.bundle.decode_batch.max_rows == 8   # serve --max-batch bounds the policy
+    runtime.set_batching(1)
+    bind_engine_options(store, runtime)                # batching off: nothing to cap
+    assert runtime.bundle.decode_batch is None
+
+
 def test_sink_window_context_is_bounded_and_lossless(tiny_agree_bundle, tiny_agree_drafter):
     """A drafter context capped at sink + window rows keeps DDTree lossless (only acceptance can
     change) and never holds more rows than the cap, however long the prompt."""

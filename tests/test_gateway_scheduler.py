@@ -300,3 +300,73 @@ def test_health_is_503_while_draining():
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "worker_unavailable"
         gate.set()
         assert running.response().status_code == 200  # admitted work still finishes
+
+
+def test_running_requests_interleave_one_step_each_per_round():
+    """max_running > 1: the worker advances every running request by one step per round, so a request
+    that arrives behind a long one starts streaming at once (and raw decoders can share a batch)."""
+    backend = FakeBackend(step_seconds=0.02, reply=" ".join(f"w{i}" for i in range(30)))
+    router = RecordingRouter()
+    app = create_app(backend, router=router, config=GatewayConfig(max_running=3))
+    with live_server(app) as server:
+        url = server.base_url + CHAT
+        first = Background(url, chat("first"))
+        wait_until(backend.started.is_set)
+        later = [Background(url, chat(f"later{i}", max_tokens=5)) for i in range(2)]
+        for request in later:
+            assert request.response().status_code == 200
+        # both short requests finished while the long one was still running
+        assert not first.thread.join(0) and first.result is None
+        assert first.response().json()["usage"]["completion_tokens"] == 30
+        assert app.state.gateway.scheduler.running == 0
+    assert [r.concurrent for r in router.requests] == [0, 1, 2] or [r.concurrent for r in router.requests] == [0, 1, 1]
+    assert len(router.observed) == 40
+
+
+def test_queue_limit_counts_waiting_requests_behind_full_running_slots():
+    backend = FakeBackend(step_seconds=0.1, reply=" ".join(f"w{i}" for i in range(40)))
+    app = create_app(backend, config=GatewayConfig(max_running=2, max_queue=1))
+    scheduler = app.state.gateway.scheduler
+    with live_server(app) as server:
+        url = server.base_url + CHAT
+        running = [Background(url, chat(f"r{i}", max_tokens=20)) for i in range(2)]
+        wait_until(lambda: scheduler.running == 2)
+        queued = Background(url, chat("q", max_tokens=1))
+        wait_until(lambda: scheduler.waiting == 1)
+        full = httpx.post(url, json=chat("x", max_tokens=1))
+        assert full.status_code == 429 and full.json()["error"]["code"] == "queue_full"
+        scheduler.cancel_all()
+        for request in (*running, queued):
+            request.thread.join(30)
+        wait_until(lambda: scheduler.idle)
+        assert httpx.post(url, json=chat("after", max_tokens=1)).status_code == 200
+
+
+def test_higher_priority_requests_leave_the_queue_first():
+    gate = threading.Event()
+    backend = FakeBackend(gate=gate)
+    router = RecordingRouter()
+    app = create_app(backend, router=router, config=GatewayConfig(max_queue=8))
+    scheduler = app.state.gateway.scheduler
+    with live_server(app) as server:
+        url = server.base_url + CHAT
+        first = Background(url, chat("first", max_tokens=1))
+        wait_until(backend.started.is_set)
+        queued = []
+        for i, (name, body_priority, header) in enumerate((("low", None, None), ("high", 5, None),
+                                                           ("header", None, "3"), ("body-wins", -2, "9"))):
+            body = chat(name, max_tokens=1, **({"priority": body_priority} if body_priority is not None else {}))
+            headers = {"X-Switchyard-Priority": header} if header else {}
+            queued.append(threading.Thread(target=httpx.post, args=(url,), kwargs={"json": body, "headers": headers,
+                                                                                    "timeout": 30}))
+            queued[-1].start()
+            wait_until(lambda: scheduler.waiting == i + 1)
+        bad = httpx.post(url, json=chat("x"), headers={"X-Switchyard-Priority": "urgent"})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "priority"
+        assert httpx.post(url, json=chat("x", priority=5000)).status_code == 400
+        gate.set()
+        for thread in queued:
+            thread.join(30)
+        assert first.response().status_code == 200
+    order = [next(m["content"] for m in c["messages"] if m["role"] == "user") for c in backend.chats]
+    assert order == ["first", "high", "header", "low", "body-wins"]

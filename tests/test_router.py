@@ -43,8 +43,10 @@ def _router(policy: dict | None = None, loaded=("raw", "mtp", "ddtree"), classif
     )
 
 
-def _request(klass="code", forced=None, prompt_tokens=100, response_format=None, queue_depth=0) -> RouteRequest:
-    return RouteRequest(RequestText(user=klass, response_format=response_format), forced, prompt_tokens, queue_depth)
+def _request(klass="code", forced=None, prompt_tokens=100, response_format=None, queue_depth=0,
+             concurrent=0) -> RouteRequest:
+    return RouteRequest(RequestText(user=klass, response_format=response_format), forced, prompt_tokens, queue_depth,
+                        concurrent=concurrent)
 
 
 NO_EXPLORE = {"exploration": {"kind": "none"}}
@@ -273,7 +275,7 @@ def test_every_reason_is_produced():
         clock=clock,
     )
     seen = {router.choose(_request(forced="raw")).reason, router.choose(_request("structured")).reason,
-            router.choose(_request(queue_depth=5)).reason}
+            router.choose(_request(queue_depth=5)).reason, router.choose(_request(concurrent=3)).reason}
     seen |= {router.choose(_request()).reason for _ in range(50)}
     router.finished(router.choose(_request(forced="ddtree")), RuntimeError("boom"))
     seen.add(router.choose(_request()).reason)
@@ -512,3 +514,54 @@ def test_probes_teach_the_monitor_acceptance_but_probing_steps_are_not_timed():
     assert arm["steps"] == 0                                   # probes are not steps of mtp
     assert router.monitor.measured_cost("mtp") == (1.0, 0)   # and carry no timing
     assert "raw" not in snapshot["engines"]                  # probing steps are not raw's cost either
+
+
+def _batched_steps(router: AdaptiveRouter, rows: int, seconds: float, n: int = 20) -> None:
+    decision = router.choose(_request(forced="raw"))
+    for _ in range(n):
+        router.observe(decision, StepResult(tokens=[1], seconds=seconds, engine="raw", batch_rows=rows))
+
+
+def test_under_load_the_engine_with_the_cheapest_tokens_for_the_worker_wins():
+    # alone ddtree is fastest: 4 tokens for 1.5 raw steps
+    router = _router(DDTREE_PRIORS)
+    assert router.choose(_request()).engine == "ddtree"
+    # with company a raw token costs c(B+1) - c(B) (prior slope 0.15 < 1.5 / 4): the batch wins
+    decision = router.choose(_request(concurrent=1))
+    assert (decision.engine, decision.reason) == ("raw", "load")
+    # a batch that costs almost a full step per extra row loses to the tree again
+    dear = _router({**DDTREE_PRIORS, "batching": {"prior_row_cost": 0.9}})
+    assert dear.choose(_request(concurrent=3)).engine == "ddtree"
+    off = _router({**DDTREE_PRIORS, "batching": {"enabled": False}})
+    assert off.choose(_request(concurrent=3)).engine == "ddtree"
+    # forced engines and operator rules are served as asked under load too
+    assert router.choose(_request(forced="mtp", concurrent=3)).engine == "mtp"
+
+
+def test_batch_costs_are_learned_per_batch_size_and_never_decrease():
+    router = _router({**DDTREE_PRIORS, "batching": {"cost_warmup": 4}})
+    _batched_steps(router, 1, 0.010)   # raw alone: 10 ms a step
+    _batched_steps(router, 2, 0.019)   # two rows: 1.9 steps (no batching gain) ...
+    _batched_steps(router, 3, 0.012)   # ... three rows measured cheaper than two: clipped up to 1.9
+    costs = router.monitor.batch_costs(0.15, 4, 4)
+    assert costs[0] == 1.0 and costs[1] == pytest.approx(1.9) and costs[2] == pytest.approx(1.9)
+    assert costs[3] == pytest.approx(1.9)   # 4 rows unmeasured: the prior 1.45 is clipped up too
+    # the learned batch makes a second row cost 0.9 raw steps: ddtree's 1.5 / 4 = 0.375 is cheaper
+    assert router.choose(_request(concurrent=1)).engine == "ddtree"
+    # batched steps do not pollute raw's own step time
+    assert router.monitor.measured_cost("ddtree") == (1.0, 0)
+    snapshot = router.monitor.snapshot()
+    assert snapshot["engines"]["raw"]["seconds_per_step"] == pytest.approx(0.010)
+    assert snapshot["batches"]["2"]["cost_ratio"] == pytest.approx(1.9)
+
+
+def test_a_speculative_request_under_load_may_hand_over_to_the_batch():
+    decision = _router(DDTREE_PRIORS).choose(_request())
+    rule = decision.switch
+    assert decision.engine == "ddtree" and rule is not None and "raw" in rule.targets
+    assert len(rule.batch_costs) == 16 and rule.batch_costs[1] == pytest.approx(1.15)
+    alone, busy = rule, rule.batched(3)
+    assert alone.threshold("ddtree", "raw") == pytest.approx(rule.threshold("ddtree", "raw"))
+    # raw at 0.15 of a step: ddtree must accept far more to stay (break-even 1.5 / 0.15 - 1 = 9)
+    assert busy.break_even("ddtree", "raw") == pytest.approx(1.5 / 0.15 - 1)
+    assert busy.threshold("ddtree", "raw") > 3.0 > alone.threshold("ddtree", "raw")

@@ -56,6 +56,9 @@ def test_decisions_show_in_headers_stats_and_metrics(served):
     assert "code/mtp" not in body["measured"]["arms"]
     assert {"class": "code", "engine": "mtp", "reason": "monitor", "count": 1} in body["decisions"]
     assert body["loaded_engines"] == ["mtp", "raw"]
+    # the batch cost table the load-aware routing uses: the policy's prior until batches are timed
+    assert body["measured"]["batches"] == {}
+    assert body["batch_costs"][:3] == pytest.approx([1.0, 1.15, 1.3])
 
     metrics = httpx.get(server.base_url + "/metrics", timeout=10).text
     assert 'switchyard_route_decisions_total{class="code",engine="mtp",reason="monitor"} 1.0' in metrics

@@ -4,7 +4,6 @@ checkpoints' uses the same pre-tokenizer, normaliser and decoder."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 from tokenizers import Tokenizer
@@ -12,21 +11,14 @@ from tokenizers import Tokenizer
 from engines.qwen_tokenizer import empty_bpe
 from engines.testing.tokenizer import build_tokenizer
 from tests.ops_helpers import REPO
+from training.train_tokenizer import tokenizer_config
 
 DEMO = REPO / "models" / "switchyard-demo" / "target"
 PIPELINE = ("normalizer", "pre_tokenizer", "decoder")
 
 
-def _training_module():
-    spec = importlib.util.spec_from_file_location("train_tokenizer", REPO / "training" / "train_tokenizer.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_demo_tokenizer_is_what_training_writes():
-    training = _training_module()
-    assert training.tokenizer_config() == json.loads((DEMO / "tokenizer_config.json").read_text())
+    assert tokenizer_config() == json.loads((DEMO / "tokenizer_config.json").read_text())
     shipped = json.loads(Tokenizer.from_file(str(DEMO / "tokenizer.json")).to_str())
     built = json.loads(empty_bpe().to_str())
     assert {k: shipped[k] for k in PIPELINE} == {k: built[k] for k in PIPELINE}

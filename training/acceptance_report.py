@@ -6,7 +6,7 @@ raw, mtp and ddtree greedily to the same length and reports, per class:
   DDTree  mean tokens emitted per verify step (accepted + bonus)
 and checks that both speculative engines emit exactly raw's tokens (lossless in greedy).
 
-  PYTHONPATH=. python training/acceptance_report.py [--model models/switchyard-demo/target] [--json out.json]
+  switchyard-train acceptance [--model models/switchyard-demo/target] [--json out.json]   (MLX, not torch)
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ def lossless(row: dict, temperature: float) -> str:
     return "yes" if row["lossless_mismatches"] == 0 else f"NO ({row['lossless_mismatches']} differ)"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="target dir (default: the embedded demo family)")
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--budget", type=int, default=4, help="DDTree budget")
@@ -90,7 +91,7 @@ def main() -> None:
                         help="0 = greedy (checks greedy == raw); > 0 samples with the model's top_p/top_k, seeded")
     parser.add_argument("--dtype", default=None, help="e.g. float32 (default: the checkpoint's bf16)")
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     runtime = load_runtime(args.model, tree_budget=args.budget, dtype=args.dtype)
     eos = set(runtime.bundle.eos_token_ids)
     tokenizer = runtime.bundle.tokenizer

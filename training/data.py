@@ -8,6 +8,7 @@ start so the model sees beginnings (ChatML "<|im_start|>user" in particular).
 
 from __future__ import annotations
 
+import argparse
 import json
 import lzma
 import time
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from family_config import EOT_ID
+from .family_config import EOT_ID
+from .paths import in_checkout, path_option
 
 DOMAINS = ("code", "prose", "structured", "chat")
 MIXTURE = {"code": 0.36, "prose": 0.28, "structured": 0.20, "chat": 0.16}
@@ -34,16 +36,21 @@ def read_jsonl_texts(path: Path) -> list[str]:
         return [json.loads(line)["text"] for line in handle]
 
 
-def tokenize_stream(texts: list[str], tokenizer) -> Stream:
-    encodings = tokenizer.encode_batch_fast(texts) if hasattr(tokenizer, "encode_batch_fast") \
-        else tokenizer.encode_batch(texts)
+def stream_of(documents: list[list[int]]) -> Stream:
+    """Token documents back to back, each followed by <|endoftext|> (what the samplers read)."""
     pieces, starts, offset = [], [], 0
-    for enc in encodings:
-        ids = enc.ids + [EOT_ID]
+    for ids in documents:
+        ids = list(ids) + [EOT_ID]
         starts.append(offset)
         offset += len(ids)
         pieces.append(np.asarray(ids, dtype=np.uint16))
     return Stream(np.concatenate(pieces), np.asarray(starts, dtype=np.int64))
+
+
+def tokenize_stream(texts: list[str], tokenizer) -> Stream:
+    encodings = tokenizer.encode_batch_fast(texts) if hasattr(tokenizer, "encode_batch_fast") \
+        else tokenizer.encode_batch(texts)
+    return stream_of([enc.ids for enc in encodings])
 
 
 def load_streams(corpus: Path, tokenizer_path: Path, split: str = "train",
@@ -101,6 +108,15 @@ def eval_windows(stream: Stream, seq_len: int, max_tokens: int) -> np.ndarray:
                      for i in range(count)]) if count else np.empty((0, seq_len + 1), np.int64)
 
 
+def heldout_batches(heldout: dict[str, Stream], seq_len: int, max_tokens: int, batch_size: int):
+    """(domain, batches) for every held-out domain with at least one window: its eval_windows split
+    into about batch_size-row arrays. Every phase's evaluation reads these."""
+    for domain in [d for d in DOMAINS if d in heldout]:
+        windows = eval_windows(heldout[domain], seq_len, max_tokens)
+        if len(windows):
+            yield domain, np.array_split(windows, max(1, len(windows) // batch_size))
+
+
 def pack_corpus(corpus: Path, pack_dir: Path) -> None:
     """xz-compress the jsonl files into pack_dir (the folder carried to the device)."""
     pack_dir.mkdir(parents=True, exist_ok=True)
@@ -108,3 +124,16 @@ def pack_corpus(corpus: Path, pack_dir: Path) -> None:
         xz_path = pack_dir / (path.name + ".xz")
         if not xz_path.exists() or xz_path.stat().st_mtime < path.stat().st_mtime:
             xz_path.write_bytes(lzma.compress(path.read_bytes(), preset=6))
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=prog, description="xz-pack a corpus folder's .jsonl files (the "
+                                     "folder carried to the device)")
+    path_option(parser, "--corpus", in_checkout("training", "corpus"), "folder of <domain>[.heldout].jsonl")
+    parser.add_argument("--out", type=Path, default=None, help="default: CORPUS/pack")
+    args = parser.parse_args(argv)
+    pack_corpus(args.corpus, args.out or args.corpus / "pack")
+
+
+if __name__ == "__main__":
+    main()

@@ -10,9 +10,9 @@ shipped drafter.
 Prompts: classifier/data/prompts.jsonl (our own labelled prompt set; its `test` split is held out
 here too). Never the benchmark workloads (bench/workloads/), which measure the result.
 
-  cd training && python distill.py --out $OUT --target-shards ../models/switchyard-demo/target \\
-      --drafter-init ../models/switchyard-demo/drafter --prompts ../classifier/data/prompts.jsonl
-  python training/distill.py --tiny --out /tmp/d ...        # CPU smoke test (tiny sizes, few steps)
+  python -m training.distill --out $OUT --target-shards models/switchyard-demo/target \\
+      --drafter-init models/switchyard-demo/drafter --prompts classifier/data/prompts.jsonl
+  switchyard-train distill --tiny --out /tmp/d ...        # CPU smoke test (tiny sizes, few steps)
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import family_config as fc
-from data import Stream
-from train_common import save_shards, seed_everything
-from train_family import build_parser, eval_drafter, finish_args, load_target, train_drafter
+from . import family_config as fc
+from .data import stream_of
+from .paths import classifier_prompts, path_option
+from .train_common import RunReport, autocast, seed_everything, setup_device
+from .train_family import build_parser, drafter_phase, finish_args, load_target
 
-HERE = Path(__file__).resolve().parent
 MODES = {  # name -> generate() sampling settings; the sampled ones use the shipped generation_config
     "greedy": {"do_sample": False},
     "t0.7": {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 40},
@@ -70,7 +70,7 @@ def generate(target, prompt_ids: list[list[int]], mode: dict, args, device, dead
         for r, i in enumerate(rows):  # left padding: every prompt ends where generation starts
             batch[r, width - len(prompt_ids[i]):] = torch.tensor(prompt_ids[i])
             mask[r, width - len(prompt_ids[i]):] = 1
-        with torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16):
+        with autocast(device):
             out = target.generate(input_ids=batch.to(device), attention_mask=mask.to(device),
                                   max_new_tokens=args.gen_tokens, eos_token_id=eos, pad_token_id=fc.EOT_ID, **mode)
         for r, i in enumerate(rows):
@@ -80,40 +80,27 @@ def generate(target, prompt_ids: list[list[int]], mode: dict, args, device, dead
     return [r for r in replies if r is not None]
 
 
-def to_stream(sequences: list[list[int]]) -> Stream:
-    """Conversations back to back, each followed by <|endoftext|> (what the samplers read)."""
-    pieces, starts, offset = [], [], 0
-    for ids in sequences:
-        ids = list(ids) + [fc.EOT_ID]
-        starts.append(offset)
-        offset += len(ids)
-        pieces.append(np.asarray(ids, dtype=np.uint16))
-    return Stream(np.concatenate(pieces), np.asarray(starts, dtype=np.int64))
-
-
-def main() -> None:
-    parser = build_parser(__doc__)
-    parser.add_argument("--prompts", type=Path, default=HERE.parent / "classifier" / "data" / "prompts.jsonl")
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    parser = build_parser(__doc__, prog=prog, corpus=False)
+    path_option(parser, "--prompts", classifier_prompts(), "chat prompts (.jsonl with label, split, text/messages)")
     parser.add_argument("--max-prompts", type=int, default=None)
     parser.add_argument("--modes", default="greedy,t0.7,t1.0", help=f"comma list of {', '.join(MODES)}")
     parser.add_argument("--gen-tokens", type=int, default=256)
     parser.add_argument("--gen-batch", type=int, default=512)
     parser.add_argument("--gen-seconds", type=float, default=240, help="generation budget (all modes)")
-    args = finish_args(parser.parse_args())
+    args = finish_args(parser.parse_args(argv))
+    if args.target_shards is None:
+        parser.error("--target-shards is required: the target that answers the prompts")
     if args.tiny:
         args.max_prompts, args.gen_tokens, args.gen_batch = args.max_prompts or 48, 24, 16
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.backends.cuda.matmul.allow_tf32 = True
-    args.out.mkdir(parents=True, exist_ok=True)
+    device = setup_device(args.out)
     seed_everything(args.seed)
-    print(f"[setup] torch {torch.__version__} device {device}", flush=True)
     target, _ = load_target(args, device)
 
     prompts = load_prompts(args.prompts, args.max_prompts)
     ids = encode_prompts(prompts, args.target_shards if (args.target_shards / "tokenizer.json").exists()
                          else args.tokenizer.parent)
-    report: dict = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                    "prompts": len(prompts), "generation": {}}
+    report = RunReport(args.out, args, prompts=len(prompts), generation={})
     conversations: dict[tuple[str, str], list[list[int]]] = {}
     started, deadline = time.time(), time.time() + args.gen_seconds
     modes = [m for m in args.modes.split(",") if m]
@@ -129,17 +116,13 @@ def main() -> None:
         print(f"[gen] {mode}: {len(replies)} replies, mean {np.mean(lengths):.0f} tokens, "
               f"{time.time() - started:.0f}s", flush=True)
 
-    streams = {label: to_stream(seqs) for (split, label), seqs in conversations.items() if split == "train"}
-    heldout = {label: to_stream(seqs) for (split, label), seqs in conversations.items() if split == "heldout"}
+    streams = {label: stream_of(seqs) for (split, label), seqs in conversations.items() if split == "train"}
+    heldout = {label: stream_of(seqs) for (split, label), seqs in conversations.items() if split == "heldout"}
     for split, group in (("train", streams), ("heldout", heldout)):
         for label, stream in sorted(group.items()):
             print(f"[data] {split:7s} {label:10s} {len(stream.doc_starts):6d} conversations "
                   f"{len(stream.tokens) / 1e6:6.2f}M tokens", flush=True)
-    drafter, report["drafter"], capture = train_drafter(args, target, streams, device)
-    report["drafter"]["heldout"] = eval_drafter(drafter, target, capture, heldout, args, device)
-    report["files"] = save_shards(drafter.state_dict(), args.out, "drafter")
-    (args.out / "report.json").write_text(json.dumps(report, indent=1))
-    print(f"[done] files {report['files']}", flush=True)
+    drafter_phase(args, target, streams, heldout, device, report)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ target/   config.json (model_type qwen3_5, flat, all sizes explicit, mtp_num_hid
                               + the MTP head's mtp.* tensors, bf16
 drafter/  config.json (DFlashDraftModel, dflash_config), model.safetensors (z-lab names, bf16)
 
-  python training/export.py --shards <dir with target-*/mtp-*/drafter-* shards and report.json>
+  switchyard-train export --shards <dir with target-*/mtp-*/drafter-* shards and report.json>
 """
 
 from __future__ import annotations
@@ -17,21 +17,17 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
-import family_config as fc
+from engines.checkpoint import is_mtp_tensor
 
-HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE.parent / "models" / "switchyard-demo"
+from . import family_config as fc
+from .paths import demo_family, demo_tokenizer_dir, path_option
+from .train_common import load_shards
 
 
-def load_shards(shard_dir: Path, stem: str) -> dict[str, torch.Tensor]:
-    tensors: dict[str, torch.Tensor] = {}
-    for path in sorted(shard_dir.glob(f"{stem}-*.safetensors")):
-        tensors.update(load_file(str(path)))
-    if not tensors:
-        raise FileNotFoundError(f"no {stem}-*.safetensors in {shard_dir}")
-    return {k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}
+def bf16_shards(shard_dir: Path, stem: str) -> dict[str, torch.Tensor]:
+    return {k: v.to(torch.bfloat16).contiguous() for k, v in load_shards(shard_dir, stem, fallback=None).items()}
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -40,7 +36,7 @@ def write_json(path: Path, data: dict) -> None:
 
 def export_drafter(shard_dir: Path, drafter_dir: Path, drafter_config: dict) -> None:
     drafter_dir.mkdir(parents=True, exist_ok=True)
-    save_file(load_shards(shard_dir, "drafter"), str(drafter_dir / "model.safetensors"), metadata={"format": "pt"})
+    save_file(bf16_shards(shard_dir, "drafter"), str(drafter_dir / "model.safetensors"), metadata={"format": "pt"})
     write_json(drafter_dir / "config.json", drafter_config)
 
 
@@ -52,9 +48,9 @@ def export(shard_dir: Path, out: Path, tokenizer_dir: Path) -> None:
     target_dir.mkdir(parents=True, exist_ok=True)
     drafter_dir.mkdir(parents=True, exist_ok=True)
 
-    weights = load_shards(shard_dir, "target")
-    mtp = load_shards(shard_dir, "mtp")
-    assert all(k.startswith("mtp.") for k in mtp), "MTP shard must hold mtp.* only"
+    weights = bf16_shards(shard_dir, "target")
+    mtp = bf16_shards(shard_dir, "mtp")
+    assert all(is_mtp_tensor(k) for k in mtp), "MTP shard must hold mtp.* only"
     weights.update(mtp)
     save_file(weights, str(target_dir / "model.safetensors"), metadata={"format": "pt"})
     config = fc.exported_target_config()
@@ -67,24 +63,29 @@ def export(shard_dir: Path, out: Path, tokenizer_dir: Path) -> None:
             shutil.copy(tokenizer_dir / name, target_dir / name)
 
     export_drafter(shard_dir, drafter_dir, drafter_config)
-    n_target = sum(v.numel() for k, v in weights.items() if not k.startswith("mtp."))
+    n_target = sum(v.numel() for k, v in weights.items() if not is_mtp_tensor(k))
     n_mtp = sum(v.numel() for v in mtp.values())
     print(f"exported target {n_target / 1e6:.2f}M + mtp {n_mtp / 1e6:.2f}M params -> {target_dir}")
     print(f"exported drafter -> {drafter_dir}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shards", type=Path, required=True)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--tokenizer-dir", type=Path, default=DEFAULT_OUT / "target")
+    path_option(parser, "--out", demo_family(), "the family folder ({target,drafter}/ are written)")
+    parser.add_argument("--tokenizer-dir", type=Path, default=demo_tokenizer_dir(),
+                        help="tokenizer.json + tokenizer_config.json to ship with the target (default: the "
+                             "checkout's demo target; required outside a checkout unless --drafter-only)")
     parser.add_argument("--drafter-only", action="store_true", help="only drafter-* shards (distill.py): replace "
                         "the drafter, keep the target")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.drafter_only:
         report = json.loads((args.shards / "report.json").read_text())
         export_drafter(args.shards, args.out / "drafter", report["args"]["drafter_config"])
         print(f"exported drafter -> {args.out / 'drafter'}")
+    elif args.tokenizer_dir is None:
+        parser.error("--tokenizer-dir is required outside a checkout")
     else:
         export(args.shards, args.out, args.tokenizer_dir)
 

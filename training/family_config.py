@@ -1,14 +1,22 @@
 """Sizes of the switchyard-demo family, and the exported config.json dicts built from them.
 
-One place for every number the training scripts, the exporter and the tests agree on.
+One place for every number the training scripts, the exporter and the tests agree on. What the
+engines also read (special tokens, layer kinds, the drafter's config schema) comes from engines/'
+MLX-free modules, not from copies here.
 """
 
 from __future__ import annotations
 
 import copy
 
+from engines.checkpoint import layer_types as checkpoint_layer_types
+from engines.qwen_tokenizer import ENDOFTEXT, IM_END, IM_START, MASK, SPECIAL_TOKENS
+
 VOCAB_SIZE = 8192
-EOT_ID, IM_START_ID, IM_END_ID, MASK_ID = 8188, 8189, 8190, 8191
+# the specials sit after the learned vocabulary, in engines.qwen_tokenizer's order (as in Qwen)
+SPECIAL_TOKEN_IDS: dict[str, int] = {token: VOCAB_SIZE - len(SPECIAL_TOKENS) + i
+                                     for i, token in enumerate(SPECIAL_TOKENS)}
+EOT_ID, IM_START_ID, IM_END_ID, MASK_ID = (SPECIAL_TOKEN_IDS[t] for t in (ENDOFTEXT, IM_START, IM_END, MASK))
 
 # Target: Qwen3.5 hybrid. Layers 3 and 7 are gated full attention (full_attention_interval 4), the
 # rest GatedDeltaNet. Partial RoPE: 0.25 of head_dim 64 = 16 rotary dims.
@@ -84,9 +92,9 @@ GENERATION_CONFIG = {
 
 
 def layer_types(config: dict) -> list[str]:
-    interval = config["full_attention_interval"]
-    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
-            for i in range(config["num_hidden_layers"])]
+    """Every full_attention_interval-th layer full attention, the others GatedDeltaNet (as the engines
+    read a config without explicit layer_types: engines.checkpoint.layer_types)."""
+    return checkpoint_layer_types({k: v for k, v in config.items() if k != "layer_types"})
 
 
 def hf_text_config_kwargs(config: dict = TARGET) -> dict:

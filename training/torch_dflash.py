@@ -8,7 +8,8 @@ Semantics (what the MLX engine implements at inference):
              RoPE (full head_dim, rotate-half) at absolute positions; attention NOT causal
              x = x + o_proj(attn); x = x + mlp(post_attention_layernorm(x))
   logits = target.lm_head(norm(x)); block row i (1..bs-1) predicts the token at position P+i.
-Norms are Qwen3's plain RMSNorm (x*w), stored as such.
+Norms are Qwen3's plain RMSNorm (x*w), stored as such. The config is read by the engine's own reader
+(engines.dflash_config.DrafterConfig): one reading of the z-lab schema, its refusals included.
 
 Training packs many blocks of one sequence into one attention call: queries are the blocks'
 rows, keys are [ctx rows of the whole sequence ; all block rows], and a boolean mask lets block a
@@ -20,6 +21,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from engines.dflash_config import DrafterConfig
+
+
+def drafter_config(raw: dict | DrafterConfig) -> DrafterConfig:
+    """The engine's reading of a drafter config.json dict, limited to what this module implements:
+    default RoPE, full-attention layers, one layer per `layer_types` entry."""
+    cfg = raw if isinstance(raw, DrafterConfig) else DrafterConfig.from_dict(raw)
+    if cfg.rope.scaling is not None:
+        raise ValueError(f"the training drafter implements default RoPE only, not {cfg.rope.describe()}")
+    if set(cfg.layer_types) != {"full_attention"} or len(cfg.layer_types) != cfg.num_hidden_layers:
+        raise ValueError(f"layer_types {list(cfg.layer_types)} must be {cfg.num_hidden_layers} x full_attention "
+                         "(the engine builds one layer per entry)")
+    return cfg
 
 
 class RMSNorm(nn.Module):
@@ -47,17 +62,17 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: dict) -> None:
+    def __init__(self, cfg: DrafterConfig) -> None:
         super().__init__()
-        hidden, heads, kv_heads, head_dim = cfg["hidden_size"], cfg["num_attention_heads"], \
-            cfg["num_key_value_heads"], cfg["head_dim"]
+        hidden, heads, kv_heads, head_dim = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, \
+            cfg.head_dim
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
         self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
         self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
-        self.q_norm = RMSNorm(head_dim, cfg["rms_norm_eps"])
-        self.k_norm = RMSNorm(head_dim, cfg["rms_norm_eps"])
+        self.q_norm = RMSNorm(head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(head_dim, cfg.rms_norm_eps)
 
     def forward(self, h: torch.Tensor, ctx: torch.Tensor, rope_q, rope_kv, mask: torch.Tensor) -> torch.Tensor:
         batch, rows, _ = h.shape
@@ -73,22 +88,22 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
-    def __init__(self, cfg: dict) -> None:
+    def __init__(self, cfg: DrafterConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(cfg["hidden_size"], cfg["intermediate_size"], bias=False)
-        self.up_proj = nn.Linear(cfg["hidden_size"], cfg["intermediate_size"], bias=False)
-        self.down_proj = nn.Linear(cfg["intermediate_size"], cfg["hidden_size"], bias=False)
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class Layer(nn.Module):
-    def __init__(self, cfg: dict) -> None:
+    def __init__(self, cfg: DrafterConfig) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg)
-        self.post_attention_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = Mlp(cfg)
 
     def forward(self, x, ctx, rope_q, rope_kv, mask):
@@ -97,15 +112,14 @@ class Layer(nn.Module):
 
 
 class DFlashDrafter(nn.Module):
-    def __init__(self, cfg: dict) -> None:
+    def __init__(self, raw: dict | DrafterConfig) -> None:
         super().__init__()
-        self.cfg = cfg
-        hidden = cfg["hidden_size"]
-        n_captured = len(cfg["dflash_config"]["target_layer_ids"])
-        self.fc = nn.Linear(n_captured * hidden, hidden, bias=False)
-        self.hidden_norm = RMSNorm(hidden, cfg["rms_norm_eps"])
-        self.layers = nn.ModuleList([Layer(cfg) for _ in range(cfg["num_hidden_layers"])])
-        self.norm = RMSNorm(hidden, cfg["rms_norm_eps"])
+        self.cfg = cfg = drafter_config(raw)
+        hidden = cfg.hidden_size
+        self.fc = nn.Linear(len(cfg.target_layer_ids) * hidden, hidden, bias=False)
+        self.hidden_norm = RMSNorm(hidden, cfg.rms_norm_eps)
+        self.layers = nn.ModuleList([Layer(cfg) for _ in cfg.layer_types])
+        self.norm = RMSNorm(hidden, cfg.rms_norm_eps)
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, std=0.02)
@@ -118,7 +132,7 @@ class DFlashDrafter(nn.Module):
                 ctx_pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """block_embeds (B, R, H) at block_pos (R,); ctx (B, C, H) at ctx_pos (C,);
         mask (1 or B, 1, R, C + R) bool, True = may attend. Returns normed states (B, R, H)."""
-        theta, head_dim, dtype = self.cfg["rope_theta"], self.cfg["head_dim"], block_embeds.dtype
+        theta, head_dim, dtype = self.cfg.rope.theta, self.cfg.head_dim, block_embeds.dtype
         rope_q = rope_cos_sin(block_pos, head_dim, theta, dtype)
         rope_kv = rope_cos_sin(torch.cat([ctx_pos, block_pos]), head_dim, theta, dtype)
         x = block_embeds

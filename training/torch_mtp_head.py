@@ -16,6 +16,8 @@ import copy
 import torch
 from torch import nn
 
+from engines.checkpoint import MTP_PREFIX
+
 
 def qwen35_classes():
     from transformers.models.qwen3_5 import modeling_qwen3_5 as m
@@ -59,5 +61,6 @@ class MtpHead(nn.Module):
         return self.norm(out)
 
     def export_state(self) -> dict[str, torch.Tensor]:
-        """`mtp.*` tensors with HF names (rotary buffers are not parameters and are skipped)."""
-        return {f"mtp.{k}": v.detach() for k, v in self.state_dict().items() if not k.startswith("rotary.")}
+        """`mtp.*` tensors (engines.checkpoint.MTP_PREFIX: where the engines look) with HF names; the
+        rotary buffers are not parameters and are skipped."""
+        return {MTP_PREFIX + k: v.detach() for k, v in self.state_dict().items() if not k.startswith("rotary.")}

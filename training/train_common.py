@@ -1,16 +1,36 @@
-"""Helpers shared by the training phases: seeding, LR schedule, time-budgeted step counts, shard saving."""
+"""What every training phase shares: device setup, seeding, the LR schedule, time-budgeted step
+counts, THE step loop (optimizer step, grad clipping, LR schedule, logging), shard saving and loading,
+and the run's report.json."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
 MAX_SHARD_BYTES = 14 << 20  # files coming back from the device must stay under 16 MiB
+GRAD_CLIP = 1.0
+
+
+def setup_device(out: Path) -> str:
+    """cuda if there is one, else cpu; TF32 matmuls; the output folder made; a setup line printed."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.backends.cuda.matmul.allow_tf32 = True
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"[setup] torch {torch.__version__} device {device} "
+          f"{torch.cuda.get_device_name() if device == 'cuda' else ''}", flush=True)
+    return device
+
+
+def autocast(device: str):
+    return torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
 
 
 def seed_everything(seed: int) -> None:
@@ -18,6 +38,13 @@ def seed_everything(seed: int) -> None:
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.cuda.manual_seed_all(seed)
+
+
+def freeze(module: torch.nn.Module) -> torch.nn.Module:
+    module.eval()
+    for p in module.parameters():
+        p.requires_grad_(False)
+    return module
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int, floor: float = 0.1) -> float:
@@ -62,6 +89,63 @@ def adamw(params: list[torch.nn.Parameter], lr: float, weight_decay: float) -> t
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=fused)
 
 
+@dataclass
+class StepOutput:
+    """What a phase's step function returns: the loss to minimise, the tokens it trained on, and
+    metrics for the log line (tensors are read only when a line is printed)."""
+
+    loss: torch.Tensor
+    tokens: int
+    metrics: dict[str, torch.Tensor | float] = field(default_factory=dict)
+
+
+@dataclass
+class Phase:
+    """One trained module's schedule: AdamW (betas 0.9/0.95, decay on matrices), linear warm-up then
+    cosine to 10 % of `lr`, grad-norm clip 1.0, `seconds` of steps (or exactly `steps`)."""
+
+    name: str
+    lr: float
+    weight_decay: float
+    warmup: int
+    seconds: float
+    steps: int | None
+    log_every: int
+    loss_name: str = "loss"
+
+
+def train_loop(phase: Phase, params: Iterable[torch.nn.Parameter], step_fn: Callable[[], StepOutput]) -> dict:
+    """THE step loop of every phase (train_family's target, MTP head and drafter; distill's drafter):
+    set the LR, run `step_fn` (it draws its batch and returns its loss), backward, clip, optimizer step,
+    log every `log_every` steps and at the end. Returns the phase's report entry."""
+    params = list({id(p): p for p in params if p.requires_grad}.values())
+    n_params = sum(p.numel() for p in params)
+    print(f"[{phase.name}] {n_params / 1e6:.2f}M parameters", flush=True)
+    optimizer = adamw(params, phase.lr, weight_decay=phase.weight_decay)
+    budget = StepBudget(phase.seconds, phase.steps)
+    step, tokens, start = 0, 0, time.time()
+    while not budget.done(step):
+        lr = lr_at(step, budget.planned(10**9), phase.lr, phase.warmup)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        out = step_fn()
+        optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP)
+        optimizer.step()
+        step += 1
+        tokens += out.tokens
+        budget.after_step(step)
+        if step % phase.log_every == 0 or budget.done(step):
+            elapsed = time.time() - start
+            metrics = "".join(f" {name} {float(value):.3f}" for name, value in out.metrics.items())
+            print(f"[{phase.name}] step {step}/{budget.planned(-1)} {phase.loss_name} {out.loss.item():.4f}{metrics} "
+                  f"gnorm {grad_norm.item():.2f} lr {lr:.2e} {tokens / max(elapsed, 1e-9) / 1e3:.0f}k tok/s "
+                  f"{elapsed:.0f}s", flush=True)
+    return {"steps": step, "tokens": tokens, "seconds": round(time.time() - start, 1), "parameters": n_params,
+            "final_loss": round(out.loss.item(), 4) if step else None}
+
+
 def save_shards(tensors: dict[str, torch.Tensor], out_dir: Path, stem: str) -> list[str]:
     """bf16 safetensors shards of at most MAX_SHARD_BYTES each: stem-00.safetensors, ..."""
     from safetensors.torch import save_file
@@ -83,3 +167,42 @@ def save_shards(tensors: dict[str, torch.Tensor], out_dir: Path, stem: str) -> l
         save_file(shard, str(out_dir / name))
         names.append(name)
     return names
+
+
+def load_shards(directory: Path, stem: str, fallback: str | None = "model.safetensors") -> dict[str, torch.Tensor]:
+    """Every tensor of `stem`-*.safetensors in `directory` (training shards), else of `fallback` (an
+    exported HF-layout folder); raises if there is neither."""
+    from safetensors.torch import load_file
+
+    paths = sorted(directory.glob(f"{stem}-*.safetensors"))
+    if not paths and fallback is not None and (directory / fallback).exists():
+        paths = [directory / fallback]
+    if not paths:
+        raise FileNotFoundError(f"no {stem}-*.safetensors{' or ' + fallback if fallback else ''} in {directory}")
+    tensors: dict[str, torch.Tensor] = {}
+    for path in paths:
+        tensors.update(load_file(str(path)))
+    return tensors
+
+
+class RunReport:
+    """report.json of a run in `out`: the arguments, each phase's entry, the shards written. Every
+    save rewrites it, so a run cut short still says what it left."""
+
+    def __init__(self, out: Path, args, **entries) -> None:
+        self.out = out
+        self.data: dict = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                           **entries, "files": []}
+
+    def __getitem__(self, key: str):
+        return self.data[key]
+
+    def __setitem__(self, key: str, value) -> None:
+        self.data[key] = value
+
+    def save(self, stem: str, tensors: dict[str, torch.Tensor]) -> None:
+        self.data["files"] += save_shards(tensors, self.out, stem)
+        self.write()
+
+    def write(self) -> None:
+        (self.out / "report.json").write_text(json.dumps(self.data, indent=1))

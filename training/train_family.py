@@ -2,31 +2,42 @@
 
 Each phase is time-budgeted (its step count is fixed after timing a few steps and printed; pass
 --*-steps to replay a run exactly), seeded, prints progress, and writes its weights as bf16
-safetensors shards (<= 14 MiB, HF names) plus report.json into --out. training/export.py turns
-those into models/switchyard-demo/. See training/README.md for the semantics of every phase.
+safetensors shards (<= 14 MiB, HF names) plus report.json into --out. Every phase runs the one step
+loop of train_common.train_loop. `switchyard-train export` turns the shards into
+models/switchyard-demo/. See training/README.md for the semantics of every phase.
 
-  python training/train_family.py --corpus training/corpus/pack --out $OUT          # on the device
-  python training/train_family.py --corpus training/corpus --out /tmp/t --tiny      # CPU smoke test
+  python -m training.train_family --corpus training/corpus/pack --out $OUT          # on the device
+  switchyard-train family --corpus training/corpus --out /tmp/t --tiny              # CPU smoke test
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-import family_config as fc
-from data import DOMAINS, BatchSampler, eval_windows, load_streams
-from torch_dflash import DFlashDrafter, block_mask
-from torch_mtp_head import MtpHead
-from train_common import StepBudget, adamw, lr_at, save_shards, seed_everything
+from engines.checkpoint import is_mtp_tensor
 
-HERE = Path(__file__).resolve().parent
+from . import family_config as fc
+from .data import BatchSampler, heldout_batches, load_streams
+from .paths import demo_tokenizer_dir, in_checkout, path_option
+from .torch_dflash import DFlashDrafter, block_mask
+from .torch_mtp_head import MtpHead
+from .train_common import (
+    Phase,
+    RunReport,
+    StepOutput,
+    autocast,
+    freeze,
+    load_shards,
+    seed_everything,
+    setup_device,
+    train_loop,
+)
 
 
 def build_target(config_dict: dict, device: str):
@@ -39,67 +50,54 @@ def build_target(config_dict: dict, device: str):
     return model, config
 
 
-def autocast(device: str):
-    return torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
-
-
 def lm_head_weight(target) -> torch.Tensor:
     return target.lm_head.weight
 
 
+def phase(args, name: str, weight_decay: float, warmup: int, loss_name: str = "loss") -> Phase:
+    """The schedule of phase `name` from its --NAME-lr / --NAME-seconds / --NAME-steps options."""
+    return Phase(name, getattr(args, f"{name}_lr"), weight_decay, warmup, getattr(args, f"{name}_seconds"),
+                 getattr(args, f"{name}_steps"), args.log_every, loss_name)
+
+
+def batches(sampler: BatchSampler, size: int, device: str):
+    """The phase's training batches, (size, T+1) on the device, drawn as the loop asks for them."""
+    while True:
+        yield torch.from_numpy(sampler.batch(size)).to(device, non_blocking=True)
+
+
 # ----------------------------------------------------------------------------------------- target
+
+def target_nll(target, batch: torch.Tensor, device: str, reduction: str = "mean") -> torch.Tensor:
+    """Next-token cross-entropy of the target on a (B, T+1) batch."""
+    with autocast(device):
+        logits = target(input_ids=batch[:, :-1]).logits
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction=reduction)
+
 
 def train_target(args, streams, device) -> tuple[torch.nn.Module, object, dict]:
     seed_everything(args.seed)
     target, config = build_target(args.target_config, device)
-    params = [p for p in target.parameters() if p.requires_grad]
-    n_params = sum(p.numel() for p in {id(p): p for p in params}.values())
-    print(f"[target] {n_params / 1e6:.2f}M parameters, layer types {config.layer_types}", flush=True)
-    optimizer = adamw(params, args.target_lr, weight_decay=0.1)
-    sampler = BatchSampler(streams, args.seq, seed=args.seed)
-    budget = StepBudget(args.target_seconds, args.target_steps)
-    step, tokens, start = 0, 0, time.time()
+    print(f"[target] layer types {config.layer_types}", flush=True)
+    data = batches(BatchSampler(streams, args.seq, seed=args.seed), args.batch, device)
+
+    def step() -> StepOutput:
+        batch = next(data)
+        return StepOutput(target_nll(target, batch, device), batch[:, 1:].numel())
+
     target.train()
-    while not budget.done(step):
-        lr = lr_at(step, budget.planned(10**9), args.target_lr, args.warmup)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        batch = torch.from_numpy(sampler.batch(args.batch)).to(device, non_blocking=True)
-        with autocast(device):
-            logits = target(input_ids=batch[:, :-1]).logits
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        step += 1
-        tokens += batch[:, 1:].numel()
-        budget.after_step(step)
-        if step % args.log_every == 0 or budget.done(step):
-            elapsed = time.time() - start
-            print(f"[target] step {step}/{budget.planned(-1)} loss {loss.item():.4f} gnorm {grad_norm.item():.2f} "
-                  f"lr {lr:.2e} {tokens / elapsed / 1e3:.0f}k tok/s {elapsed:.0f}s", flush=True)
-    target.eval()
-    for p in target.parameters():
-        p.requires_grad_(False)
-    return target, config, {"steps": step, "tokens": tokens, "seconds": round(time.time() - start, 1),
-                            "parameters": n_params, "final_loss": round(loss.item(), 4)}
+    report = train_loop(phase(args, "target", weight_decay=0.1, warmup=args.warmup), target.parameters(), step)
+    return freeze(target), config, report
 
 
 @torch.no_grad()
 def eval_target(target, heldout, args, device) -> dict:
     result = {}
-    for domain in [d for d in DOMAINS if d in heldout]:
-        windows = eval_windows(heldout[domain], args.seq, args.eval_tokens)
-        if len(windows) == 0:
-            continue
+    for domain, chunks in heldout_batches(heldout, args.seq, args.eval_tokens, args.batch):
         total_nll, count = 0.0, 0
-        for chunk in np.array_split(windows, max(1, len(windows) // args.batch)):
+        for chunk in chunks:
             batch = torch.from_numpy(chunk).to(device)
-            with autocast(device):
-                logits = target(input_ids=batch[:, :-1]).logits
-            total_nll += F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1),
-                                         reduction="sum").item()
+            total_nll += target_nll(target, batch, device, reduction="sum").item()
             count += batch[:, 1:].numel()
         result[domain] = {"ppl": round(float(np.exp(total_nll / count)), 3), "tokens": count}
         print(f"[eval] target {domain:10s} ppl {result[domain]['ppl']:.2f} over {count} tokens", flush=True)
@@ -107,21 +105,13 @@ def eval_target(target, heldout, args, device) -> dict:
 
 
 def load_target(args, device):
-    from safetensors.torch import load_file
-
     target, config = build_target(args.target_config, device)
-    state = {}
-    paths = sorted(args.target_shards.glob("target-*.safetensors")) or [args.target_shards / "model.safetensors"]
-    for path in paths:  # training shards, or an exported target dir (its mtp.* tensors are skipped)
-        state.update({k: v for k, v in load_file(str(path)).items() if not k.startswith("mtp.")})
+    # training shards, or an exported target dir (its mtp.* tensors are skipped)
+    state = {k: v for k, v in load_shards(args.target_shards, "target").items() if not is_mtp_tensor(k)}
     missing = target.load_state_dict({k: v.float() for k, v in state.items()}, strict=False).missing_keys
     assert set(missing) <= {"lm_head.weight"}, missing  # lm_head is tied to embed_tokens
-    target.eval()
-    for p in target.parameters():
-        p.requires_grad_(False)
     print(f"[target] loaded {len(state)} tensors from {args.target_shards}", flush=True)
-    return target, config
-
+    return freeze(target), config
 
 # -------------------------------------------------------------------------------------------- MTP
 
@@ -147,43 +137,24 @@ def mtp_step(head, target, batch, device):
 def train_mtp(args, target, config, streams, device) -> tuple[MtpHead, dict]:
     seed_everything(args.seed + 1)
     head = MtpHead(config).to(device)
-    params = list(head.parameters())
-    n_params = sum(p.numel() for p in params)
-    print(f"[mtp] {n_params / 1e6:.2f}M parameters", flush=True)
-    optimizer = adamw(params, args.mtp_lr, weight_decay=0.01)
-    sampler = BatchSampler(streams, args.mtp_seq, seed=args.seed + 1)
-    budget = StepBudget(args.mtp_seconds, args.mtp_steps)
-    step, start = 0, time.time()
-    while not budget.done(step):
-        lr = lr_at(step, budget.planned(10**9), args.mtp_lr, args.warmup // 2)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        batch = torch.from_numpy(sampler.batch(args.mtp_batch)).to(device)
+    data = batches(BatchSampler(streams, args.mtp_seq, seed=args.seed + 1), args.mtp_batch, device)
+
+    def step() -> StepOutput:
+        batch = next(data)
         loss, agree = mtp_step(head, target, batch, device)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        step += 1
-        budget.after_step(step)
-        if step % args.log_every == 0 or budget.done(step):
-            print(f"[mtp] step {step}/{budget.planned(-1)} kl {loss.item():.4f} agree {agree.item():.3f} "
-                  f"lr {lr:.2e} {time.time() - start:.0f}s", flush=True)
+        return StepOutput(loss, batch[:, 1:].numel(), {"agree": agree})
+
+    report = train_loop(phase(args, "mtp", weight_decay=0.01, warmup=args.warmup // 2, loss_name="kl"),
+                        head.parameters(), step)
     head.eval()
-    return head, {"steps": step, "seconds": round(time.time() - start, 1), "parameters": n_params}
+    return head, report
 
 
 @torch.no_grad()
 def eval_mtp(head, target, heldout, args, device) -> dict:
     result = {}
-    for domain in [d for d in DOMAINS if d in heldout]:
-        windows = eval_windows(heldout[domain], args.mtp_seq, args.eval_tokens // 2)
-        if len(windows) == 0:
-            continue
-        agrees = []
-        for chunk in np.array_split(windows, max(1, len(windows) // args.mtp_batch)):
-            _, agree = mtp_step(head, target, torch.from_numpy(chunk).to(device), device)
-            agrees.append(agree.item())
+    for domain, chunks in heldout_batches(heldout, args.mtp_seq, args.eval_tokens // 2, args.mtp_batch):
+        agrees = [mtp_step(head, target, torch.from_numpy(chunk).to(device), device)[1].item() for chunk in chunks]
         result[domain] = {"greedy_agreement": round(float(np.mean(agrees)), 4)}
         print(f"[eval] mtp {domain:10s} head argmax == target argmax: {np.mean(agrees):.3f}", flush=True)
     return result
@@ -210,8 +181,7 @@ class LayerCapture:
 
 def drafter_step(drafter, target, capture, batch, args, device, rng: np.random.Generator):
     """Loss and per-position agreement of the drafter on random blocks of a (B, T+1) batch."""
-    block = args.drafter_config["dflash_config"]["block_size"]
-    mask_id = args.drafter_config["dflash_config"]["mask_token_id"]
+    block, mask_id = drafter.cfg.block_size, drafter.cfg.mask_token_id
     ids = batch[:, :-1]
     seq = ids.shape[1]
     n_anchor = min(args.anchors, seq - block)
@@ -244,56 +214,34 @@ def drafter_step(drafter, target, capture, batch, args, device, rng: np.random.G
     return loss, match.float().mean((0, 1)), accepted.mean()
 
 
-def train_drafter(args, target, streams, device) -> tuple[DFlashDrafter, dict]:
+def train_drafter(args, target, streams, device) -> tuple[DFlashDrafter, dict, LayerCapture]:
     seed_everything(args.seed + 2)
     drafter = DFlashDrafter(args.drafter_config).to(device)
     if args.drafter_init is not None:  # continue training a drafter (same seeds, fresh schedule)
-        from safetensors.torch import load_file
-
-        state = {}
-        for path in sorted(args.drafter_init.glob("drafter-*.safetensors")) or [args.drafter_init / "model.safetensors"]:
-            state.update(load_file(str(path)))
-        drafter.load_state_dict({k: v.float() for k, v in state.items()})
+        drafter.load_state_dict({k: v.float() for k, v in load_shards(args.drafter_init, "drafter").items()})
         print(f"[drafter] initialised from {args.drafter_init}", flush=True)
-    params = list(drafter.parameters())
-    n_params = sum(p.numel() for p in params)
-    print(f"[drafter] {n_params / 1e6:.2f}M parameters", flush=True)
-    capture = LayerCapture(target, args.drafter_config["dflash_config"]["target_layer_ids"])
-    optimizer = adamw(params, args.drafter_lr, weight_decay=0.01)
-    sampler = BatchSampler(streams, args.drafter_seq, seed=args.seed + 2)
+    capture = LayerCapture(target, list(drafter.cfg.target_layer_ids))
+    data = batches(BatchSampler(streams, args.drafter_seq, seed=args.seed + 2), args.drafter_batch, device)
     rng = np.random.default_rng(args.seed + 2)
-    budget = StepBudget(args.drafter_seconds, args.drafter_steps)
-    step, start = 0, time.time()
-    while not budget.done(step):
-        lr = lr_at(step, budget.planned(10**9), args.drafter_lr, args.warmup)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        batch = torch.from_numpy(sampler.batch(args.drafter_batch)).to(device)
+
+    def step() -> StepOutput:
+        batch = next(data)
         loss, per_pos, accepted = drafter_step(drafter, target, capture, batch, args, device, rng)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        step += 1
-        budget.after_step(step)
-        if step % args.log_every == 0 or budget.done(step):
-            print(f"[drafter] step {step}/{budget.planned(-1)} kl {loss.item():.4f} accepted/block "
-                  f"{accepted.item():.2f} pos1 {per_pos[0].item():.3f} lr {lr:.2e} {time.time() - start:.0f}s",
-                  flush=True)
+        return StepOutput(loss, batch[:, 1:].numel(), {"accepted/block": accepted, "pos1": per_pos[0]})
+
+    report = train_loop(phase(args, "drafter", weight_decay=0.01, warmup=args.warmup, loss_name="kl"),
+                        drafter.parameters(), step)
     drafter.eval()
-    return drafter, {"steps": step, "seconds": round(time.time() - start, 1), "parameters": n_params}, capture
+    return drafter, report, capture
 
 
 @torch.no_grad()
 def eval_drafter(drafter, target, capture, heldout, args, device) -> dict:
     rng = np.random.default_rng(123)
     result = {}
-    for domain in [d for d in DOMAINS if d in heldout]:
-        windows = eval_windows(heldout[domain], args.drafter_seq, args.eval_tokens // 2)
-        if len(windows) == 0:
-            continue
+    for domain, chunks in heldout_batches(heldout, args.drafter_seq, args.eval_tokens // 2, args.drafter_batch):
         positions, accepted = [], []
-        for chunk in np.array_split(windows, max(1, len(windows) // args.drafter_batch)):
+        for chunk in chunks:
             _, per_pos, acc = drafter_step(drafter, target, capture, torch.from_numpy(chunk).to(device), args,
                                            device, rng)
             positions.append(per_pos.cpu().numpy())
@@ -305,13 +253,26 @@ def eval_drafter(drafter, target, capture, heldout, args, device) -> dict:
     return result
 
 
+def drafter_phase(args, target, streams, heldout, device, report: RunReport) -> None:
+    """Train the drafter, evaluate it on the held-out streams, save its shards (train_family's last
+    phase and all of distill.py's training)."""
+    drafter, report["drafter"], capture = train_drafter(args, target, streams, device)
+    report["drafter"]["heldout"] = eval_drafter(drafter, target, capture, heldout, args, device)
+    report.save("drafter", drafter.state_dict())
+    print(f"[done] files {report['files']}", flush=True)
+
+
 # ------------------------------------------------------------------------------------------- main
 
-def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
-    """Every phase's options (distill.py adds its own to the same parser)."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", type=Path, default=HERE / "corpus" / "pack")
-    parser.add_argument("--tokenizer", type=Path, default=HERE.parent / "models/switchyard-demo/target/tokenizer.json")
+def build_parser(description: str = __doc__, prog: str | None = None, corpus: bool = True) -> argparse.ArgumentParser:
+    """Every phase's options (distill.py adds its own to the same parser, and reads no corpus)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    if corpus:
+        path_option(parser, "--corpus", in_checkout("training", "corpus", "pack"),
+                    "folder of <domain>[.heldout].jsonl[.xz]")
+    tokenizer_dir = demo_tokenizer_dir()
+    path_option(parser, "--tokenizer", tokenizer_dir / "tokenizer.json" if tokenizer_dir else None, "tokenizer.json")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tiny", action="store_true", help="tiny sizes and few steps: a CPU smoke test")
     parser.add_argument("--seed", type=int, default=0)
@@ -320,18 +281,14 @@ def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--eval-tokens", type=int, default=262144)
-    parser.add_argument("--target-lr", type=float, default=3e-3)
-    parser.add_argument("--target-seconds", type=float, default=300)
-    parser.add_argument("--target-steps", type=int)
+    # each phase's schedule (read back by phase()): peak LR, seconds, or exactly --NAME-steps steps
+    for name, lr, seconds in (("target", 3e-3, 300), ("mtp", 2e-3, 60), ("drafter", 2e-3, 120)):
+        parser.add_argument(f"--{name}-lr", type=float, default=lr)
+        parser.add_argument(f"--{name}-seconds", type=float, default=seconds)
+        parser.add_argument(f"--{name}-steps", type=int)
     parser.add_argument("--target-shards", type=Path, help="skip target training: load its shards from here")
-    parser.add_argument("--mtp-lr", type=float, default=2e-3)
-    parser.add_argument("--mtp-seconds", type=float, default=60)
-    parser.add_argument("--mtp-steps", type=int)
     parser.add_argument("--mtp-seq", type=int, default=512)
     parser.add_argument("--mtp-batch", type=int, default=64)
-    parser.add_argument("--drafter-lr", type=float, default=2e-3)
-    parser.add_argument("--drafter-seconds", type=float, default=120)
-    parser.add_argument("--drafter-steps", type=int)
     parser.add_argument("--drafter-seq", type=int, default=1024)
     parser.add_argument("--drafter-batch", type=int, default=32)
     parser.add_argument("--anchors", type=int, default=32, help="blocks drawn per training sequence")
@@ -361,20 +318,18 @@ def finish_args(args: argparse.Namespace) -> argparse.Namespace:
         args.mtp_steps = args.mtp_steps or 4
         args.drafter_steps = args.drafter_steps or 4
         args.max_docs = args.max_docs or 200
+    # the drafter's layers and the target it reads follow the sizes (the engine builds one layer per entry)
+    args.drafter_config["layer_types"] = ["full_attention"] * args.drafter_config["num_hidden_layers"]
+    args.drafter_config["num_target_layers"] = args.target_config["num_hidden_layers"]
     return args
 
 
-def main() -> None:
-    args = finish_args(build_parser().parse_args())
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.backends.cuda.matmul.allow_tf32 = True
-    args.out.mkdir(parents=True, exist_ok=True)
-    print(f"[setup] torch {torch.__version__} device {device} "
-          f"{torch.cuda.get_device_name() if device == 'cuda' else ''}", flush=True)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    args = finish_args(build_parser(prog=prog).parse_args(argv))
+    device = setup_device(args.out)
     streams = load_streams(args.corpus, args.tokenizer, "train", args.max_docs)
     heldout = load_streams(args.corpus, args.tokenizer, "heldout", args.max_docs)
-    report: dict = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                    "train_tokens_available": {d: int(len(s.tokens)) for d, s in streams.items()}}
+    report = RunReport(args.out, args, train_tokens_available={d: int(len(s.tokens)) for d, s in streams.items()})
 
     if args.target_shards is None:
         target, config, report["target"] = train_target(args, streams, device)
@@ -383,22 +338,18 @@ def main() -> None:
         previous = args.target_shards / "report.json"
         report["target"] = json.loads(previous.read_text())["target"] if previous.exists() else {}
     report["target"]["heldout"] = eval_target(target, heldout, args, device)
-    state = {k: v for k, v in target.state_dict().items()
-             if not (args.target_config["tie_word_embeddings"] and k == "lm_head.weight")}
-    report["files"] = save_shards(state, args.out, "target") if args.target_shards is None else []
-    (args.out / "report.json").write_text(json.dumps(report, indent=1))
+    if args.target_shards is None:
+        report.save("target", {k: v for k, v in target.state_dict().items()
+                               if not (args.target_config["tie_word_embeddings"] and k == "lm_head.weight")})
+    else:
+        report.write()
 
     if not args.skip_mtp:
         head, report["mtp"] = train_mtp(args, target, config, streams, device)
         report["mtp"]["heldout"] = eval_mtp(head, target, heldout, args, device)
-        report["files"] += save_shards(head.export_state(), args.out, "mtp")
-        (args.out / "report.json").write_text(json.dumps(report, indent=1))
+        report.save("mtp", head.export_state())
 
-    drafter, report["drafter"], capture = train_drafter(args, target, streams, device)
-    report["drafter"]["heldout"] = eval_drafter(drafter, target, capture, heldout, args, device)
-    report["files"] += save_shards(drafter.state_dict(), args.out, "drafter")
-    (args.out / "report.json").write_text(json.dumps(report, indent=1))
-    print(f"[done] files {report['files']}", flush=True)
+    drafter_phase(args, target, streams, heldout, device, report)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ regardless of tokenizer.json; anything else would tokenize differently without a
 Special tokens sit after the learned vocabulary (as in Qwen): <|endoftext|>, <|im_start|>,
 <|im_end|>, <|mask|> (the DFlash drafter's mask token).
 
-Run:  python training/train_tokenizer.py --out models/switchyard-demo/target
+Run:  switchyard-train tokenizer --out models/switchyard-demo/target   (= python -m training.train_tokenizer)
 """
 
 from __future__ import annotations
@@ -14,18 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from tokenizers import pre_tokenizers, trainers
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run as a script from a checkout
-from engines.qwen_tokenizer import SPECIAL_TOKENS, empty_bpe  # noqa: E402  (the one Qwen BPE pipeline)
-from engines.qwen_tokenizer import tokenizer_config as qwen_tokenizer_config  # noqa: E402
+from engines.qwen_tokenizer import SPECIAL_TOKENS, empty_bpe  # the one Qwen BPE pipeline
+from engines.qwen_tokenizer import tokenizer_config as qwen_tokenizer_config
 
-HERE = Path(__file__).resolve().parent
-VOCAB_SIZE = 8192
+from .family_config import SPECIAL_TOKEN_IDS, VOCAB_SIZE
+from .paths import in_checkout, path_option
+
 SAMPLE_MB_PER_FILE = {"code": 12, "prose": 10, "structured": 8, "chat": 5}
 # ChatML as the demo was trained on; with `tools`, Hermes-style JSON tool calls (mlx-lm reads them with its
 # json_tools parser): a chat without tools renders exactly as before.
@@ -78,17 +77,17 @@ def sample_texts(corpus: Path, seed: int) -> Iterator[str]:
 
 def tokenizer_config() -> dict:
     """Special tokens after the learned vocabulary (as in Qwen); the demo's 4k-token context."""
-    first = VOCAB_SIZE - len(SPECIAL_TOKENS)
-    added = {first + i: (token, True) for i, token in enumerate(SPECIAL_TOKENS)}
+    added = {token_id: (token, True) for token, token_id in SPECIAL_TOKEN_IDS.items()}
     return qwen_tokenizer_config(added, CHAT_TEMPLATE, model_max_length=4096)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", type=Path, default=HERE / "corpus")
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    path_option(parser, "--corpus", in_checkout("training", "corpus"), "folder of code/prose/structured/chat.jsonl")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     tokenizer = empty_bpe()
     trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE - len(SPECIAL_TOKENS), min_frequency=2,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[],

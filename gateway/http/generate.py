@@ -26,7 +26,7 @@ from .errors import APIError, bad_request, from_exception, from_validation_error
 from .openai_render import OpenAIRenderer
 from .record import CLIENT_CLOSED, RequestRecord
 from .render import Renderer
-from .request_spec import chat_spec, completion_spec, resolve_engine
+from .request_spec import chat_spec, completion_spec, header_priority, resolve_engine
 from .schemas import ChatCompletionRequest, CompletionRequest
 from .sse import SSEResponse
 from .state import GatewayState
@@ -134,8 +134,12 @@ async def _admit(request: Request, state: GatewayState, endpoint: Endpoint) -> t
     admitted = endpoint.translate(data, request, state)
     if state.config.api_keys and not state.config.share_prefix_cache:   # tenants never share cached prompts
         admitted.spec = replace(admitted.spec, cache_scope=request.scope.get(KEY_ID, "anonymous"))
+    header = header_priority(request.headers.get("x-switchyard-priority"))
+    if header is not None and "priority" not in data:   # the body's field wins, as for `engine`
+        admitted.spec = replace(admitted.spec, priority=header)
     spec, backend, router = admitted.spec, state.backend, state.router
-    ticket = state.scheduler.submit(lambda t: run_request(backend, router, spec, t.cancel_token, t.admitted_depth))
+    ticket = state.scheduler.submit(lambda t: run_request(backend, router, spec, t.cancel_token, t.admitted_depth,
+                                                                        concurrent=t.concurrent), priority=spec.priority)
     return admitted, ticket
 
 

@@ -77,6 +77,11 @@ def _generation(summary: str, request: type[BaseModel], response: type[BaseModel
                 "name": "X-Switchyard-Engine", "in": "header", "required": False,
                 "description": "Force an engine: raw | mtp | ddtree | auto (the body field `engine` wins)",
                 "schema": engine,
+            }, {
+                "name": "X-Switchyard-Priority", "in": "header", "required": False,
+                "description": "Queue priority, -1000..1000 (higher leaves the queue first; the body field "
+                               "`priority` of chat and completions wins)",
+                "schema": {"type": "integer", "minimum": -1000, "maximum": 1000},
             }],
             "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(request)}}},
             "responses": {"200": ok, **_errors(_GENERATION_ERRORS, error)},

@@ -142,6 +142,19 @@ def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, l
     )
 
 
+def header_priority(value: str | None) -> int | None:
+    """X-Switchyard-Priority: an integer in [-1000, 1000] (400 otherwise); None when absent."""
+    if value is None:
+        return None
+    try:
+        priority = int(value.strip())
+    except ValueError:
+        priority = None
+    if priority is None or not -1000 <= priority <= 1000:
+        raise bad_request("X-Switchyard-Priority must be an integer from -1000 to 1000.", param="priority")
+    return priority
+
+
 def resolve_engine(body_engine: str | None, header_engine: str | None, loaded: tuple[str, ...]) -> str | None:
     """The forced engine (body field wins over the header), None for auto. Each one given must name
     auto or a loaded engine (unknown/unloaded -> 400), even when the other one wins."""
@@ -228,6 +241,7 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
         template_kwargs=_template_kwargs(req),
         n=req.n or 1,
         parallel_tool_calls=req.parallel_tool_calls is not False,
+        priority=req.priority or 0,
     )
 
 
@@ -250,4 +264,5 @@ def completion_spec(req: CompletionRequest, forced_engine: str | None, config: G
         text=from_prompt(prompt),
         max_tokens_defaulted=req.max_tokens is None,
         n=req.n or 1,
+        priority=req.priority or 0,
     )

@@ -221,6 +221,8 @@ class _SamplingFields(_Strict):
     stream: bool = False
     stream_options: StreamOptions | None = None
     engine: str | None = None                # Switchyard: raw | mtp | ddtree | auto
+    # vLLM's field: higher runs first when requests wait for a running slot (also X-Switchyard-Priority)
+    priority: Annotated[int, Field(ge=-1000, le=1000), BeforeValidator(_whole_number)] | None = None
     n: Annotated[int, Field(ge=1, le=INT32_MAX), BeforeValidator(_whole_number)] | None = None  # capped by the server
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None

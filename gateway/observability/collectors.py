@@ -29,6 +29,12 @@ PREFIX_COUNTERS = (("lookups", "Prefix cache lookups (one per prefill)"),
                    ("evictions", "Prefix cache entries evicted to stay within the byte limit"))
 PREFIX_GAUGES = (("bytes", "Bytes held by the prefix cache"), ("entries", "Prefix snapshots held"),
                  ("max_bytes", "The prefix cache's byte limit (0: disabled)"))
+# Backend.batch_stats() keys: the raw decoding batch (continuous batching)
+BATCH_COUNTERS = (("steps", "Batched raw decode steps (one forward shared by every row)"),
+                  ("row_steps", "Tokens produced by batched raw decode steps (rows summed over steps)"))
+BATCH_GAUGES = (("rows", "Requests in the raw decoding batch now"),
+                ("generating", "Requests the model is generating now (prefill, speculative or raw)"),
+                ("max_rows", "Most requests the raw decoding batch holds (0: batching off)"))
 EXPLORATION_KINDS: tuple[str, ...] = ("none", "epsilon", "thompson")
 
 
@@ -79,6 +85,20 @@ class BackendCollector(Collector):
             loaded.add_metric([engine], 1.0 if engine in self._backend.engine_names else 0.0)
         yield loaded
         yield from self._prefix_cache()
+        yield from self._batch()
+
+    def _batch(self) -> Iterator[Metric]:
+        try:
+            stats = getattr(self._backend, "batch_stats", lambda: None)() or {}
+        except Exception:  # a scrape must never fail because of the backend
+            log.exception("batch_stats() failed")
+            stats = {}
+        for key, text in BATCH_COUNTERS:
+            counter = CounterMetricFamily(f"switchyard_batch_{key}", text)
+            counter.add_metric([], float(stats.get(key, 0)))
+            yield counter
+        for key, text in BATCH_GAUGES:
+            yield GaugeMetricFamily(f"switchyard_batch_{key}", text, value=float(stats.get(key, 0)))
 
     def _prefix_cache(self) -> Iterator[Metric]:
         try:

@@ -22,6 +22,7 @@ class RouteRequest:
     prompt_tokens: int
     queue_depth: int            # requests waiting in the scheduler when this one was admitted
     sampled: bool = False       # temperature > 0 (after the model's defaults): acceptance differs from greedy
+    concurrent: int = 0         # other requests running on the worker when this one started (batch company)
 
 
 @dataclass(frozen=True)

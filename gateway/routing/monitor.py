@@ -76,6 +76,7 @@ class MonitorState(BaseModel):
     saved_at: float = 0.0
     arms: dict[str, ArmStats] = Field(default_factory=dict)             # "class/engine" -> stats
     engine_seconds: dict[str, Ewma] = Field(default_factory=dict)       # engine -> seconds per step
+    batch_seconds: dict[str, Ewma] = Field(default_factory=dict)        # rows ("2", "3", ...) -> seconds per batched raw step
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,13 @@ class Monitor:
         """
         if step.engine not in ENGINE_NAMES or (klass not in CLASSES and klass != POOLED_CLASS):
             return
-        timed = timed and not step.probing
+        timed = timed and not step.probing and not step.interleaved
+        if step.batch_rows > 1:   # a shared raw step: its time is the batch's, learned per batch size
+            if timed and step.seconds > 0 and math.isfinite(step.seconds):
+                with self._lock:
+                    self._state.batch_seconds.setdefault(str(step.batch_rows), Ewma()).update(step.seconds, self._weight)
+                    self._dirty = True
+            return
         # every step also feeds the pooled (engine-level) arm; an uncertain request feeds it alone
         keys = (klass,) if klass == POOLED_CLASS else (klass, POOLED_CLASS)
         with self._lock:
@@ -246,6 +253,20 @@ class Monitor:
         rel_var = mine.var / max(mine.mean**2, 1e-12) + raw.var / max(raw.mean**2, 1e-12)
         return ratio, ratio * ratio * rel_var, min(mine.n, raw.n)
 
+    def batch_costs(self, prior_row_cost: float, rows: int, warmup: int) -> tuple[float, ...]:
+        """c(B) for B = 1..rows: a raw step shared by B requests, in single raw steps. The prior
+        1 + prior_row_cost (B - 1) until a size has `warmup` timed steps; never decreasing in B (a
+        bigger batch never costs less; noise must not make extra rows look free)."""
+        with self._lock:
+            raw = self._state.engine_seconds.get("raw")
+            costs = [1.0]
+            for size in range(2, rows + 1):
+                prior = 1.0 + prior_row_cost * (size - 1)
+                stat = self._state.batch_seconds.get(str(size))
+                measured = stat.mean / raw.mean if stat and stat.n and raw and raw.n and raw.mean > 0 else prior
+                costs.append(max(costs[-1], _blend(prior, measured, stat.n if stat else 0, warmup)))
+            return tuple(costs)
+
     def measured_cost(self, engine: str) -> tuple[float, int]:
         """(c_e, observations) as measured, without priors; (1.0, 0) when unknown."""
         with self._lock:
@@ -275,7 +296,13 @@ class Monitor:
                     "timed_steps": seconds.n,
                     "cost_ratio": ratio if n else None,
                 }
-            return {"arms": arms, "engines": engines, "ewma_alpha": self._weight}
+            raw = self._state.engine_seconds.get("raw")
+            batches = {
+                rows: {"seconds_per_step": stat.mean, "timed_steps": stat.n,
+                       "cost_ratio": stat.mean / raw.mean if raw and raw.n and raw.mean > 0 else None}
+                for rows, stat in sorted(self._state.batch_seconds.items(), key=lambda kv: int(kv[0]))
+            }
+            return {"arms": arms, "engines": engines, "batches": batches, "ewma_alpha": self._weight}
 
     # --- persistence ------------------------------------------------------------------------
     def _load(self, path: Path) -> MonitorState:

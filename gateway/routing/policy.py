@@ -149,6 +149,19 @@ class QueuePolicy(_Strict):
     raw_above_depth: int = Field(4, ge=0)
 
 
+class BatchingPolicy(_Strict):
+    """Load-aware routing (docs/design.md "Concurrency"): while other requests run, raw decoding shares
+    one batched forward, so a raw token costs the worker only c(B+1) - c(B) raw steps; a request then
+    goes to whichever engine makes its tokens cheapest for the worker, and a running speculative
+    request hands over to the batch on the same evidence."""
+
+    enabled: bool = True
+    # c(B) = 1 + prior_row_cost * (B - 1) until the monitor has timed batched steps of B rows
+    prior_row_cost: float = Field(0.15, ge=0, le=1)
+    cost_warmup: int = Field(8, ge=0)     # timed steps of a batch size before its measured cost replaces the prior
+    max_rows: int = Field(16, ge=2, le=256)   # most rows per batched step (also capped by serve --max-batch)
+
+
 class StatePolicy(_Strict):
     path: str | None = "~/.switchyard/router_state.json"
     persist_interval_seconds: float = Field(30.0, gt=0)
@@ -169,6 +182,7 @@ class Policy(_Strict):
     switching: SwitchingPolicy = SwitchingPolicy()
     classifier: ClassifierPolicy = ClassifierPolicy()
     queue: QueuePolicy = QueuePolicy()
+    batching: BatchingPolicy = BatchingPolicy()
     quarantine_seconds: float = Field(60.0, ge=0)
     state: StatePolicy = StatePolicy()
 

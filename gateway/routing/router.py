@@ -23,7 +23,7 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Callable, Literal, Mapping, Protocol, Sequence
 
-from contracts.engine import StepResult, SwitchRule
+from contracts.engine import StepResult, SwitchRule, marginal_batch_cost
 from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError
 from contracts.names import CLASSES, ENGINE_NAMES, STRUCTURED_RESPONSE_FORMATS
 from contracts.request_text import RequestText
@@ -229,9 +229,12 @@ class AdaptiveRouter:
         mode = request.sampled
         predictions = {engine: self.predict(stats_class, engine, policy, mode) for engine in enabled}
         predicted = {engine: p.tokens_per_second for engine, p in predictions.items()}
+        batching = policy.batching
+        batch_costs = self.monitor.batch_costs(batching.prior_row_cost, batching.max_rows, batching.cost_warmup) \
+            if batching.enabled else ()
 
         def decide(engine: str, reason: str, with_switch: bool = True, probe: bool = True) -> RouteDecision:
-            rule = self._switch_rule(engine, predictions, policy, healthy, probe) if with_switch else None
+            rule = self._switch_rule(engine, predictions, policy, healthy, probe, batch_costs) if with_switch else None
             decision = RouteDecision(engine, klass, reason, rule, predicted, snapshot.version, mode, uncertain)
             with self._lock:  # bounded labels: a forced engine name is whatever the client sent
                 self._decisions[(klass, engine if engine in ENGINE_NAMES else "other", reason)] += 1
@@ -259,6 +262,9 @@ class AdaptiveRouter:
             return decide("raw" if queue_deep else self._argmax((stats_class, mode), predicted, healthy, 0.0), "health")
         if queue_deep:
             return decide("raw", "fallback", with_switch=False)  # busy: no probing, no speculation
+        if policy.batching.enabled and request.concurrent > 0 and "raw" in healthy:
+            return decide(self._cheapest_under_load(predictions, healthy, batch_costs, request.concurrent), "load",
+                          probe=False)
 
         exploration = policy.exploration
         if exploration.kind == "epsilon" and len(healthy) > 1 and self._rng.random() < exploration.epsilon:
@@ -269,9 +275,23 @@ class AdaptiveRouter:
                 return decide(sampled, "explore")
         return decide(preferred, "monitor")
 
+    @staticmethod
+    def _cheapest_under_load(predictions: Mapping[str, ArmPrediction], healthy: Sequence[str],
+                             batch_costs: Sequence[float], others: int) -> str:
+        """The engine whose tokens cost the worker least while `others` requests run: raw joins the
+        batch at its marginal cost c(B+1) - c(B); a speculative engine runs its cycles alone, c_e per
+        1 + alpha tokens. Ties go to raw (it also frees the worker for the others sooner)."""
+        def per_token(engine: str) -> float:
+            if engine == "raw":
+                return marginal_batch_cost(batch_costs, others)
+            p = predictions[engine]
+            return p.cost / (1.0 + p.accepted)
+
+        return min(sorted(healthy, key=lambda e: e != "raw"), key=per_token)
+
     def _switch_rule(
         self, engine: str, predictions: Mapping[str, ArmPrediction], policy: Policy, healthy: Sequence[str],
-        probe: bool = True,
+        probe: bool = True, batch_costs: Sequence[float] = (),
     ) -> SwitchRule | None:
         """The request's switching rule: raw is always a target of a speculative engine (the
         hand-off); other healthy speculative engines are targets while probed."""
@@ -288,7 +308,7 @@ class AdaptiveRouter:
             costs={e: p.cost for e, p in predictions.items()},
             step_sd={e: p.accepted_step_sd for e, p in predictions.items()},
             targets=targets, probe_steps=switching.probe_steps if speculative else 0,
-            probe_every=switching.probe_every,
+            probe_every=switching.probe_every, batch_costs=tuple(batch_costs),
         )
 
     def observe(self, decision: RouteDecision, step: StepResult) -> None:
@@ -364,6 +384,9 @@ class AdaptiveRouter:
         return {
             "classes": classes,
             "measured": self.monitor.snapshot(),
+            # c(B) as routing uses it now: measured per batch size, the policy's prior where unmeasured
+            "batch_costs": list(self.monitor.batch_costs(policy.batching.prior_row_cost, policy.batching.max_rows,
+                                                         policy.batching.cost_warmup)) if policy.batching.enabled else [],
             "loaded_engines": sorted(self._loaded),
             "enabled_engines": list(policy.engines.enabled()),
             "quarantined": self.quarantined(),

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from contracts.chat import ReplyFormat
-from contracts.engine import Backend, CancelToken, GenerationChunk, PrefixHint
+from contracts.engine import Backend, CancelToken, GenerationChunk, Pause, PrefixHint
 from contracts.errors import InvalidRequestError
 from gateway.routing.interface import RouteDecision, Router, RouteRequest
 
@@ -39,8 +39,8 @@ def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[int], ReplyFormat
 
 
 def run_request(
-    backend: Backend, router: Router, spec: RequestSpec, cancel: CancelToken, queue_depth: int
-) -> Iterator[Routed | ChoiceStart | GenerationChunk]:
+    backend: Backend, router: Router, spec: RequestSpec, cancel: CancelToken, queue_depth: int, concurrent: int = 0
+) -> Iterator[Routed | ChoiceStart | GenerationChunk | Pause]:
     prompt_ids, reply, prefix = _prompt(backend, spec)
     params = spec.params
     room = backend.context_length - len(prompt_ids)
@@ -52,6 +52,7 @@ def run_request(
             forced_engine=spec.forced_engine,
             prompt_tokens=len(prompt_ids),
             queue_depth=queue_depth,
+            concurrent=concurrent,
             sampled=(params.temperature if params.temperature is not None else backend.default_temperature) > 0,
         )
     )
@@ -67,6 +68,9 @@ def run_request(
             chunks = backend.generate(prompt_ids, choice_params, decision.engine, cancel, switch=decision.switch,
                                       reply=reply, prefix=prefix)
             for chunk in _one_call_at_most(chunks) if not spec.parallel_tool_calls else chunks:
+                if isinstance(chunk, Pause):   # a long prefill gives the worker back: the scheduler posts nothing
+                    yield chunk
+                    continue
                 if chunk.step is not None:
                     _safely(router.observe, decision, chunk.step)
                 yield chunk
@@ -83,7 +87,7 @@ def _one_call_at_most(chunks: Iterator[GenerationChunk]) -> Iterator[GenerationC
     """parallel_tool_calls: false — the reply ends with its first tool call (the generation stops
     there instead of writing calls that would be dropped)."""
     for chunk in chunks:
-        if chunk.tool_calls:
+        if not isinstance(chunk, Pause) and chunk.tool_calls:
             yield replace(chunk, tool_calls=chunk.tool_calls[:1], finish_reason="tool_calls")
             close = getattr(chunks, "close", None)
             if close is not None:

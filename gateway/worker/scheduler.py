@@ -1,8 +1,11 @@
-"""One worker thread owns the model; requests wait in a bounded FIFO and run one at a time.
+"""One worker thread owns the model; requests wait in a bounded FIFO and up to `max_running` of
+them run at once, interleaved one step at a time.
 
-The worker iterates a request's work generator and hands each item to the event loop through
-loop.call_soon_threadsafe, so the loop never blocks on model code. Cancelling a ticket (client
-disconnect) removes it from the queue, or stops the running generator after the current step.
+The worker advances each running request's work generator by one item per round (round robin) and
+hands each item to the event loop through loop.call_soon_threadsafe, so the loop never blocks on
+model code. Interleaving is what lets raw decoders share a batched forward (engines/batch.py): the
+first of them to ask for a token in a round runs the step for all. Cancelling a ticket (client
+disconnect) removes it from the queue, or stops its generator after its current step.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from contracts.engine import CancelToken
+from contracts.engine import CancelToken, Pause
 
 from .errors import QueueFull, RequestTimedOut, WorkerUnavailable
 
@@ -35,6 +38,9 @@ class Ticket:
         self.admitted_depth = admitted_depth   # requests waiting ahead of this one when it was admitted
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout if timeout is not None else None
+        self.concurrent = 0   # other requests running when this one started (what the router weighs)
+        self.priority = 0     # higher leaves the queue first
+        self.items: Iterator[Any] | None = None   # the work's generator once started (worker side)
         self._loop = loop
         self._inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._on_cancel: Callable[[Ticket], None] | None = None
@@ -78,13 +84,14 @@ class Ticket:
 
 class Scheduler:
     def __init__(self, max_queue: int, retry_after_seconds: int = 1, request_timeout: float | None = None,
-                 on_exit: Callable[[], None] | None = None):
+                 on_exit: Callable[[], None] | None = None, max_running: int = 1):
         self.max_queue = max_queue
+        self.max_running = max(1, max_running)   # requests interleaved on the worker (1: one at a time)
         self._on_exit = on_exit   # run on the worker thread as its last act (Backend.end_thread)
         self.retry_after_seconds = retry_after_seconds
         self.request_timeout = request_timeout   # seconds from admission; None = unlimited
         self._waiting: collections.deque[Ticket] = collections.deque()
-        self._running: Ticket | None = None
+        self._running: list[Ticket] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -99,7 +106,7 @@ class Scheduler:
 
     @property
     def running(self) -> int:
-        return 0 if self._running is None else 1
+        return len(self._running)
 
     @property
     def alive(self) -> bool:
@@ -113,12 +120,15 @@ class Scheduler:
     @property
     def full(self) -> bool:
         """A submit now would get 429 (the same rule as submit())."""
-        busy = self._running is not None or bool(self._waiting)
-        return busy and len(self._waiting) >= self.max_queue
+        return len(self._waiting) >= self.max_queue + self._free_slots()
+
+    def _free_slots(self) -> int:
+        """Running slots not taken (a waiting request fills one at the worker's next round)."""
+        return max(0, self.max_running - len(self._running))
 
     @property
     def idle(self) -> bool:
-        return self._running is None and not self._waiting
+        return not self._running and not self._waiting
 
     @property
     def worker_thread(self) -> threading.Thread | None:
@@ -141,8 +151,8 @@ class Scheduler:
             self._stopping = True
             pending = list(self._waiting)
             self._waiting.clear()
-            if self._running is not None:
-                self._running.cancel_token.cancel()
+            for ticket in self._running:
+                ticket.cancel_token.cancel()
             self._cond.notify_all()
         for ticket in pending:
             ticket.cancel_token.cancel()
@@ -159,26 +169,28 @@ class Scheduler:
     def cancel_all(self) -> int:
         """Cancel the running request (it ends within one step) and every queued one. Event loop only."""
         with self._cond:
-            tickets = ([self._running] if self._running is not None else []) + list(self._waiting)
+            tickets = list(self._running) + list(self._waiting)
         for ticket in tickets:
             ticket.cancel()
         return len(tickets)
 
     # -- admission --
-    def submit(self, work: Callable[[Ticket], Iterator[Any]]) -> Ticket:
-        """Queue work (called on the event loop). Raises QueueFull / WorkerUnavailable."""
+    def submit(self, work: Callable[[Ticket], Iterator[Any]], priority: int = 0) -> Ticket:
+        """Queue work (called on the event loop); higher `priority` waits behind fewer others (FIFO
+        within a priority). Raises QueueFull / WorkerUnavailable."""
         loop = asyncio.get_running_loop()
         with self._cond:
             if not self.alive or self._stopping:
                 raise WorkerUnavailable()
             if self._admission_closed:
                 raise WorkerUnavailable("The server is shutting down.")
-            busy = self._running is not None or bool(self._waiting)
-            if busy and len(self._waiting) >= self.max_queue:  # an idle server always admits one
+            if len(self._waiting) >= self.max_queue + self._free_slots():  # a free slot always admits one
                 raise QueueFull(self.retry_after_seconds)
-            ticket = Ticket(work, loop, admitted_depth=len(self._waiting), timeout=self.request_timeout)
+            ahead = sum(1 for t in self._waiting if t.priority >= priority)
+            ticket = Ticket(work, loop, admitted_depth=ahead, timeout=self.request_timeout)
+            ticket.priority = priority
             ticket._on_cancel = self._discard
-            self._waiting.append(ticket)
+            self._waiting.insert(ahead, ticket)
             self._cond.notify()
         return ticket
 
@@ -192,20 +204,32 @@ class Scheduler:
         ticket._post(_END)
 
     # -- worker --
-    def _take(self) -> Ticket | None:
+    def _admit(self) -> bool:
+        """Moves waiting requests into free running slots; blocks while there is nothing to run.
+        False when the worker should stop."""
         with self._cond:
-            while not self._waiting and not self._stopping:
+            while not self._waiting and not self._running and not self._stopping:
                 self._cond.wait()
             if self._stopping:
-                return None
-            self._running = self._waiting.popleft()
-            return self._running
+                return False
+            while self._waiting and len(self._running) < self.max_running:
+                ticket = self._waiting.popleft()
+                ticket.concurrent = len(self._running)
+                self._running.append(ticket)
+            return True
 
     def _run(self) -> None:
         try:
-            while (ticket := self._take()) is not None:
-                self._serve(ticket)
+            while self._admit():
+                for ticket in list(self._running):
+                    if not self._advance(ticket):
+                        self._finish(ticket)
+            for ticket in list(self._running):   # stopping: they were cancelled; close them here, on this thread
+                self._finish(ticket)
         except BaseException as exc:  # noqa: BLE001 - a dead worker must be reported, whatever killed it
+            for ticket in list(self._running):
+                ticket._post(_ERROR, WorkerUnavailable("The model worker died; the server is restarting."))
+                self._finish(ticket, post_end=False)
             self._die(exc)
         finally:
             if self._on_exit is not None:
@@ -214,39 +238,48 @@ class Scheduler:
                 except Exception:  # noqa: BLE001
                     log.exception("worker exit hook failed")
 
-    def _serve(self, ticket: Ticket) -> None:
-        work = None
+    def _advance(self, ticket: Ticket) -> bool:
+        """One item of the ticket's work, posted to its stream. False once the ticket is done."""
         try:
-            if ticket.cancel_token.cancelled:
-                return
-            if ticket.expired():  # timed out while queued
-                ticket._post(_ERROR, RequestTimedOut(ticket.timeout or 0.0))
-                return
-            work = ticket.work(ticket)
-            for item in work:
-                ticket._post(_ITEM, item)
+            if ticket.items is None:
                 if ticket.cancel_token.cancelled:
-                    break  # stop within one step of the cancel
-                if ticket.expired() and getattr(item, "finish_reason", None) is None:
-                    # stop within one step of the deadline (a final chunk already ended the request)
-                    ticket.cancel_token.cancel()
+                    return False
+                if ticket.expired():  # timed out while queued
                     ticket._post(_ERROR, RequestTimedOut(ticket.timeout or 0.0))
-                    break
+                    return False
+                ticket.items = ticket.work(ticket)
+            if ticket.cancel_token.cancelled:
+                return False  # stop within one step of the cancel
+            try:
+                item = next(ticket.items)
+            except StopIteration:
+                return False
+            if isinstance(item, Pause):   # the request gave the worker back mid-prefill: nothing to send
+                return True
+            ticket._post(_ITEM, item)
+            if ticket.expired() and getattr(item, "finish_reason", None) is None:
+                # stop within one step of the deadline (a final chunk already ended the request)
+                ticket.cancel_token.cancel()
+                ticket._post(_ERROR, RequestTimedOut(ticket.timeout or 0.0))
+                return False
+            return True
         except Exception as exc:  # a request's failure, not the worker's
             ticket._post(_ERROR, exc)
-        except BaseException:
-            # Never hand a BaseException to the event loop; the worker itself is going down.
-            ticket._post(_ERROR, WorkerUnavailable("The model worker died; the server is restarting."))
-            raise
-        finally:
+            return False
+
+    def _finish(self, ticket: Ticket, post_end: bool = True) -> None:
+        work, ticket.items = ticket.items, None
+        try:
             if work is not None and hasattr(work, "close"):
-                try:
-                    work.close()  # runs the generator's finally blocks now, on this thread
-                except Exception:  # noqa: BLE001
-                    log.exception("error while closing a request's generator")
-            ticket._post(_END)
-            with self._cond:
-                self._running = None
+                work.close()  # runs the generator's finally blocks now, on this thread (a batch row leaves)
+        except Exception:  # noqa: BLE001
+            log.exception("error while closing a request's generator")
+        finally:
+            with self._cond:   # the slot is free before the client hears the end
+                if ticket in self._running:
+                    self._running.remove(ticket)
+            if post_end:
+                ticket._post(_END)
 
     def _die(self, exc: BaseException) -> None:
         log.critical("model worker thread died: %r", exc)

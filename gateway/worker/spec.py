@@ -25,3 +25,4 @@ class RequestSpec:
     n: int = 1                           # choices, generated one after another
     parallel_tool_calls: bool = True     # False: at most one tool call per choice
     cache_scope: str = ""                # whose prefix-cache entries it may reuse (a tenant; "" = shared)
+    priority: int = 0                    # higher leaves the queue first (FIFO within a priority)

@@ -1,0 +1,232 @@
+"""Continuous batching (engines/batch.py): requests that decode raw at the same time share one forward
+per step, join and leave between steps, and produce exactly what they produce alone (float32)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from contracts.engine import CancelToken, Pause, SwitchRule
+from contracts.sampling import SamplingParams
+
+PROMPTS = ["The river", "Once upon a time there was a", "def add(a, b):", "SELECT * FROM", "A",
+           "Rivers and mountains and the long road home"]
+
+
+@pytest.fixture(scope="module")
+def runtime(tiny_agree_target, tiny_agree_drafter):
+    from engines.runtime import load_runtime
+
+    return load_runtime(tiny_agree_target, draft_dir=tiny_agree_drafter, dtype="float32")
+
+
+@dataclass
+class Job:
+    prompt: str
+    params: SamplingParams
+    start: int = 0                  # round in which the request arrives
+    engine: str = "raw"
+    switch: SwitchRule | None = None
+    cancel_after: int | None = None  # steps after which the client goes away
+    tokens: list[int] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)      # batch rows of each step
+    engines: list[str] = field(default_factory=list)   # engine of each step
+    logprobs: list = field(default_factory=list)
+    finish: str | None = None
+    pauses: int = 0
+
+
+def interleave(runtime, jobs: list[Job]) -> list[Job]:
+    """What the scheduler does with max_running > 1: one item of every running request per round."""
+    running: dict[int, tuple] = {}
+    round_ = 0
+    while any(j.finish is None for j in jobs):
+        for i, job in enumerate(jobs):
+            if job.start == round_:
+                ids = runtime.encode_prompt(job.prompt)
+                cancel = CancelToken()
+                running[i] = (runtime.generate(ids, job.params, job.engine, cancel, switch=job.switch), cancel)
+        for i, (chunks, cancel) in list(running.items()):
+            job = jobs[i]
+            chunk = next(chunks)
+            if isinstance(chunk, Pause):   # a long prefill gave the worker back
+                job.pauses += 1
+                continue
+            job.tokens += chunk.token_ids
+            job.logprobs += chunk.logprobs
+            if chunk.step is not None:
+                job.rows.append(chunk.step.batch_rows)
+                job.engines.append(chunk.step.engine)
+            if job.cancel_after is not None and len(job.rows) == job.cancel_after:
+                cancel.cancel()
+            if chunk.finish_reason is not None:
+                job.finish = chunk.finish_reason
+                chunks.close()
+                del running[i]
+        round_ += 1
+        assert round_ < 10_000
+    return jobs
+
+
+def alone(runtime, job: Job) -> Job:
+    batch = runtime.bundle.decode_batch
+    runtime.set_batching(1)
+    try:
+        solo = Job(job.prompt, job.params, engine="raw", cancel_after=job.cancel_after)
+        return interleave(runtime, [solo])[0]
+    finally:
+        runtime.bundle.decode_batch = batch
+
+
+def _assert_batch_empty(runtime):
+    batch = runtime.bundle.decode_batch
+    assert batch.rows == [] and batch.cache is None and batch.streams == 0 and batch.active == 0
+
+
+def test_greedy_batched_requests_equal_their_unbatched_outputs(runtime):
+    runtime.set_batching(8)
+    greedy = lambda n: SamplingParams(max_tokens=n, temperature=0.0)  # noqa: E731
+    jobs = [Job(PROMPTS[0], greedy(40)), Job(PROMPTS[1], greedy(12)), Job(PROMPTS[2], greedy(30), start=3),
+            Job(PROMPTS[3], greedy(25), start=7), Job(PROMPTS[4], greedy(33), start=7), Job(PROMPTS[5], greedy(20), start=40)]
+    interleave(runtime, jobs)
+    for job in jobs:
+        want = alone(runtime, job)
+        assert job.tokens == want.tokens and job.finish == want.finish
+    assert max(max(j.rows) for j in jobs) >= 4          # they really shared steps
+    assert jobs[5].rows[-1] == 1   # the last one left decodes alone again
+    assert runtime.bundle.decode_batch.steps > 0
+    _assert_batch_empty(runtime)
+
+
+def test_rows_keep_their_own_sampler_penalties_stops_and_logprobs(runtime):
+    runtime.set_batching(8)
+    jobs = [
+        Job(PROMPTS[0], SamplingParams(max_tokens=30, temperature=0.0)),
+        Job(PROMPTS[1], SamplingParams(max_tokens=30, temperature=0.9, top_p=0.9, seed=7)),
+        Job(PROMPTS[2], SamplingParams(max_tokens=30, temperature=0.0, presence_penalty=1.5, logprobs=True,
+                                       top_logprobs=2), start=1),
+        Job(PROMPTS[3], SamplingParams(max_tokens=30, temperature=1.0, top_k=5, seed=3, frequency_penalty=0.5)),
+        Job(PROMPTS[4], SamplingParams(max_tokens=30, temperature=0.0, stop=(" the",)), start=2),
+    ]
+    interleave(runtime, jobs)
+    for job in jobs:
+        want = alone(runtime, job)
+        assert job.tokens == want.tokens and job.finish == want.finish
+        assert [lp.token for lp in job.logprobs] == [lp.token for lp in want.logprobs]
+        for got, exp in zip(job.logprobs, want.logprobs):
+            assert got.logprob == pytest.approx(exp.logprob, abs=1e-4)
+    assert len(jobs[2].logprobs) == len(jobs[2].tokens) > 0
+    assert max(jobs[2].rows) >= 3
+    _assert_batch_empty(runtime)
+
+
+def test_a_cancelled_row_leaves_and_the_others_carry_on(runtime):
+    runtime.set_batching(8)
+    greedy = SamplingParams(max_tokens=30, temperature=0.0)
+    jobs = [Job(PROMPTS[0], greedy), Job(PROMPTS[1], greedy, cancel_after=5), Job(PROMPTS[2], greedy)]
+    interleave(runtime, jobs)
+    assert jobs[1].finish == "cancelled" and len(jobs[1].rows) <= 6
+    for job in (jobs[0], jobs[2]):
+        assert job.tokens == alone(runtime, job).tokens
+    _assert_batch_empty(runtime)
+
+
+def test_a_full_batch_leaves_later_requests_decoding_alone(runtime):
+    runtime.set_batching(2)
+    greedy = SamplingParams(max_tokens=20, temperature=0.0)
+    jobs = [Job(p, greedy) for p in PROMPTS[:4]]
+    interleave(runtime, jobs)
+    assert max(max(j.rows) for j in jobs) == 2
+    for job in jobs:
+        assert job.tokens == alone(runtime, job).tokens
+    _assert_batch_empty(runtime)
+
+
+def test_a_speculative_request_hands_over_to_the_batch_without_reprefill(runtime):
+    """Under load raw is priced as a batch row (c(B+1) - c(B)): the MTP request's window shows the
+    batch makes tokens cheaper, it hands over to raw, joins the batch, and stays lossless."""
+    runtime.set_batching(8)
+    greedy = SamplingParams(max_tokens=40, temperature=0.0)
+    cheap_batch = SwitchRule(window=2, margin=0.0, evidence_z=0.0, costs={"mtp": 1.2}, targets=("raw",),
+                             batch_costs=(1.0, 1.05, 1.1, 1.15))
+    jobs = [Job(PROMPTS[0], greedy), Job(PROMPTS[2], greedy, engine="mtp", switch=cheap_batch)]
+    interleave(runtime, jobs)
+    spec = jobs[1]
+    assert spec.engines[0] == "mtp" and spec.engines[-1] == "raw"
+    assert any(rows >= 2 for rows, engine in zip(spec.rows, spec.engines) if engine == "raw")
+    assert spec.tokens == alone(runtime, spec).tokens
+    # alone (nobody else generating) the same rule prices raw at a full step: no hand-over
+    solo = interleave(runtime, [Job(PROMPTS[2], greedy, engine="mtp", switch=cheap_batch)])[0]
+    assert set(solo.engines) == {"mtp"} or solo.engines.index("raw") > 2
+    _assert_batch_empty(runtime)
+
+
+def test_a_long_prompt_prefills_in_pieces_while_running_streams_keep_flowing(runtime):
+    runtime.set_batching(8)
+    greedy = SamplingParams(max_tokens=40, temperature=0.0)
+    long_prompt = " ".join(["rivers and mountains and the long road home"] * 160)   # ~1.4k tokens
+    assert 1200 < len(runtime.encode_prompt(long_prompt)) < runtime.context_length - 64
+    streaming, newcomer = Job(PROMPTS[0], greedy), Job(long_prompt, SamplingParams(max_tokens=8, temperature=0.0),
+                                                       start=3)
+    interleave(runtime, [streaming, newcomer])
+    assert newcomer.pauses >= 2                       # 512-row pieces, the worker given back between them
+    assert len(streaming.rows) >= 3 + newcomer.pauses  # the stream got a token in each of those rounds
+    for job in (streaming, newcomer):
+        assert job.tokens == alone(runtime, job).tokens
+    assert alone(runtime, newcomer).pauses == 0        # alone: one piece of up to 2048 rows, no pauses
+    _assert_batch_empty(runtime)
+
+
+def test_batching_off_never_shares_a_step(runtime):
+    runtime.set_batching(1)
+    greedy = SamplingParams(max_tokens=12, temperature=0.0)
+    jobs = interleave(runtime, [Job(p, greedy) for p in PROMPTS[:3]])
+    assert all(rows == 1 for j in jobs for rows in j.rows)
+    assert runtime.batch_stats() is None
+
+
+def test_concurrent_openai_clients_share_batched_steps_and_get_their_unbatched_answers(tiny_agree_target,
+                                                                                         tiny_agree_drafter):
+    """A real server with --max-batch 4 and four streaming clients at once, as chat UIs and sub-agents do."""
+    import threading
+
+    import httpx
+    import openai
+
+    from engines.runtime import load_runtime
+    from gateway.config import GatewayConfig
+    from gateway.http.app import create_app
+    from tests.fakes import live_server
+
+    runtime = load_runtime(tiny_agree_target, draft_dir=tiny_agree_drafter, dtype="float32")
+    prompts = [f"Write item {i}: {p}" for i, p in enumerate(PROMPTS[:4])]
+
+    def ask(client, prompt: str) -> str:
+        stream = client.completions.create(model="default", prompt=prompt, max_tokens=48, temperature=0,
+                                           stream=True, extra_body={"engine": "raw"})
+        return "".join(chunk.choices[0].text for chunk in stream)
+
+    runtime.set_batching(1)
+    with live_server(create_app(runtime)) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        want = [ask(client, p) for p in prompts]
+
+    runtime.set_batching(4)
+    with live_server(create_app(runtime, config=GatewayConfig(max_running=4))) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        got: dict[int, str] = {}
+        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, ask(client, prompts[i]))) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        metrics = httpx.get(server.base_url + "/metrics").text
+    assert [got[i] for i in range(4)] == want
+    steps = float(next(line.split()[-1] for line in metrics.splitlines()
+                       if line.startswith("switchyard_batch_steps_total")))
+    rows = float(next(line.split()[-1] for line in metrics.splitlines()
+                      if line.startswith("switchyard_batch_row_steps_total")))
+    assert steps > 0 and rows / steps >= 2.0
+    assert "switchyard_batch_max_rows 4.0" in metrics
+    _assert_batch_empty(runtime)
