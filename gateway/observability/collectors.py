@@ -84,34 +84,22 @@ class BackendCollector(Collector):
         for engine in ENGINE_NAMES:
             loaded.add_metric([engine], 1.0 if engine in self._backend.engine_names else 0.0)
         yield loaded
-        yield from self._prefix_cache()
-        yield from self._batch()
+        yield from self._stats("prefix_cache_stats", "switchyard_prefix_cache", PREFIX_COUNTERS, PREFIX_GAUGES)
+        yield from self._stats("batch_stats", "switchyard_batch", BATCH_COUNTERS, BATCH_GAUGES)
 
-    def _batch(self) -> Iterator[Metric]:
+    def _stats(self, method: str, prefix: str, counters: tuple, gauges: tuple) -> Iterator[Metric]:
+        """A Backend stats dict (prefix cache, decode batch) as counters and gauges; zeros when off."""
         try:
-            stats = getattr(self._backend, "batch_stats", lambda: None)() or {}
+            stats = getattr(self._backend, method, lambda: None)() or {}
         except Exception:  # a scrape must never fail because of the backend
-            log.exception("batch_stats() failed")
+            log.exception("%s() failed", method)
             stats = {}
-        for key, text in BATCH_COUNTERS:
-            counter = CounterMetricFamily(f"switchyard_batch_{key}", text)
+        for key, text in counters:
+            counter = CounterMetricFamily(f"{prefix}_{key}", text)
             counter.add_metric([], float(stats.get(key, 0)))
             yield counter
-        for key, text in BATCH_GAUGES:
-            yield GaugeMetricFamily(f"switchyard_batch_{key}", text, value=float(stats.get(key, 0)))
-
-    def _prefix_cache(self) -> Iterator[Metric]:
-        try:
-            stats = getattr(self._backend, "prefix_cache_stats", lambda: None)() or {}
-        except Exception:  # a scrape must never fail because of the backend
-            log.exception("prefix_cache_stats() failed")
-            stats = {}
-        for key, text in PREFIX_COUNTERS:
-            counter = CounterMetricFamily(f"switchyard_prefix_cache_{key}", text)
-            counter.add_metric([], float(stats.get(key, 0)))
-            yield counter
-        for key, text in PREFIX_GAUGES:
-            yield GaugeMetricFamily(f"switchyard_prefix_cache_{key}", text, value=float(stats.get(key, 0)))
+        for key, text in gauges:
+            yield GaugeMetricFamily(f"{prefix}_{key}", text, value=float(stats.get(key, 0)))
 
 
 class PolicyInfoCollector(Collector):
