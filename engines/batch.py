@@ -53,7 +53,7 @@ class BatchRow:
     @property
     def processed(self) -> bool:
         """Its logits depend on its own emitted tokens (penalties, a constraint) or it reports log-probs."""
-        return self.processor is not None and (self.processor.active or bool(self.processor.params.logprobs))
+        return self.processor is not None and self.processor.per_token
 
 
 class DecodeBatch:
@@ -94,7 +94,7 @@ class DecodeBatch:
     def enabled(self) -> bool:
         return self.max_rows >= 2
 
-    def wants(self, row: BatchRow | None = None) -> bool:
+    def wants(self) -> bool:
         """A lone stream should join: another raw stream runs and there is room."""
         return self.enabled and self.streams >= 2 and len(self.rows) < self.max_rows
 

@@ -56,6 +56,12 @@ class TargetProcessor:
     def active(self) -> bool:
         return self.params.penalised or self.matcher is not None
 
+    @property
+    def per_token(self) -> bool:
+        """Each token's logits need this request's history on the host (penalties, a constraint) or
+        it reports log-probabilities: it cannot be decoded pipelined."""
+        return self.active or bool(self.params.logprobs)
+
     def advance(self, tokens: Sequence[int]) -> None:
         """Tokens the request emitted (in order): they join every later row's history."""
         for token in tokens:

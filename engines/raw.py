@@ -65,7 +65,7 @@ def decode_alone(
     the current token. A request whose logits depend on the previous token on the host (penalties,
     a constraint, log-probabilities) decodes one step at a time instead (`decode_each`). Stops when
     `until()` turns true and returns the token to feed next (None when cancelled)."""
-    if processor is not None and (processor.active or processor.params.logprobs):
+    if processor is not None and processor.per_token:
         return (yield from decode_each(bundle, cache, pending, cfg, rng, cancel, engine, processor, until))
 
     def step(token: mx.array) -> mx.array:
