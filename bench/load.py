@@ -29,7 +29,7 @@ import httpx
 
 from gateway.http.auth import is_loopback_host
 
-from .load_server import MemoryTrace, ServeProcess, growth, scrape, series
+from .load_server import MemoryTrace, ServeProcess, error_lines, growth, scrape, series
 
 MAX_CLIENTS = 256
 MAX_DURATION_S = 3600.0
@@ -342,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         if code != 0:
             summary["violations"].append(f"server exited with {code} on SIGTERM")
             summary["ok"] = False
+        if not summary["ok"]:   # what the server logged about it (the log file may not outlive a CI run)
+            summary["server_log_errors"] = error_lines(server.log())
     text = json.dumps(summary, indent=2, default=str)
     print(text)
     if args.json:

@@ -72,6 +72,13 @@ class ServeProcess:
         return self.proc.returncode
 
 
+def error_lines(log: str, limit: int = 300) -> list[str]:
+    """The log from its first traceback on (at most `limit` lines): why a load run failed."""
+    lines = log.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("Traceback") or " ERROR " in line), len(lines))
+    return lines[first:][:limit]
+
+
 def rss_bytes(pid: int) -> int | None:
     try:
         import psutil

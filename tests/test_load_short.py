@@ -15,7 +15,7 @@ def test_short_load_run_holds_every_check(tiny_target, tiny_drafter, tmp_path):
     code = main(["--serve", "--model", str(tiny_target), "--draft", str(tiny_drafter), "--policy", str(policy),
                  "--clients", "32", "--duration", "20", "--max-queue", "16", "--json", str(out)])
     summary = json.loads(out.read_text())
-    assert code == 0 and summary["ok"], summary["violations"]
+    assert code == 0 and summary["ok"], (summary["violations"], "\n".join(summary.get("server_log_errors", [])))
     client, server = summary["client"], summary["server"]
     assert client["completed"] > 20 and client["disconnected"] > 0
     assert client["rejected_429"] > 0                          # 32 clients > 1 running + 16 queued
