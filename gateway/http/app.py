@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
@@ -65,11 +66,14 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
     """Build the app. The worker thread starts with the app's lifespan and stops with it."""
     scheduler = Scheduler(max_queue=config.max_queue, retry_after_seconds=config.retry_after_seconds,
                           request_timeout=config.request_timeout_seconds, on_exit=backend.end_thread,
-                          max_running=config.max_running)
+                          max_running=config.max_running,
+                          # the adaptive router applies the policy's latency SLO (batching.max_token_latency_ms)
+                          admission=getattr(router, "admission_limit", None))
     gateway_metrics = GatewayMetrics()
     gateway_metrics.bind_scheduler(
         waiting=lambda: scheduler.waiting, running=lambda: scheduler.running, up=lambda: float(scheduler.alive),
-        capacity=config.max_queue,
+        capacity=config.max_queue, running_limit=lambda: scheduler.running_limit,
+        token_latency=lambda: scheduler.token_seconds if scheduler.token_seconds is not None else math.nan,
     )
     state = GatewayState(
         backend=backend,

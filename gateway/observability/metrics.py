@@ -13,6 +13,7 @@ Who calls what:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -147,6 +148,16 @@ class GatewayMetrics:
         self.queue_capacity = Gauge(
             "switchyard_queue_capacity", "Requests allowed to wait behind the running one (more get 429)", registry=r
         )
+        self.running_limit = Gauge(
+            "switchyard_batch_running_limit",
+            "Requests that may run at once now: --max-batch, or fewer while the latency SLO "
+            "(batching.max_token_latency_ms) holds new ones back", registry=r,
+        )
+        self.token_latency = Gauge(
+            "switchyard_batch_token_latency_seconds",
+            "Per-token latency of the slowest decoding stream, measured by the worker (EWMA over decode rounds; "
+            "NaN until measured)", registry=r,
+        )
         self.draining = Gauge("switchyard_draining", "1 while the server drains for shutdown (no new requests)", registry=r)
         self.start_time = Gauge("switchyard_start_time_seconds", "Unix time the gateway started", registry=r)
         self.start_time.set(time.time())
@@ -185,13 +196,17 @@ class GatewayMetrics:
     # --- binding (create_app) ------------------------------------------------------------------
     def bind_scheduler(
         self, waiting: Callable[[], float], running: Callable[[], float], up: Callable[[], float],
-        capacity: int | None = None,
+        capacity: int | None = None, running_limit: Callable[[], float] | None = None,
+        token_latency: Callable[[], float] | None = None,
     ) -> None:
         if capacity is not None:
             self.queue_capacity.set(capacity)
         self.waiting.set_function(waiting)
         self.running.set_function(running)
         self.worker_up.set_function(up)
+        if running_limit is not None:
+            self.running_limit.set_function(running_limit)
+        self.token_latency.set_function(token_latency or (lambda: math.nan))
 
     def bind_backend(self, backend: Backend) -> None:
         """Model memory (read at scrape time) and which engines are loaded."""

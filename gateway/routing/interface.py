@@ -37,6 +37,25 @@ class RouteDecision:
     pooled: bool = False        # the class was uncertain: routed on, and learned into, engine-level statistics
 
 
+@dataclass(frozen=True)
+class LoadReading:
+    """What the worker measured of its rounds (one step of every running request), for admission."""
+
+    running: int                   # requests running on the worker now
+    max_running: int               # serve --max-batch: the most that may ever run at once
+    token_seconds: float | None    # per-token latency of the slowest decoding stream: EWMA over decode rounds of
+                                   # round seconds / its tokens; None until measured
+    measured_running: int = 0      # requests running when token_seconds was measured (it may lag `running`)
+
+
+@dataclass(frozen=True)
+class AdmissionLimit:
+    """How many requests may run at once now (the policy's latency SLO, batching.max_token_latency_ms)."""
+
+    requests: int | None = None          # None: no SLO, --max-batch alone limits; else >= 1
+    exempt_priority: int | None = None   # a waiting request of at least this priority may start beyond `requests`
+
+
 class Router(Protocol):
     def choose(self, request: RouteRequest) -> RouteDecision:
         """Pick an engine. Runs on the worker thread before the request's prefill: must be fast and

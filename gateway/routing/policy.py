@@ -160,6 +160,14 @@ class BatchingPolicy(_Strict):
     prior_row_cost: float = Field(0.15, ge=0, le=1)
     cost_warmup: int = Field(8, ge=0)     # timed steps of a batch size before its measured cost replaces the prior
     max_rows: int = Field(16, ge=2, le=256)   # most rows per batched step (also capped by serve --max-batch)
+    # Latency SLO: a waiting request starts only while every decoding stream's time per token, measured
+    # by the worker and predicted for one more stream from c(B), stays under this; the rest wait in
+    # the queue, priority first. At least one request always runs, and a running one is never stopped.
+    # None: off (serve --max-batch alone limits).
+    max_token_latency_ms: float | None = Field(None, gt=0)
+    # Requests of at least this priority start even while the SLO holds others back (up to --max-batch):
+    # an interactive client need not wait for a long agent run to end. None: the SLO holds back everyone.
+    slo_exempt_priority: int | None = Field(None, ge=-1000, le=1000)
 
 
 class StatePolicy(_Strict):

@@ -28,9 +28,9 @@ from contracts.errors import EngineFailure, EngineUnavailableError, InvalidReque
 from contracts.names import CLASSES, ENGINE_NAMES, STRUCTURED_RESPONSE_FORMATS
 from contracts.request_text import RequestText
 
-from .interface import RouteDecision, RouteRequest
+from .interface import AdmissionLimit, LoadReading, RouteDecision, RouteRequest
 from .monitor import ArmPrediction, Autosaver, Monitor
-from .policy import POOLED_CLASS, Policy
+from .policy import POOLED_CLASS, BatchingPolicy, Policy
 from .policy_watch import PolicySnapshot, PolicyStore, ReloadResult
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class AdaptiveRouter:
         self._snapshots: OrderedDict[int, PolicySnapshot] = OrderedDict()
         self._decisions: Counter[tuple[str, str, str]] = Counter()  # (class, engine, reason)
         self._classifier_errors = 0
+        self._admission: tuple[LoadReading, AdmissionLimit] | None = None   # the worker's last reading and answer
         self._autosaver: Autosaver | None = None
         self._previous_sighup = None
         self._remember(store.current())
@@ -289,6 +290,54 @@ class AdaptiveRouter:
 
         return min(sorted(healthy, key=lambda e: e != "raw"), key=per_token)
 
+    # --- admission (the latency SLO) --------------------------------------------------------------
+    def admission_limit(self, reading: LoadReading) -> AdmissionLimit:
+        """How many requests may run at once under the policy's batching.max_token_latency_ms (the
+        scheduler asks every round, on the worker thread; the live policy applies at once)."""
+        batching = self.store.policy.batching
+        slo_ms = batching.max_token_latency_ms
+        limit = AdmissionLimit() if slo_ms is None else AdmissionLimit(
+            self._streams_within(reading, slo_ms / 1000.0, batching), batching.slo_exempt_priority)
+        with self._lock:
+            self._admission = (reading, limit)
+        return limit
+
+    def _streams_within(self, reading: LoadReading, slo_seconds: float, batching: BatchingPolicy) -> int:
+        """The most streams whose per-token latency stays under the SLO, at least 1. With latency L
+        measured while B requests ran, n streams are predicted to take L c(n) / c(B) per token, c(n)
+        being the monitor's cost of a batched step of n rows (as routing uses it). So while L is over
+        the SLO nobody new starts; under it, the cap admits the streams predicted to fit. Until a
+        latency is measured, a request starts only when nothing runs."""
+        if reading.token_seconds is None or reading.measured_running < 1:
+            return max(1, reading.running)
+        costs = self.monitor.batch_costs(batching.prior_row_cost, max(2, reading.max_running), batching.cost_warmup)
+
+        def cost(rows: int) -> float:
+            return costs[rows - 1] if rows <= len(costs) else costs[-1] + (rows - len(costs)) * (costs[-1] - costs[-2])
+
+        per_cost = reading.token_seconds / cost(reading.measured_running)
+        streams = 1
+        while streams < reading.max_running and per_cost * cost(streams + 1) <= slo_seconds:
+            streams += 1
+        return streams
+
+    def admission_stats(self) -> dict:
+        """The latency SLO as the worker last applied it (GET /v1/router/stats → `admission`)."""
+        slo_ms = self.store.policy.batching.max_token_latency_ms
+        with self._lock:
+            last = self._admission
+        stats: dict = {"max_token_latency_ms": slo_ms, "token_latency_ms": None, "measured_running": 0,
+                       "running": 0, "running_limit": None, "slo_exempt_priority": None}
+        if last is not None:
+            reading, limit = last
+            stats.update(
+                token_latency_ms=reading.token_seconds * 1000.0 if reading.token_seconds is not None else None,
+                measured_running=reading.measured_running, running=reading.running,
+                running_limit=reading.max_running if limit.requests is None else min(limit.requests,
+                                                                                     reading.max_running),
+                slo_exempt_priority=limit.exempt_priority)
+        return stats
+
     def _switch_rule(
         self, engine: str, predictions: Mapping[str, ArmPrediction], policy: Policy, healthy: Sequence[str],
         probe: bool = True, batch_costs: Sequence[float] = (),
@@ -387,6 +436,7 @@ class AdaptiveRouter:
             # c(B) as routing uses it now: measured per batch size, the policy's prior where unmeasured
             "batch_costs": list(self.monitor.batch_costs(policy.batching.prior_row_cost, policy.batching.max_rows,
                                                          policy.batching.cost_warmup)) if policy.batching.enabled else [],
+            "admission": self.admission_stats(),
             "loaded_engines": sorted(self._loaded),
             "enabled_engines": list(policy.engines.enabled()),
             "quarantined": self.quarantined(),

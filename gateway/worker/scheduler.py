@@ -6,6 +6,12 @@ hands each item to the event loop through loop.call_soon_threadsafe, so the loop
 model code. Interleaving is what lets raw decoders share a batched forward (engines/batch.py): the
 first of them to ask for a token in a round runs the step for all. Cancelling a ticket (client
 disconnect) removes it from the queue, or stops its generator after its current step.
+
+Latency SLO: the worker times every round. In a decode round (nobody starting or prefilling) each
+stream waits one round for its next tokens, so round seconds / tokens of the slowest stream is the
+per-token latency the clients see; its EWMA, per running count, goes to the `admission` callable
+(the router applies the policy's batching.max_token_latency_ms), whose answer caps how many requests
+run at once. Requests already running are never stopped for it; at least one always runs.
 """
 
 from __future__ import annotations
@@ -18,12 +24,15 @@ import time
 from typing import Any, Callable, Iterator
 
 from contracts.engine import CancelToken, Pause
+from gateway.routing.interface import AdmissionLimit, LoadReading
 
 from .errors import QueueFull, RequestTimedOut, WorkerUnavailable
 
 log = logging.getLogger("switchyard.scheduler")
 
 _ITEM, _ERROR, _END = "item", "error", "end"
+LATENCY_ALPHA = 0.25   # EWMA weight of one decode round's per-token latency (remembers ~4 rounds)
+SETTLE_ROUNDS = 4      # decode rounds at one running count before its latency is published
 
 
 class Ticket:
@@ -41,6 +50,9 @@ class Ticket:
         self.concurrent = 0   # other requests running when this one started (what the router weighs)
         self.priority = 0     # higher leaves the queue first
         self.items: Iterator[Any] | None = None   # the work's generator once started (worker side)
+        self.decoding = False  # its last item carried tokens: the next one costs a decode step, not a prefill
+        self.step_kind = ""    # what its last advance was: "start", "prefill", "decode" or "other"
+        self.step_tokens = 0   # tokens its last item carried
         self._loop = loop
         self._inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._on_cancel: Callable[[Ticket], None] | None = None
@@ -84,9 +96,20 @@ class Ticket:
 
 class Scheduler:
     def __init__(self, max_queue: int, retry_after_seconds: int = 1, request_timeout: float | None = None,
-                 on_exit: Callable[[], None] | None = None, max_running: int = 1):
+                 on_exit: Callable[[], None] | None = None, max_running: int = 1,
+                 admission: Callable[[LoadReading], AdmissionLimit] | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
         self.max_queue = max_queue
         self.max_running = max(1, max_running)   # requests interleaved on the worker (1: one at a time)
+        self._admission = admission   # the latency SLO's cap, asked every round (None: max_running alone)
+        self._clock = clock           # times rounds (tests pass a fake one)
+        self.running_limit = self.max_running   # requests that may run at once now (SLO cap within max_running)
+        self._exempt_priority: int | None = None
+        self.token_seconds: float | None = None   # published per-token latency of the slowest stream (EWMA)
+        self.measured_running = 0                 # running count that latency was measured at
+        self._ewma: float | None = None           # the EWMA settling at the current running count
+        self._ewma_running = 0
+        self._ewma_rounds = 0
         self._on_exit = on_exit   # run on the worker thread as its last act (Backend.end_thread)
         self.retry_after_seconds = retry_after_seconds
         self.request_timeout = request_timeout   # seconds from admission; None = unlimited
@@ -123,8 +146,9 @@ class Scheduler:
         return len(self._waiting) >= self.max_queue + self._free_slots()
 
     def _free_slots(self) -> int:
-        """Running slots not taken (a waiting request fills one at the worker's next round)."""
-        return max(0, self.max_running - len(self._running))
+        """Running slots not taken (a waiting request fills one at the worker's next round); the
+        latency SLO's cap counts: requests it holds back wait within --max-queue like the others."""
+        return max(0, self.running_limit - len(self._running))
 
     @property
     def idle(self) -> bool:
@@ -212,18 +236,48 @@ class Scheduler:
                 self._cond.wait()
             if self._stopping:
                 return False
+        self._update_limit()   # outside the lock: the router takes its own
+        with self._cond:
             while self._waiting and len(self._running) < self.max_running:
-                ticket = self._waiting.popleft()
-                ticket.concurrent = len(self._running)
-                self._running.append(ticket)
+                head = self._waiting[0]
+                exempt = self._exempt_priority is not None and head.priority >= self._exempt_priority
+                if len(self._running) >= self.running_limit and not exempt:
+                    break   # the SLO holds it back; the queue keeps its priority order
+                self._waiting.popleft()
+                head.concurrent = len(self._running)
+                self._running.append(head)
             return True
+
+    def _update_limit(self) -> None:
+        """Ask the admission callable (the latency SLO) how many may run now; never fewer than one."""
+        if self._admission is None:
+            return
+        try:
+            limit = self._admission(LoadReading(len(self._running), self.max_running, self.token_seconds,
+                                                self.measured_running))
+        except Exception:  # noqa: BLE001 - a routing bug must not stop the worker: --max-batch alone limits
+            log.exception("admission limit failed; using --max-batch")
+            limit = AdmissionLimit()
+        cap = self.max_running if limit.requests is None else max(1, min(self.max_running, limit.requests))
+        with self._cond:   # submit() reads it for the 429 rule
+            self.running_limit, self._exempt_priority = cap, limit.exempt_priority
 
     def _run(self) -> None:
         try:
             while self._admit():
-                for ticket in list(self._running):
+                tickets = list(self._running)
+                started = self._clock()
+                decode_tokens: list[int] = []
+                measurable = True
+                for ticket in tickets:
                     if not self._advance(ticket):
                         self._finish(ticket)
+                    if ticket.step_kind in ("start", "prefill"):
+                        measurable = False   # a prompt's prefill is not what streams wait for per token
+                    elif ticket.step_kind == "decode":
+                        decode_tokens.append(ticket.step_tokens)
+                if measurable and decode_tokens:
+                    self._measure((self._clock() - started) / min(decode_tokens), len(tickets))
             for ticket in list(self._running):   # stopping: they were cancelled; close them here, on this thread
                 self._finish(ticket)
         except BaseException as exc:  # noqa: BLE001 - a dead worker must be reported, whatever killed it
@@ -239,7 +293,9 @@ class Scheduler:
                     log.exception("worker exit hook failed")
 
     def _advance(self, ticket: Ticket) -> bool:
-        """One item of the ticket's work, posted to its stream. False once the ticket is done."""
+        """One item of the ticket's work, posted to its stream. False once the ticket is done. Notes
+        on the ticket what the item cost (step_kind, step_tokens) for the round's latency."""
+        ticket.step_kind, ticket.step_tokens = "other", 0
         try:
             if ticket.items is None:
                 if ticket.cancel_token.cancelled:
@@ -248,12 +304,14 @@ class Scheduler:
                     ticket._post(_ERROR, RequestTimedOut(ticket.timeout or 0.0))
                     return False
                 ticket.items = ticket.work(ticket)
+                ticket.step_kind = "start"
             if ticket.cancel_token.cancelled:
                 return False  # stop within one step of the cancel
             try:
                 item = next(ticket.items)
             except StopIteration:
                 return False
+            self._note_step(ticket, item)
             if isinstance(item, Pause):   # the request gave the worker back mid-prefill: nothing to send
                 return True
             ticket._post(_ITEM, item)
@@ -266,6 +324,30 @@ class Scheduler:
         except Exception as exc:  # a request's failure, not the worker's
             ticket._post(_ERROR, exc)
             return False
+
+    @staticmethod
+    def _note_step(ticket: Ticket, item: Any) -> None:
+        """Items that carry tokens (`token_ids`, as GenerationChunk) after one that did are decode
+        steps; the first tokens after anything else (the route, a choice's start, a Pause) carry a
+        prefill. The scheduler stays engine-agnostic: it only counts."""
+        tokens = 0 if isinstance(item, Pause) else len(getattr(item, "token_ids", None) or ())
+        if ticket.step_kind != "start":
+            if isinstance(item, Pause) or (tokens and not ticket.decoding):
+                ticket.step_kind = "prefill"
+            elif tokens:
+                ticket.step_kind = "decode"
+        ticket.step_tokens, ticket.decoding = tokens, tokens > 0
+
+    def _measure(self, token_seconds: float, running: int) -> None:
+        """One decode round's per-token latency with `running` requests running: an EWMA per running
+        count, published once it has SETTLE_ROUNDS rounds (until then the last published one stands)."""
+        if running != self._ewma_running or self._ewma is None:
+            self._ewma, self._ewma_running, self._ewma_rounds = token_seconds, running, 0
+        else:
+            self._ewma += LATENCY_ALPHA * (token_seconds - self._ewma)
+        self._ewma_rounds += 1
+        if self._ewma_rounds >= SETTLE_ROUNDS:
+            self.token_seconds, self.measured_running = self._ewma, running
 
     def _finish(self, ticket: Ticket, post_end: bool = True) -> None:
         work, ticket.items = ticket.items, None
