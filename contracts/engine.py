@@ -219,6 +219,11 @@ class Backend(Protocol):
         """Lookups, hits, cached tokens, evictions, bytes and entries of the prefix cache (None: off)."""
         ...
 
+    def cycle_mode_stats(self) -> dict[str, dict[str, float]]:
+        """Per speculative engine: seconds per cycle pipelined and host, requests run in each mode, and
+        the mode it prefers (1 pipelined, 0 host, NaN still measuring). Empty where nothing was measured."""
+        ...
+
     def end_thread(self) -> None:
         """The last model call of a thread that did model work (the worker, and the main thread that
         loaded the model): MLX needs each such thread to free its streams itself before it ends."""

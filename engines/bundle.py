@@ -16,6 +16,7 @@ from mlx.utils import tree_flatten
 from contracts.errors import ModelLoadError
 
 from .checkpoint import read_config, text_config
+from .cycle_modes import CycleModes
 
 SUPPORTED_MODEL_TYPES = ("qwen3_5", "qwen3_5_moe")
 # Qwen3.5's multimodal RoPE layout keys: transformers' Qwen3_5TextConfig ignores them when it checks
@@ -80,6 +81,7 @@ class ModelBundle:
         self.decoder = language_model.model           # embed_tokens, layers, norm
         self.eos_token_ids: frozenset[int] = frozenset(int(t) for t in tokenizer.eos_token_ids)
         self.decode_batch: Any = None   # engines.batch.DecodeBatch once the runtime turns batching on
+        self.cycle_modes = CycleModes()  # per speculative engine: pipelined or host cycles, measured
 
     # -- shared pieces (engines reference these; nothing of the target is copied) ---------------
     @property

@@ -161,6 +161,9 @@ class Runtime:
         return {"rows": len(batch.rows), "streams": batch.streams, "generating": batch.active,
                 "steps": batch.steps, "row_steps": batch.row_steps, "max_rows": batch.max_rows}
 
+    def cycle_mode_stats(self) -> dict[str, dict[str, float]]:
+        return self.bundle.cycle_modes.stats()
+
     def end_thread(self) -> None:
         """MLX 0.32 keeps streams and compile caches per thread and no longer frees them at exit on
         its own: a thread that ran MLX work must clear its streams before it ends, or their

@@ -9,7 +9,8 @@ stop-checked one cycle late; a queued cycle the request no longer wants (a hand-
 end of the request) is undone by `rollback`, which puts back the state it replaced (references
 to immutable arrays: nothing is copied). Requests whose target logits need a host read per cycle
 (penalties, a constraint) and the probing phase of a switch rule run the host `cycle` instead, and
-so does the CPU backend by default (`kernels.pipelined_cycles`: no device to keep busy there).
+so does the CPU backend by default (`kernels.pipelined_cycles`: no device to keep busy there). On a GPU
+each engine measures both cycles on live requests and keeps the cheaper (engines/cycle_modes.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from contracts.engine import CancelToken, StepResult, SwitchRule
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
-from .kernels import pipelined_cycles
 from .prefill import PrefixPlan, PrefixUse, prefill_stepwise
 from .processing import TargetProcessor
 from .raw import decode
@@ -241,6 +241,8 @@ def speculative_generate(
     raw_stepping = RawStepping(bundle, cache, cfg, rng, capture, processor)
     steps = 0
     flight: Flight | None = None   # the cycle queued behind the one being read (pipelined)
+    pipelined: bool | None = None  # this engine's cycle mode (engines/cycle_modes.py), chosen at its first cycle
+    mode_cycles = 0                # timed cycles in that mode so far
     try:
         while not cancel.cancelled:
             probing = steps < probe_steps and len(states) > (0 if running == "raw" else 1)
@@ -251,7 +253,11 @@ def speculative_generate(
                                   batch=bundle.decode_batch)
                 return
             state = states[running] if running != "raw" else raw_stepping
-            if running != "raw" and not probing and not processor.active and pipelined_cycles():
+            if pipelined is None and running != "raw":   # once per engine the request runs
+                pipelined = bundle.cycle_modes.choose(running)
+            timed = running != "raw" and not probing and not processor.active
+            began = time.perf_counter()
+            if timed and pipelined:
                 # queue cycle n+1 (from cycle n's bonus, still on the device) before reading cycle n
                 if flight is None:
                     flight = state.launch(mx.array(pending, dtype=mx.uint32))
@@ -259,6 +265,9 @@ def speculative_generate(
                 cycle, flight = state.land(flight), following
             else:
                 cycle = state.cycle(pending, sync=probing)
+            if timed:
+                bundle.cycle_modes.record(running, bool(pipelined), mode_cycles, time.perf_counter() - began)
+                mode_cycles += 1
             steps += 1
             pending = cycle.emitted[-1]
             yield _report(cycle, states, running, probing, processor, watch, started)
@@ -271,7 +280,7 @@ def speculative_generate(
                     rollback(state, flight)
                     flight = None
                 watch.switched(target)
-                running = target
+                running, pipelined, mode_cycles = target, None, 0
     finally:
         if flight is not None:   # the request ended (stop, EOS, max_tokens, cancel): the caches keep what was read
             rollback(states[running], flight)

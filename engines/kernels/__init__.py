@@ -7,8 +7,8 @@ and `chunked_gdn` (the compiled GDN recurrence for all slots at once instead of 
 and `pipelined` (speculative cycles queued one ahead with the verdict on the device, instead of the host
 cycle that reads each verdict before the next draft: engines/speculative.py; automatic: on a GPU, where
 it keeps the device busy while the host reads, not on the CPU backend, where MLX computes on the host's
-own cores and the pipelined cycle's extra work (masks, holes) only costs; `SWITCHYARD_PIPELINED=1/0`
-overrides the automatic choice).
+own cores and the pipelined cycle's extra work (masks, holes) only costs; on a GPU each engine then
+measures both cycles and keeps the cheaper, engines/cycle_modes.py; `SWITCHYARD_PIPELINED=1/0` fixes it).
 Benchmarks flip it to measure before/after in one process; tests flip it to compare paths.
 """
 
@@ -32,13 +32,22 @@ class FastPaths:
 fast_paths = FastPaths()
 
 
-def pipelined_cycles() -> bool:
-    """Whether speculative cycles run pipelined: the switch if set, else SWITCHYARD_PIPELINED, else on a GPU."""
+def forced_pipelined() -> bool | None:
+    """The cycle mode fixed by the switch or SWITCHYARD_PIPELINED=1/0; None: automatic."""
     if fast_paths.pipelined is not None:
         return fast_paths.pipelined
     forced = os.environ.get("SWITCHYARD_PIPELINED", "").strip().lower()
     if forced in ("1", "true", "0", "false"):
         return forced in ("1", "true")
+    return None
+
+
+def pipelined_cycles() -> bool:
+    """Whether speculative cycles may run pipelined: the forced mode if set, else on a GPU (where
+    engines/cycle_modes.py then measures, per engine, which of the two cycles is cheaper)."""
+    forced = forced_pipelined()
+    if forced is not None:
+        return forced
     import mlx.core as mx
 
     return mx.default_device() == mx.gpu

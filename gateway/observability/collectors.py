@@ -86,6 +86,31 @@ class BackendCollector(Collector):
         yield loaded
         yield from self._stats("prefix_cache_stats", "switchyard_prefix_cache", PREFIX_COUNTERS, PREFIX_GAUGES)
         yield from self._stats("batch_stats", "switchyard_batch", BATCH_COUNTERS, BATCH_GAUGES)
+        yield from self._cycle_modes()
+
+    def _cycle_modes(self) -> Iterator[Metric]:
+        """Which cycle each speculative engine runs on this machine (engines/cycle_modes.py)."""
+        try:
+            stats = getattr(self._backend, "cycle_mode_stats", lambda: {})() or {}
+        except Exception:  # a scrape must never fail because of the backend
+            log.exception("cycle_mode_stats() failed")
+            stats = {}
+        seconds = GaugeMetricFamily(
+            "switchyard_spec_cycle_seconds",
+            "Seconds per speculative cycle by engine and mode (pipelined: verdict read one cycle late; host)",
+            labels=["engine", "mode"])
+        pipelined = GaugeMetricFamily(
+            "switchyard_spec_cycle_pipelined",
+            "1 if the engine runs pipelined cycles, 0 host cycles, NaN while it still measures both",
+            labels=["engine"])
+        for engine in (e for e in ENGINE_NAMES if e != "raw"):
+            row = stats.get(engine, {})
+            for mode in ("pipelined", "host"):
+                measured = float(row.get(f"{mode}_seconds", 0.0))
+                seconds.add_metric([engine, mode], measured if measured > 0 else float("nan"))
+            pipelined.add_metric([engine], float(row.get("pipelined", float("nan"))))
+        yield seconds
+        yield pipelined
 
     def _stats(self, method: str, prefix: str, counters: tuple, gauges: tuple) -> Iterator[Metric]:
         """A Backend stats dict (prefix cache, decode batch) as counters and gauges; zeros when off."""
