@@ -5,6 +5,9 @@
 # Device calls, each within 30 s of the previous one returning (a machine idle for 30 s goes back):
 #   calls 1..N-1: carry [".mlxpK"]   command: mkdir -p /root/stash && cp .mlxpK/* /root/stash/
 #   call N:       carry [".mlxpN"]   command: bash bench/device_run.sh <task> ...
+# With SLIM=1 (the tracked tree is ~55 MiB, mostly the demo model; bench/device_slim.sh): run
+# `bash bench/device_slim.sh on` first, make every call 1..N a staging call (2 calls for ~76 MiB),
+# then `bash bench/device_slim.sh off` and call N+1 carries nothing: bash bench/device_run.sh <task>.
 # bench/device_run.sh reassembles the parts into /tmp/site (bench/device_setup.sh) before its task.
 # Later calls on the same warm machine find /tmp/site and skip the setup.
 #
@@ -35,7 +38,14 @@ pip_get "mlx==$mlx" "mlx-lm==$mlx_lm" starlette==1.10.0 uvicorn==0.54.0 pydantic
 
 payload=$(mktemp)
 tar -C "$cache" -cf "$payload" mlx_cuda.tar.xz $(cd "$cache" && ls *.whl | grep -v '^mlx_cuda_13-')
-tree_bytes=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+if [ "${SLIM:-0}" = 1 ]; then
+  # every part travels in a staging call made with the slim tree (bench/device_slim.sh on); the run
+  # call after them (device_slim.sh off) carries no part: device_setup.sh finds them all in the stash
+  tree_bytes=$(git ls-files -z -- . ':!models' ':!classifier/data' ':!classifier/model' ':!bench/results' \
+               | xargs -0 du -cb | tail -1 | cut -f1)
+else
+  tree_bytes=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+fi
 part=$(( 64 * 1024 * 1024 - tree_bytes - 512 * 1024 ))   # 512 KiB spare for files added later
 total=$(stat -c %s "$payload")
 count=$(( (total + part - 1) / part ))

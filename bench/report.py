@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -88,6 +89,8 @@ def markdown(results: dict, images: dict[str, str]) -> str:
         lines += _warmup_section(results["warmup_study"])
     if results.get("blas_probe"):
         lines += _blas_section(results["blas_probe"])
+    if results.get("cycle_modes"):
+        lines += _cycle_mode_section(results["cycle_modes"])
     mem = results["model"]["memory"]
     lines += ["## Memory", "",
               f"parameters {_mib(mem.get('parameters', 0))} MiB, MTP head {_mib(mem.get('mtp_head', 0))} MiB, "
@@ -156,6 +159,19 @@ def _mode_section(mode: str, block: dict) -> list[str]:
     return lines
 
 
+def _cycle_mode_section(modes: dict) -> list[str]:
+    lines = ["## Speculative cycle modes (engines/cycle_modes.py)", "",
+             "ms per cycle as measured on this run's requests (warm-up trials included); the engine runs the "
+             "cheaper mode (fixed on the CPU backend or when SWITCHYARD_PIPELINED is set).", "",
+             "| engine | pipelined ms | host ms | requests pipelined / host | runs |", "|---|---|---|---|---|"]
+    for key, row in modes.items():
+        chosen = row.get("pipelined")
+        runs = "measuring" if chosen != chosen else ("pipelined" if chosen else "host")
+        lines.append(f"| {key} | {_f(row['pipelined_seconds'] * 1e3, 2)} | {_f(row['host_seconds'] * 1e3, 2)} | "
+                     f"{int(row['pipelined_requests'])} / {int(row['host_requests'])} | {runs} |")
+    return lines + [""]
+
+
 def _warmup_section(study: dict) -> list[str]:
     lines = ["## Warm-up study (empty monitor, auto only)", "",
              f"{study['requests']} requests ({study['passes']} passes over the workload).", "",
@@ -193,7 +209,9 @@ def rebuild(out: Path, plots: bool = True) -> dict[str, Path]:
     from .measure import RequestRecord
     from .summary import summarize
 
-    results = json.loads((Path(out) / "results.json").read_text())
+    path = Path(out) / "results.json"
+    # committed runs keep their records gzipped (results.json.gz): the tree travels to the GPU in every device call
+    results = json.loads(path.read_text() if path.exists() else gzip.decompress(path.with_suffix(".json.gz").read_bytes()))
     names = {f.name for f in fields(RequestRecord)}
     nan = float("nan")
     records = [RequestRecord(**{k: (nan if v is None and k.endswith("_s") else v) for k, v in row.items() if k in names})

@@ -21,6 +21,7 @@ from typing import Callable
 import mlx.core as mx
 
 from contracts.sampling import SamplingParams
+from engines.cycle_modes import TRIAL_REQUESTS
 
 from .environment import describe_environment
 from .http_client import LoopbackGateway, request_body, time_http
@@ -131,6 +132,13 @@ def warm_up(runner: LaneRunner, lanes: list[str], prompt: Prompt, ids: list[int]
     for lane in lanes:
         if lane not in (AUTO, AUTO_HTTP):
             runner.run(lane, prompt, ids, params, "warmup", 0)
+    modes = runner.model.runtime.bundle.cycle_modes
+    if modes.adaptive():   # a GPU: each speculative engine settles its cycle mode, as a running server has
+        trials = SamplingParams(temperature=0.0, max_tokens=48)
+        for lane in lanes:
+            if lane in FIXED_ENGINES[1:]:
+                for _ in range(2 * TRIAL_REQUESTS):
+                    runner.run(lane, prompt, ids, trials, "warmup", 0)
     runner.sequence = 0
 
 
@@ -194,6 +202,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
                   "engines": list(loaded), "memory": model.runtime.memory_bytes()},
         "records": [r.as_json() for r in records],
         "router_stats": router_stats,
+        "cycle_modes": model.runtime.bundle.cycle_modes.stats(),
         "http_router_stats": http_router_stats,
         "warmup_study": warmup,
         "blas_probe": blas,

@@ -107,6 +107,10 @@ class DDTreeEngine:
         return [layer_outputs[i][rows] for i in self.layer_ids]
 
     @property
+    def cycle_key(self) -> str:
+        return f"{self.name}@{self.budget}"   # a budget is a tree shape: its cycle costs its own
+
+    @property
     def kernel(self) -> int:
         return next(layer.linear_attn.conv_kernel_size for layer in self.bundle.layers if layer.is_linear)
 

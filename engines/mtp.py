@@ -39,6 +39,7 @@ _CHAIN_PATH = mx.array([0, 1], dtype=mx.int32)   # a chain's slots in depth orde
 
 class MTPEngine:
     name = "mtp"
+    cycle_key = "mtp"
     capture: tuple[int, ...] = ()   # the head reads the final hidden state, which every forward keeps
 
     def __init__(self, bundle: ModelBundle, head: MTPHead):

@@ -162,7 +162,10 @@ class Runtime:
                 "steps": batch.steps, "row_steps": batch.row_steps, "max_rows": batch.max_rows}
 
     def cycle_mode_stats(self) -> dict[str, dict[str, float]]:
-        return self.bundle.cycle_modes.stats()
+        """By engine name: the cycle modes measured for its current shape (DDTree: its budget now)."""
+        measured = self.bundle.cycle_modes.stats()
+        return {name: measured[key] for name, engine in self.engines.items()
+                if (key := getattr(engine, "cycle_key", None)) in measured}
 
     def end_thread(self) -> None:
         """MLX 0.32 keeps streams and compile caches per thread and no longer frees them at exit on

@@ -170,6 +170,12 @@ class SpeculativeEngine(Protocol):
     name: str
     capture: tuple[int, ...]   # target layers whose outputs its state needs
 
+    @property
+    def cycle_key(self) -> str:
+        """What its cycle cost is measured under (engines/cycle_modes.py): the name, plus whatever
+        changes the cycle's shape (DDTree's budget)."""
+        ...
+
     def start(self, request: Prefilled) -> Drafting: ...
 
 
@@ -242,6 +248,7 @@ def speculative_generate(
     steps = 0
     flight: Flight | None = None   # the cycle queued behind the one being read (pipelined)
     pipelined: bool | None = None  # this engine's cycle mode (engines/cycle_modes.py), chosen at its first cycle
+    mode_key = running
     mode_cycles = 0                # timed cycles in that mode so far
     try:
         while not cancel.cancelled:
@@ -254,7 +261,8 @@ def speculative_generate(
                 return
             state = states[running] if running != "raw" else raw_stepping
             if pipelined is None and running != "raw":   # once per engine the request runs
-                pipelined = bundle.cycle_modes.choose(running)
+                mode_key = engines[running].cycle_key
+                pipelined = bundle.cycle_modes.choose(mode_key)
             timed = running != "raw" and not probing and not processor.active
             began = time.perf_counter()
             if timed and pipelined:
@@ -266,7 +274,7 @@ def speculative_generate(
             else:
                 cycle = state.cycle(pending, sync=probing)
             if timed:
-                bundle.cycle_modes.record(running, bool(pipelined), mode_cycles, time.perf_counter() - began)
+                bundle.cycle_modes.record(mode_key, bool(pipelined), mode_cycles, time.perf_counter() - began)
                 mode_cycles += 1
             steps += 1
             pending = cycle.emitted[-1]

@@ -95,7 +95,7 @@ def test_engines_measure_both_modes_and_stay_lossless(agree_engines, unforced, n
             ids = encode(bundle, PROMPTS[i % len(PROMPTS)])
             want = run_engine(RawEngine(bundle), ids, 40, GREEDY)[0]
             assert run_engine(engines[name], ids, 40, GREEDY)[0] == want
-        stats = bundle.cycle_modes.stats()[name]
+        stats = bundle.cycle_modes.stats()[engines[name].cycle_key]
         assert stats["pipelined_requests"] >= cycle_modes.TRIAL_REQUESTS
         assert stats["host_requests"] >= cycle_modes.TRIAL_REQUESTS
         assert stats["pipelined_seconds"] > 0 and stats["host_seconds"] > 0
@@ -121,3 +121,10 @@ def test_cycle_modes_are_exported_as_gauges():
     assert seconds[("ddtree", "host")] != seconds[("ddtree", "host")]   # NaN: not measured
     pipelined = {s.labels["engine"]: s.value for s in families["switchyard_spec_cycle_pipelined"].samples}
     assert pipelined["mtp"] == 1.0 and pipelined["ddtree"] != pipelined["ddtree"]
+
+
+def test_tree_budgets_are_measured_apart(agree_engines):
+    """A DDTree budget is a tree shape of its own (the live policy may change it): its own costs."""
+    bundle, engines = agree_engines
+    chain = DDTreeEngine(bundle, engines["ddtree"].drafter, budget=1)
+    assert chain.cycle_key != engines["ddtree"].cycle_key and engines["mtp"].cycle_key == "mtp"
