@@ -5,6 +5,7 @@
 #   bash bench/device_run.sh engines                             # fp32 diagnostic + engines, reference vs CUDA paths
 #   bash bench/device_run.sh profile                             # host vs device per step (pipelined and host
 #                                                                #   cycles), verify costs, fp32 losslessness
+#   bash bench/device_run.sh hostprof [profile_host options]     # only profile_host, both cycle modes
 #   bash bench/device_run.sh multiturn                           # prefix cache: TTFT per turn vs mlx_lm.server
 #   bash bench/device_run.sh clients                             # 1/2/4/8 concurrent clients: serial, batched, mlx_lm
 # SWITCHYARD_PIPELINED=0 before any of them runs the host cycle instead of the pipelined one (A/B).
@@ -66,8 +67,13 @@ case "$task" in
       --no-anchor --no-http-raw --no-plots --per-class 6 --max-tokens 128 --out /tmp/lossless 2>&1 | quiet > "$OUT/lossless.log"
     grep -A1 "losslessness" /tmp/lossless/report.md | tee "$OUT/lossless.txt"
     ;;
+  hostprof)
+    # only the host-vs-device split per step, both cycle modes (the first part of `profile`)
+    timeout "${PROF_TIMEOUT:-120}" python3 -m bench.profile_host --cycles pipelined,host "$@" \
+      --json "$OUT/host.json" 2>&1 | quiet | tee "$OUT/host.txt"
+    ;;
   *)
-    echo "unknown task $task (bench | verify | engines | profile | multiturn | clients | batchprof)" >&2
+    echo "unknown task $task (bench | verify | engines | profile | hostprof | multiturn | clients | batchprof)" >&2
     exit 2
     ;;
 esac
