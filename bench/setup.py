@@ -11,7 +11,7 @@ from pathlib import Path
 from contracts.request_text import RequestText
 from engines.checkpoint import default_model_dir
 from engines.ddtree import DDTreeEngine
-from engines.runtime import Runtime, default_draft_dir, load_runtime
+from engines.runtime import Runtime, default_draft_dir, load_runtime, warm_tree_layouts
 
 log = logging.getLogger("switchyard.bench")
 
@@ -50,7 +50,7 @@ def load_bench_model(model: str | None = None, draft: str | None = None, tree_bu
     engines = dict(runtime.engines)
     ddtree = engines.get("ddtree")
     if isinstance(ddtree, DDTreeEngine):
-        engines[DFLASH] = DDTreeEngine(runtime.bundle, ddtree.drafter, budget=1)
+        engines[DFLASH] = warm_tree_layouts(DDTreeEngine(runtime.bundle, ddtree.drafter, budget=1))
     timed = Runtime(runtime.bundle, engines, runtime.model_id)
     return BenchModel(runtime, timed, model_dir, draft_dir)
 

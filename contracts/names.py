@@ -5,6 +5,9 @@ from __future__ import annotations
 # Decoding engines, in the order the gateway lists them. "raw" is always loaded.
 ENGINE_NAMES: tuple[str, ...] = ("raw", "mtp", "ddtree")
 
+# Backend.cycle_mode_stats() keys an engine's sampled cycles `<engine>/sampled` (greedy ones plain).
+SAMPLED_SUFFIX = "/sampled"
+
 # Request classes: the kind of reply a request asks for (the classifier's labels, the monitor's keys).
 CLASSES: tuple[str, ...] = ("code", "prose", "structured")
 

@@ -29,7 +29,7 @@ from .processing import TargetProcessor
 from .sampling import choose
 from .speculative import Committed, Cycle, Flight, Prefilled, SpeculativeEngine, read_flight, speculative_generate
 from .target import Cursor, commit, commit_device, forward_device, forward_tree, settle
-from .tree import BestFirstTables, DeviceTree, TreeLayout, walk_device
+from .tree import BestFirstTables, DeviceTree, TreeLayout, all_layouts, walk_device
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,9 @@ def walk(layout: TreeLayout, tokens: Sequence[int], choices: Sequence[int]) -> t
     return path, int(choices[node])
 
 
+MAX_WARM_LAYOUTS = 120   # budget 5 (5! layouts); larger budgets meet their layouts in requests
+
+
 class DDTreeEngine:
     name = "ddtree"
 
@@ -127,6 +130,21 @@ class DDTreeEngine:
         depths = self.drafter.cfg.block_size - 1
         if self.budget > 1:
             _tables(self.budget, depths, min(self.budget, self.bundle.vocab_size), self.kernel)
+
+    def warm_layouts(self, limit: int = MAX_WARM_LAYOUTS) -> int:
+        """Run one host-cycle verify of every tree layout the budget can draft, so that the per-layout
+        setup (GDN ops traced per layout, masks, kernels compiled for new shapes) happens at load and not
+        in requests: on MLX-CUDA a DDTree cycle's first pass cost 1.5-2.6x its second. Skipped (0) when
+        the budget has more than `limit` layouts (budget! of them: 24 at the default budget 4)."""
+        depths = self.drafter.cfg.block_size - 1
+        layouts = [TreeLayout.chain(depths + 1)] if self.budget == 1 else all_layouts(self.budget, depths)
+        if len(layouts) > limit:
+            return 0
+        for layout in layouts:
+            out = forward_tree(self.bundle, mx.zeros((layout.size,), dtype=mx.uint32), layout, self.bundle.make_cache(),
+                               capture=tuple(self.layer_ids))
+            mx.eval(out.hidden, list(out.layer_outputs.values()))
+        return len(layouts)
 
     def _propose(self, pending: int | mx.array, context) -> _Proposal:
         """The drafter's block after `pending` and its per-depth top candidates, as a lazy graph."""

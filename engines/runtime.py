@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +14,7 @@ import mlx.core as mx
 
 from contracts.chat import ChatPrompt, ReplyFormat
 from contracts.engine import CancelToken, Engine, GenerationChunk, PrefixHint, StepResult, SwitchRule
+from contracts.names import SAMPLED_SUFFIX
 from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError, SwitchyardError
 from contracts.sampling import SamplingParams
 
@@ -162,10 +164,16 @@ class Runtime:
                 "steps": batch.steps, "row_steps": batch.row_steps, "max_rows": batch.max_rows}
 
     def cycle_mode_stats(self) -> dict[str, dict[str, float]]:
-        """By engine name: the cycle modes measured for its current shape (DDTree: its budget now)."""
+        """By engine name (`mtp`, `mtp/sampled`, ...): the cycle modes measured for its current shape
+        (DDTree: its budget now), greedy and sampled apart."""
         measured = self.bundle.cycle_modes.stats()
-        return {name: measured[key] for name, engine in self.engines.items()
-                if (key := getattr(engine, "cycle_key", None)) in measured}
+        out: dict[str, dict[str, float]] = {}
+        for name, engine in self.engines.items():
+            key = getattr(engine, "cycle_key", None)
+            for suffix in ("", SAMPLED_SUFFIX):
+                if key is not None and key + suffix in measured:
+                    out[name + suffix] = measured[key + suffix]
+        return out
 
     def end_thread(self) -> None:
         """MLX 0.32 keeps streams and compile caches per thread and no longer frees them at exit on
@@ -200,6 +208,17 @@ class Runtime:
         }
 
 
+def warm_tree_layouts(engine: DDTreeEngine) -> DDTreeEngine:
+    """On a GPU, trace every tree layout of the engine's budget now (kernel compiles for new shapes
+    are dear there); on the CPU backend a layout's first use costs little and tests build many engines."""
+    if mx.default_device() == mx.gpu:
+        started = time.perf_counter()
+        count = engine.warm_layouts()
+        log.info("ddtree budget %d: %d tree layouts traced at load in %.1f s", engine.budget, count,
+                 time.perf_counter() - started)
+    return engine
+
+
 def load_runtime(
     model_dir: str | os.PathLike[str] | None = None,
     *,
@@ -230,7 +249,7 @@ def load_runtime(
         cfg = drafter.cfg
         log.info("drafter %s: %d layers, block %d, target layers %s, mask token %d, %s", draft, cfg.num_hidden_layers,
                  cfg.block_size, list(cfg.target_layer_ids), cfg.mask_token_id, cfg.rope.describe())
-        engines["ddtree"] = DDTreeEngine(bundle, drafter, budget=tree_budget)
+        engines["ddtree"] = warm_tree_layouts(DDTreeEngine(bundle, drafter, budget=tree_budget))
     log.info("loaded %s with engines %s", path, ", ".join(engines))
     return Runtime(bundle, engines, model_id=path.name if path.name != "target" else path.parent.name,
                    prefix_cache_bytes=prefix_cache_bytes)

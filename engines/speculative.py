@@ -24,6 +24,7 @@ import mlx.core as mx
 
 from contracts.chat import TokenLogprob
 from contracts.engine import CancelToken, StepResult, SwitchRule
+from contracts.names import SAMPLED_SUFFIX
 from contracts.sampling import SamplingParams
 
 from .bundle import ModelBundle
@@ -261,7 +262,8 @@ def speculative_generate(
                 return
             state = states[running] if running != "raw" else raw_stepping
             if pipelined is None and running != "raw":   # once per engine the request runs
-                mode_key = engines[running].cycle_key
+                # sampled cycles verify with more ops (probabilities, draws): their own costs
+                mode_key = engines[running].cycle_key + ("" if cfg.greedy else SAMPLED_SUFFIX)
                 pipelined = bundle.cycle_modes.choose(mode_key)
             timed = running != "raw" and not probing and not processor.active
             began = time.perf_counter()

@@ -8,6 +8,7 @@ in slot order always meets parents first. Depth is not monotone in slot order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import itertools
 from functools import cached_property, lru_cache
 
 import mlx.core as mx
@@ -92,6 +93,17 @@ class TreeLayout:
                 windows[slot, col] = row
                 row = previous(row) if col else row
         return windows
+
+
+def all_layouts(budget: int, max_depth: int) -> list[TreeLayout]:
+    """Every layout a tree of `budget` drafted nodes can take (slots in pop order: each parent before
+    its children), up to `max_depth` deep: what a budget's host cycles may meet. budget! of them."""
+    layouts = []
+    for parents in itertools.product(*(range(slot) for slot in range(1, budget + 1))):
+        layout = TreeLayout.from_parents((-1,) + parents)
+        if max(layout.depths) <= max_depth:
+            layouts.append(layout)
+    return layouts
 
 
 # -- trees as device data (the pipelined speculative cycle: no host read between draft and verify) ---

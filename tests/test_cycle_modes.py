@@ -95,6 +95,9 @@ def test_engines_measure_both_modes_and_stay_lossless(agree_engines, unforced, n
             ids = encode(bundle, PROMPTS[i % len(PROMPTS)])
             want = run_engine(RawEngine(bundle), ids, 40, GREEDY)[0]
             assert run_engine(engines[name], ids, 40, GREEDY)[0] == want
+        sampled = SamplingParams(temperature=0.8, seed=3, max_tokens=16)
+        run_engine(engines[name], encode(bundle, PROMPTS[0]), 16, sampled)
+        assert bundle.cycle_modes.stats()[engines[name].cycle_key + "/sampled"]["pipelined_requests"] == 1
         stats = bundle.cycle_modes.stats()[engines[name].cycle_key]
         assert stats["pipelined_requests"] >= cycle_modes.TRIAL_REQUESTS
         assert stats["host_requests"] >= cycle_modes.TRIAL_REQUESTS
@@ -117,14 +120,8 @@ def test_cycle_modes_are_exported_as_gauges():
 
     families = {f.name: f for f in BackendCollector(Backend()).collect()}
     seconds = {tuple(s.labels.values()): s.value for s in families["switchyard_spec_cycle_seconds"].samples}
-    assert seconds[("mtp", "pipelined")] == 0.004 and seconds[("mtp", "host")] == 0.006
-    assert seconds[("ddtree", "host")] != seconds[("ddtree", "host")]   # NaN: not measured
-    pipelined = {s.labels["engine"]: s.value for s in families["switchyard_spec_cycle_pipelined"].samples}
-    assert pipelined["mtp"] == 1.0 and pipelined["ddtree"] != pipelined["ddtree"]
-
-
-def test_tree_budgets_are_measured_apart(agree_engines):
-    """A DDTree budget is a tree shape of its own (the live policy may change it): its own costs."""
-    bundle, engines = agree_engines
-    chain = DDTreeEngine(bundle, engines["ddtree"].drafter, budget=1)
-    assert chain.cycle_key != engines["ddtree"].cycle_key and engines["mtp"].cycle_key == "mtp"
+    assert seconds[("mtp", "greedy", "pipelined")] == 0.004 and seconds[("mtp", "greedy", "host")] == 0.006
+    assert seconds[("ddtree", "greedy", "host")] != seconds[("ddtree", "greedy", "host")]   # NaN: not measured
+    assert seconds[("mtp", "sampled", "host")] != seconds[("mtp", "sampled", "host")]
+    pipelined = {tuple(s.labels.values()): s.value for s in families["switchyard_spec_cycle_pipelined"].samples}
+    assert pipelined[("mtp", "greedy")] == 1.0 and pipelined[("ddtree", "greedy")] != pipelined[("ddtree", "greedy")]

@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from contracts.engine import Backend
-from contracts.names import ENGINE_NAMES
+from contracts.names import ENGINE_NAMES, SAMPLED_SUFFIX
 
 log = logging.getLogger("switchyard.metrics")
 
@@ -97,18 +97,19 @@ class BackendCollector(Collector):
             stats = {}
         seconds = GaugeMetricFamily(
             "switchyard_spec_cycle_seconds",
-            "Seconds per speculative cycle by engine and mode (pipelined: verdict read one cycle late; host)",
-            labels=["engine", "mode"])
+            "Seconds per speculative cycle by engine, decoding (greedy/sampled) and mode (pipelined: the verdict "
+            "read one cycle late; host)", labels=["engine", "decoding", "mode"])
         pipelined = GaugeMetricFamily(
             "switchyard_spec_cycle_pipelined",
             "1 if the engine runs pipelined cycles, 0 host cycles, NaN while it still measures both",
-            labels=["engine"])
+            labels=["engine", "decoding"])
         for engine in (e for e in ENGINE_NAMES if e != "raw"):
-            row = stats.get(engine, {})
-            for mode in ("pipelined", "host"):
-                measured = float(row.get(f"{mode}_seconds", 0.0))
-                seconds.add_metric([engine, mode], measured if measured > 0 else float("nan"))
-            pipelined.add_metric([engine], float(row.get("pipelined", float("nan"))))
+            for decoding, suffix in (("greedy", ""), ("sampled", SAMPLED_SUFFIX)):
+                row = stats.get(engine + suffix, {})
+                for mode in ("pipelined", "host"):
+                    measured = float(row.get(f"{mode}_seconds", 0.0))
+                    seconds.add_metric([engine, decoding, mode], measured if measured > 0 else float("nan"))
+                pipelined.add_metric([engine, decoding], float(row.get("pipelined", float("nan"))))
         yield seconds
         yield pipelined
 
