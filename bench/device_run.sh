@@ -5,6 +5,7 @@
 #   bash bench/device_run.sh engines                             # fp32 diagnostic + engines, reference vs CUDA paths
 #   bash bench/device_run.sh profile                             # host vs device per step (pipelined and host
 #                                                                #   cycles), verify costs, fp32 losslessness
+#   bash bench/device_run.sh serveprof [profile_serving options]  # py-spy of `serve` under N clients (.whl/py_spy)
 #   bash bench/device_run.sh hostprof [profile_host options]     # only profile_host, both cycle modes
 #   bash bench/device_run.sh multiturn                           # prefix cache: TTFT per turn vs mlx_lm.server
 #   bash bench/device_run.sh clients                             # 1/2/4/8 concurrent clients: serial, batched, mlx_lm
@@ -66,6 +67,16 @@ case "$task" in
     MLX_ENABLE_TF32=0 timeout 200 python3 -m gateway.cli bench --dtype float32 --engines raw,mtp,ddtree,ddtree1 \
       --no-anchor --no-http-raw --no-plots --per-class 6 --max-tokens 128 --out /tmp/lossless 2>&1 | quiet > "$OUT/lossless.log"
     grep -A1 "losslessness" /tmp/lossless/report.md | tee "$OUT/lossless.txt"
+    ;;
+  serveprof)
+    # where the serving process spends its time under 8 streaming clients (py-spy from a carried .whl/)
+    if ls .whl/py_spy-*.whl >/dev/null 2>&1 && [ ! -x /tmp/spy/bin/py-spy ]; then
+      python3 -m pip install -q --no-index --no-deps --target /tmp/spy .whl/py_spy-*.whl
+    fi
+    export PATH=/tmp/spy/bin:$PATH
+    rm -rf /tmp/ps
+    timeout "${PROF_TIMEOUT:-150}" python3 -m bench.profile_serving --out /tmp/ps "$@" 2>&1 | quiet | tee "$OUT/serveprof.txt"
+    cp /tmp/ps/profile_serving.json "$OUT/" 2>/dev/null
     ;;
   hostprof)
     # only the host-vs-device split per step, both cycle modes (the first part of `profile`)
