@@ -49,6 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-study", action="store_true",
                    help="also send the workload through auto from an empty monitor and report time to a steady choice")
     p.add_argument("--warmup-passes", type=int, default=3, metavar="P")
+    p.add_argument("--warm-router", type=int, default=8, metavar="W",
+                   help="before measuring, send the last W prompts of each class (never measured) through auto "
+                        "in every mode, so its routers start warm (default: 8; 0: an empty monitor)")
     p.add_argument("--blas-probe", action="store_true",
                    help="Linux: also measure c(1)/c(4), prefill and decode with the wheel's BLAS vs OpenBLAS")
     p.add_argument("--no-plots", action="store_true")
@@ -101,6 +104,7 @@ def bench(args: argparse.Namespace) -> int:
         modes=modes, per_class=args.per_class, model=args.model, draft=args.draft, dtype=args.dtype, out=Path(args.out),
         seed=args.seed, anchor=not args.no_anchor, http_raw=not args.no_http_raw, http_auto=not args.no_http_auto, policy=args.policy,
         use_labels=args.labels, warmup_study=args.warmup_study, warmup_passes=args.warmup_passes,
+        warm_router=args.warm_router,
         plots=not args.no_plots, blas_probe=args.blas_probe, sampled_defaults=args.sampled_defaults, command="switchyard " + shlex.join(sys.argv[1:]),
     )
     results = run_bench(config)

@@ -67,7 +67,9 @@ def markdown(results: dict, images: dict[str, str]) -> str:
         f"- dtype: {cfg.get('dtype', 'checkpoint')}; workload: {cfg['workload']}, per class {cfg['per_class'] or 'all'}, {cfg['max_tokens']} new tokens, "
         f"{cfg['repeats']} repeat(s), modes {', '.join(cfg['modes'])}, sampled = {cfg['sampled_params']}",
         f"- lanes (round-robin per prompt, rotating start): {', '.join(cfg['lanes'])}; router policy "
-        f"{cfg['policy']}; classes for routing from: {cfg['classifier']}",
+        f"{cfg['policy']}; classes for routing from: {cfg['classifier']}; auto's routers "
+        + (f"warmed by {cfg['warm_router']} held-out prompts per class in each mode" if cfg.get('warm_router')
+           else "start from an empty monitor"),
         f"- wall time {results['wall_seconds']:.0f} s; errors: {summary['error_count']}; load average (1 min) at "
         f"start {_f(env.get('load_average'), 1)}, end {_f(results.get('load_average_end'), 1)} on {env['cores']} cores",
         "",
@@ -79,7 +81,7 @@ def markdown(results: dict, images: dict[str, str]) -> str:
         "request path in process (OpenAI body validated, classified, routed, generated, monitor fed: "
         "gateway.pipeline.run_request), so it is compared with the fixed engines on the same footing; "
         "`raw@http` and `auto@http` go through the real HTTP gateway (loopback uvicorn, SSE) whose router "
-        "is a second fresh one; forced raw@http requests also feed that router's monitor, as forced "
+        "is a second one, warmed the same way; forced raw@http requests also feed that router's monitor, as forced "
         "traffic does in production (the warm-up study sends auto traffic only).",
         "",
     ]
@@ -150,7 +152,7 @@ def _mode_section(mode: str, block: dict) -> list[str]:
               f"requests handed to raw mid-way: {routes['mid_request_fallbacks']}.", ""]
     stab = block.get("stability") or {}
     if stab:
-        lines += ["Router choice over this run (fresh monitor): " + "; ".join(
+        lines += ["Router choice over the measured requests: " + "; ".join(
             f"{k}: steady {v['steady_engine']} after {v['requests_to_stable']} of {v['requests']} requests"
             for k, v in stab.items()), ""]
     if block["lossless"]:

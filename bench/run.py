@@ -27,7 +27,7 @@ from .environment import describe_environment
 from .http_client import LoopbackGateway, request_body, time_http
 from .measure import RequestRecord, time_anchor, time_pipeline, time_runtime
 from .setup import DFLASH, BenchModel, fresh_router, load_bench_model, load_classifier
-from .workloads import Prompt, load_workload
+from .workloads import Prompt, load_workload, warm_prompts
 
 log = logging.getLogger("switchyard.bench")
 
@@ -57,6 +57,7 @@ class BenchConfig:
     use_labels: bool = False           # route with the workload labels instead of the classifier
     warmup_study: bool = False
     warmup_passes: int = 3
+    warm_router: int = 8               # prompts per class (held out of the measured set) that warm auto's routers
     plots: bool = True
     blas_probe: bool = False
     sampled_defaults: bool = False     # sampled mode at the model's generation_config (what clients get)
@@ -142,6 +143,20 @@ def warm_up(runner: LaneRunner, lanes: list[str], prompt: Prompt, ids: list[int]
     runner.sequence = 0
 
 
+def warm_routers(runner: LaneRunner, lanes: list[str], warm: list[Prompt], ids: dict[str, list[int]],
+                 config: BenchConfig, sampled: dict) -> None:
+    """Untimed traffic through the auto lanes, in every mode, from prompts outside the measured set: the
+    routers start the measurement warm, as a server that has served for a while (the monitor's arms are
+    per class and decoding mode). `--warm-router 0` measures from an empty monitor instead."""
+    for mode in config.modes:
+        for prompt in warm:
+            params = sampling_params(mode, config.max_tokens, prompt.id, 0, sampled)
+            for lane in lanes:
+                if lane in (AUTO, AUTO_HTTP):
+                    runner.run(lane, prompt, ids[prompt.id], params, "warmup", 0)
+    runner.sequence = 0
+
+
 def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None) -> dict:
     """Run the benchmark; write JSON + Markdown (+ PNG plots) under config.out; return the results."""
     from gateway.http.app import create_app
@@ -152,7 +167,8 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
     say = progress or (lambda message: print(message, file=sys.stderr, flush=True))
     started = time.time()
     environment = describe_environment()  # at the start: the load average before the run
-    prompts = load_workload(config.workload, config.per_class, config.seed)
+    prompts = load_workload(config.workload, config.per_class, config.seed, held_out=config.warm_router)
+    warm = warm_prompts(config.workload, config.warm_router, config.seed)
     model = load_bench_model(config.model, config.draft, dtype=config.dtype)
     loaded = tuple(model.timed.engine_names)
     say(f"model {model.model_dir} (engines: {', '.join(loaded)}); {len(prompts)} prompts; "
@@ -162,7 +178,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
     router = fresh_router(model.runtime.engine_names, classifier, config.policy, config.seed)
     http_router = fresh_router(model.runtime.engine_names, classifier, config.policy, config.seed)
     app = create_app(model.runtime, router=http_router)
-    ids = {p.id: model.runtime.encode_chat(list(p.messages)) for p in prompts}
+    ids = {p.id: model.runtime.encode_chat(list(p.messages)) for p in prompts + warm}
     lanes = lanes_for(config, loaded)
     sampled = model_defaults(model.runtime.bundle.generation) if config.sampled_defaults else SAMPLED
     config.extra["sampled_params"] = sampled
@@ -170,6 +186,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
     with LoopbackGateway(app) as gateway:
         runner = LaneRunner(model, gateway.port, router)
         warm_up(runner, lanes, prompts[0], ids[prompts[0].id])
+        warm_routers(runner, lanes, warm, ids, config, sampled)
         for mode in config.modes:
             for repeat in range(config.repeats):
                 for index, prompt in enumerate(prompts):
@@ -227,7 +244,8 @@ def _config_json(config: BenchConfig, classifier_name: str, lanes: list[str]) ->
         "workload": config.workload, "engines": list(config.engines), "lanes": lanes,
         "dtype": config.dtype or "checkpoint", "max_tokens": config.max_tokens, "repeats": config.repeats,
         "modes": list(config.modes),
-        "per_class": config.per_class, "seed": config.seed, "sampled_params": SAMPLED,  # extra overrides
+        "per_class": config.per_class, "warm_router": config.warm_router, "seed": config.seed,
+        "sampled_params": SAMPLED,  # extra overrides
         "policy": config.policy or "<built-in defaults>", "classifier": classifier_name,
         "command": config.command, **config.extra,
     }

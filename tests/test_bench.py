@@ -43,13 +43,26 @@ def test_workloads_are_shipped_and_mixed_is_equal_thirds_shuffled():
     assert [p.klass for p in mixed[:6]] != ["code"] * 6  # shuffled, not concatenated
 
 
+def test_router_warm_up_prompts_are_held_out_of_the_measured_set():
+    from bench.workloads import warm_prompts
+
+    measured = load_workload("mixed", seed=0, held_out=8)
+    warm = warm_prompts("mixed", 8, seed=0)
+    assert not {p.id for p in measured} & {p.id for p in warm}
+    assert {k: sum(p.klass == k for p in warm) for k in CLASSES} == {k: 8 for k in CLASSES}
+    assert len(measured) == 3 * (len(load_workload("code")) - 8)
+    assert len(load_workload("mixed", per_class=4, held_out=8)) == 12 and warm_prompts("mixed", 0) == []
+    with pytest.raises(ValueError):
+        load_workload("code", held_out=len(load_workload("code")))
+
+
 def test_bench_run_writes_json_markdown_and_plots(family, tmp_path):
     from bench.run import BenchConfig, run_bench
 
     out = tmp_path / "out"
     config = BenchConfig(workload="mixed", per_class=1, max_tokens=6, modes=("greedy", "sampled"),
                          model=str(family / "target"), draft=str(family / "drafter"), out=out,
-                         use_labels=True, warmup_study=True, warmup_passes=1)
+                         use_labels=True, warmup_study=True, warmup_passes=1, warm_router=1)
     run_bench(config, progress=lambda _: None)
 
     results = json.loads((out / "results.json").read_text(), parse_constant=_reject_nan)
@@ -63,9 +76,11 @@ def test_bench_run_writes_json_markdown_and_plots(family, tmp_path):
     autos = [r for r in records if r["engine"] in ("auto", "auto@http")]
     assert len(autos) == 2 * 3 * 2
     assert all(r["route_engine"] in ("raw", "mtp", "ddtree") and r["route_reason"] and r["route_class"] for r in autos)
-    # auto in process and auto over HTTP have a router each: both learned from their own traffic only
+    # auto in process and auto over HTTP have a router each: both learned from their own traffic only,
+    # 3 measured prompts and 3 held-out warm-up prompts (1 per class) in each of the 2 modes
+    assert results["config"]["warm_router"] == 1 and "warmed by 1 held-out prompts per class" in (out / "report.md").read_text()
     for stats in (results["router_stats"], results["http_router_stats"]):
-        assert sum(d["count"] for d in stats["decisions"] if d["reason"] != "forced") == 3 * 2
+        assert sum(d["count"] for d in stats["decisions"] if d["reason"] != "forced") == (3 + 3) * 2
     greedy = results["summary"]["modes"]["greedy"]
     assert set(greedy["table"]) == {"code", "prose", "structured", "all"}
     assert set(greedy["table"]["all"]) == set(lanes)
