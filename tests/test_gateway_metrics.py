@@ -78,4 +78,6 @@ def test_metric_names_follow_conventions():
         if family.type == "histogram":
             assert family.name.endswith(("_seconds", "_tokens_per_step"))  # a base unit, or a count of tokens
         for sample in family.samples:
-            assert set(sample.labels) <= {"endpoint", "engine", "class", "status", "reason", "le", "position", "kind", *INFO_LABELS}
+            # every label has a small closed set of values (decoding: greedy/sampled; mode: pipelined/host)
+            assert set(sample.labels) <= {"endpoint", "engine", "class", "status", "reason", "le", "position", "kind",
+                                          "decoding", "mode", *INFO_LABELS}
