@@ -159,6 +159,11 @@ def build() -> dict[str, Any]:
         (f"max by (class, engine) ({q('switchyard_router_predicted_speedup')})", "{{class}} / {{engine}}")], "short")
     d.timeseries("Mid-request hand-offs to raw / s", [
         (f"sum by (engine) ({rate('switchyard_engine_handoffs_total')})", "{{engine}}")], "short")
+    d.timeseries("Speculative cycle time by mode", [
+        (f"max by (engine, decoding, mode) ({q('switchyard_spec_cycle_seconds')})",
+         "{{engine}} {{decoding}} {{mode}}")], "s",
+        description="Pipelined (the verdict read one cycle late) vs host cycles; on a GPU each engine runs the cheaper "
+                    "(switchyard_spec_cycle_pipelined), on the CPU backend the host cycle.")
 
     d.row("Routing")
     d.timeseries("Route mix by engine", [
