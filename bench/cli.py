@@ -51,14 +51,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-passes", type=int, default=3, metavar="P")
     p.add_argument("--warm-router", type=int, default=8, metavar="W",
                    help="before measuring, send the last W prompts of each class (never measured) through auto "
-                        "in every mode, so its routers start warm (default: 8; 0: an empty monitor)")
+                        "in every mode, so its routers start warm (default: 8; 0: an empty monitor); with "
+                        "--clients, each server first answers 3W of them one at a time")
     p.add_argument("--blas-probe", action="store_true",
                    help="Linux: also measure c(1)/c(4), prefill and decode with the wheel's BLAS vs OpenBLAS")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--clients", default=None, metavar="LIST",
                    help="concurrent streaming clients, e.g. 1,2,4,8: aggregate and per-client tok/s and TTFT of "
                         "`serve --max-batch 1`, `serve` (batched) and mlx_lm.server (bench/clients.py)")
-    p.add_argument("--per-client", type=int, default=2, metavar="N", help="requests per client with --clients")
+    p.add_argument("--per-client", type=int, default=6, metavar="N",
+                   help="requests per client with --clients (default 6: fewer make each level a few seconds long, "
+                        "where one slow request moves the figure)")
     p.add_argument("--no-mlx-lm", action="store_true", help="with --clients or multiturn: skip mlx_lm.server")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", metavar="DIR", default="bench/out/latest", help="output dir (default: %(default)s)")
@@ -86,7 +89,7 @@ def bench(args: argparse.Namespace) -> int:
             return 2
         model = Path(args.model) if args.model else default_model_dir()
         report = run_clients(model, Path(args.out), levels, args.per_client, args.max_tokens,
-                             with_mlx_lm=not args.no_mlx_lm,
+                             warmup=max(2, 3 * args.warm_router), with_mlx_lm=not args.no_mlx_lm,
                              serve_args=tuple(a for a in ("--dtype", args.dtype) if args.dtype) if args.dtype else ())
         print((Path(args.out) / "clients.md").read_text())
         return 0 if report["errors"] == 0 else 1

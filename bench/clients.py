@@ -10,7 +10,9 @@ against three servers run one after another on this machine:
   weighs load;
 * `mlx_lm.server` on the same model (it batches concurrent requests too).
 
-Each server first answers 6 warm-up requests one at a time (compiles, the router's monitor learns),
+Each server first answers 24 warm-up requests one at a time (`--warm-router` 8 per class, prompts the
+levels never use: compiles, and the router's monitor learns which engine wins each class here, so the
+serial and batched servers start from settled choices rather than a few noisy ones),
 then one full concurrent round at the largest N (every batch size's first-use compiles on a GPU: on
 MLX-CUDA a cold batched pass ran at 0.13x a warm one, bench.profile_batch).
 Reported per N: aggregate completion tokens/s (all tokens / wall time), per-client decode tokens/s
@@ -120,7 +122,7 @@ def _warm(base_url: str, model: str, prompts: list[dict], count: int, max_tokens
 
 
 def run(model_dir: Path, out: Path, levels: tuple[int, ...] = (1, 2, 4, 8), per_client: int = 2,
-        max_tokens: int = 128, warmup: int = 6, with_mlx_lm: bool = True, serve_args: tuple[str, ...] = ()) -> dict:
+        max_tokens: int = 128, warmup: int = 24, with_mlx_lm: bool = True, serve_args: tuple[str, ...] = ()) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     prompts = mixed_prompts()
     results: list[Level] = []
