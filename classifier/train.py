@@ -31,6 +31,7 @@ TEMPLATE_SHARE = 3.0
 # Records of the generated set carry these source prefixes (everything else is a real source).
 TEMPLATE_PREFIXES = ("template:", "handwritten", "nvidia-bigcode-eval:")
 SEED = 7
+CLASS_BALANCE = True  # see source_weights
 
 
 def fit_pipeline(train: LabelledSet, spec: FeatureSpec | None = None, c: float = REGULARISATION_C) -> Pipeline:
@@ -45,7 +46,8 @@ def fit_pipeline(train: LabelledSet, spec: FeatureSpec | None = None, c: float =
     return pipeline
 
 
-def source_weights(data: LabelledSet, template_share: float = TEMPLATE_SHARE) -> np.ndarray:
+def source_weights(data: LabelledSet, template_share: float = TEMPLATE_SHARE,
+                   class_balance: bool = CLASS_BALANCE) -> np.ndarray:  # fmt: skip
     """Per-prompt weights: every real source carries the same total weight, whatever its size, and
     the generated templates together carry `template_share` of one real source per real source.
 
@@ -60,15 +62,19 @@ def source_weights(data: LabelledSet, template_share: float = TEMPLATE_SHARE) ->
     mass = {n: 1.0 for n in real}
     mass["template"] = template_share * max(len(real), 1)
     per_prompt = np.array([mass[n] / c for n, c in zip(names, counts)])[inverse]
+    if class_balance:
+        labels = np.array(data.labels)
+        for label in np.unique(labels):
+            per_prompt[labels == label] /= per_prompt[labels == label].sum()
     return per_prompt * len(data.labels) / per_prompt.sum()  # mean weight 1 keeps C comparable
 
 
 def fit_fold(train: LabelledSet, spec: FeatureSpec | None = None, c: float = REGULARISATION_C,
-             template_share: float = TEMPLATE_SHARE) -> Pipeline:  # fmt: skip
+             template_share: float = TEMPLATE_SHARE, class_balance: bool = CLASS_BALANCE) -> Pipeline:  # fmt: skip
     """Uncalibrated fit for evaluation folds: temperature scaling cannot change the argmax."""
     pipeline = Pipeline([("features", RequestFeaturizer(spec)), ("model", LogisticRegression(C=c, max_iter=5000, tol=1e-6))])
     with threadpool_limits(limits=1):
-        pipeline.fit(train.requests, train.labels, model__sample_weight=source_weights(train, template_share))
+        pipeline.fit(train.requests, train.labels, model__sample_weight=source_weights(train, template_share, class_balance))
     return pipeline
 
 
