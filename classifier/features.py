@@ -253,12 +253,13 @@ def cue_values(request: RequestText, outside: str | None = None) -> np.ndarray:
     return cues.TABLE.values(cue_text(request, outside).lower())
 
 
-def lexicon_values(request: RequestText, spec: FeatureSpec, ask: str | None = None) -> np.ndarray:
-    """The ask's mean word vector (zeros when the spec has no lexicon block). `ask`: lower-cased cue_text."""
+def lexicon_values(request: RequestText, spec: FeatureSpec, ask: str | None = None,
+                   tokens: hashing.Tokens | None = None) -> np.ndarray:  # fmt: skip
+    """The ask's mean word vector (empty when the spec has no lexicon block). `ask`: lower-cased cue_text."""
     if not spec.lexicon_dim:
         return np.zeros(0)
     ask = cue_text(request).lower() if ask is None else ask
-    return lexicon.for_digest(spec.lexicon_digest).mean_vector(ask) * spec.lexicon_weight
+    return lexicon.for_digest(spec.lexicon_digest).mean_vector(ask, tokens) * spec.lexicon_weight
 
 
 def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -293,9 +294,10 @@ def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.n
         scaled = raw
     blocks.append((np.arange(len(STRUCT_NAMES)) + struct_off, scaled))
     ask = cue_text(request, outside).lower()
-    cue_hits = cues.TABLE.values(ask)
+    ask_tokens = hashing.tokens(ask)  # shared by the cues and the word vectors
+    cue_hits = cues.TABLE.values(ask, ask_tokens)
     cue_off = struct_off + len(STRUCT_NAMES)
     blocks.append((np.flatnonzero(cue_hits) + cue_off, cue_hits[cue_hits > 0] * spec.cue_weight))
     if spec.lexicon_dim:
-        blocks.append((np.arange(spec.lexicon_dim) + cue_off + len(cues.CUE_NAMES), lexicon_values(request, spec, ask)))
+        blocks.append((np.arange(spec.lexicon_dim) + cue_off + len(cues.CUE_NAMES), lexicon_values(request, spec, ask, ask_tokens)))
     return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])

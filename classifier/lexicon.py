@@ -33,11 +33,10 @@ SIF_A = 1e-3
 QUANT = 127.0
 
 
-def word_hashes(text: str) -> np.ndarray:
+def word_hashes(text: str, tokens: hashing.Tokens | None = None) -> np.ndarray:
     """The lexicon's key for every word of a lower-cased text (same tokenizer as the word blocks)."""
-    points = hashing.codepoints(text)
-    starts, ends = hashing.word_spans(points)
-    return hashing.word_unigrams(hashing.prefix_hash(points), starts, ends, SALT)
+    _, prefix, starts, ends = tokens or hashing.tokens(text)
+    return hashing.word_unigrams(prefix, starts, ends, SALT)
 
 
 @dataclass(frozen=True)
@@ -51,11 +50,11 @@ class Lexicon:
     def dim(self) -> int:
         return int(self.vectors.shape[1])
 
-    def mean_vector(self, text: str) -> np.ndarray:
+    def mean_vector(self, text: str, tokens: hashing.Tokens | None = None) -> np.ndarray:
         """Weighted mean of the known words' vectors of a lower-cased text, L2-normalised."""
         found = np.empty(0, dtype=np.int64)
         if text:
-            words = word_hashes(text)
+            words = word_hashes(text, tokens)
             index = np.minimum(np.searchsorted(self.hashes, words), self.hashes.size - 1)
             found = index[self.hashes[index] == words]
         if found.size == 0:

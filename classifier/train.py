@@ -53,6 +53,10 @@ def source_weights(data: LabelledSet, template_share: float = TEMPLATE_SHARE,
 
     Without this the 1,000 ChatterBot greetings and the 4,000 template prompts decide the
     boundary; with it no single style does, which is what leave-one-source-out rewards.
+    `class_balance` then rescales so that the three classes carry equal total weight: the real
+    sources are ~85 % prose because of which datasets exist, not because requests are, and that
+    share would otherwise become the model's prior (an intercept pulling specs and FAQ
+    programming questions towards prose).
     """
     if len(data.sources) != len(data.labels):  # a set built without sources: all one kind
         return np.ones(len(data.labels))
