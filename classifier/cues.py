@@ -191,14 +191,13 @@ class CueTable:
             (bit, sum(1 << names.index(req) for req in cue.requires)) for bit, cue in enumerate(cues) if cue.requires
         ]
 
-    def values(self, ask: str) -> np.ndarray:
-        """0/1 per cue for a lower-cased ask text."""
+    def values(self, ask: str, tokens: hashing.Tokens | None = None) -> np.ndarray:
+        """0/1 per cue for a lower-cased ask text (`tokens`: `hashing.tokens(ask)` when the caller has them)."""
         hit = 0
-        points = hashing.codepoints(ask)
-        starts, ends = hashing.word_spans(points)
+        points, prefix, starts, ends = tokens or hashing.tokens(ask)
         n = starts.size
         if n:
-            words = hashing.word_unigrams(hashing.prefix_hash(points), starts, ends, _SALT)
+            words = hashing.word_unigrams(prefix, starts, ends, _SALT)
             tokens = hashing.with_bigrams(words)
             index = np.minimum(np.searchsorted(self.keys, tokens), self.keys.size - 1)
             found = np.flatnonzero(self.keys[index] == tokens)  # a handful of the prompt's tokens

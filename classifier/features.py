@@ -3,7 +3,8 @@
 Column layout (one sparse row):
   [char n-grams of system+user | words+bigrams of system+user | words of the ask (system prompt +
    running-text lines of the user message, see ask_text) |
-   words of earlier history (weighted down) | structural features (standardised)]
+   words of earlier history (weighted down) | structural features (standardised) | reply cues |
+   the ask's mean word vector (lexicon.py)]
 Training (featurizer.py) and inference (model.py) both call `featurize`, so the persisted model
 reproduces the fitted pipeline exactly.
 """
@@ -11,11 +12,11 @@ reproduces the fitted pipeline exactly.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from classifier import cues, hashing
+from classifier import cues, hashing, lexicon
 from contracts.request_text import RequestText
 
 # The constants below are part of the feature map too: changing any of them needs a retrain.
@@ -43,6 +44,11 @@ class FeatureSpec:
     history_weight: float = 0.3
     struct_weight: float = 0.5
     cue_weight: float = 1.0
+    # Word vectors of the ask (classifier/lexicon.py): fixed by the lexicon's digest at fit time;
+    # weight 0 (or a spec saved before the lexicon existed) leaves the block out.
+    lexicon_weight: float = 1.0
+    lexicon_digest: str = ""
+    lexicon_dim: int = 0
     struct_mean: tuple[float, ...] = field(default_factory=tuple)
     struct_scale: tuple[float, ...] = field(default_factory=tuple)
 
@@ -55,7 +61,14 @@ class FeatureSpec:
 
     @property
     def n_features(self) -> int:
-        return self.offsets[-1] + len(STRUCT_NAMES) + len(cues.CUE_NAMES)
+        return self.offsets[-1] + len(STRUCT_NAMES) + len(cues.CUE_NAMES) + self.lexicon_dim
+
+    def with_lexicon(self) -> "FeatureSpec":
+        """This spec bound to the shipped lexicon (what fitting does when the block is wanted)."""
+        if self.lexicon_weight <= 0 or self.lexicon_digest:
+            return self
+        shipped = lexicon.load()
+        return replace(self, lexicon_digest=shipped.digest, lexicon_dim=shipped.dim)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -240,6 +253,15 @@ def cue_values(request: RequestText, outside: str | None = None) -> np.ndarray:
     return cues.TABLE.values(cue_text(request, outside).lower())
 
 
+def lexicon_values(request: RequestText, spec: FeatureSpec, ask: str | None = None,
+                   tokens: hashing.Tokens | None = None) -> np.ndarray:  # fmt: skip
+    """The ask's mean word vector (empty when the spec has no lexicon block). `ask`: lower-cased cue_text."""
+    if not spec.lexicon_dim:
+        return np.zeros(0)
+    ask = cue_text(request).lower() if ask is None else ask
+    return lexicon.for_digest(spec.lexicon_digest).mean_vector(ask, tokens) * spec.lexicon_weight
+
+
 def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
     """Column indices and values of the request's sparse feature row (indices increase by block)."""
     char_off, word_off, edge_off, hist_off, struct_off = spec.offsets
@@ -271,6 +293,11 @@ def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.n
     else:  # not fitted yet: the featurizer fits the scaler on these raw values
         scaled = raw
     blocks.append((np.arange(len(STRUCT_NAMES)) + struct_off, scaled))
-    cues = cue_values(request, outside)
-    blocks.append((np.flatnonzero(cues) + struct_off + len(STRUCT_NAMES), cues[cues > 0] * spec.cue_weight))
+    ask = cue_text(request, outside).lower()
+    ask_tokens = hashing.tokens(ask)  # shared by the cues and the word vectors
+    cue_hits = cues.TABLE.values(ask, ask_tokens)
+    cue_off = struct_off + len(STRUCT_NAMES)
+    blocks.append((np.flatnonzero(cue_hits) + cue_off, cue_hits[cue_hits > 0] * spec.cue_weight))
+    if spec.lexicon_dim:
+        blocks.append((np.arange(spec.lexicon_dim) + cue_off + len(cues.CUE_NAMES), lexicon_values(request, spec, ask, ask_tokens)))
     return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])

@@ -20,7 +20,7 @@ class RequestFeaturizer(TransformerMixin, BaseEstimator):
         self.spec = spec
 
     def fit(self, requests: Sequence[RequestText], y=None) -> "RequestFeaturizer":
-        base = self.spec or FeatureSpec()
+        base = (self.spec or FeatureSpec()).with_lexicon()
         raw = np.stack([structural_raw(primary_text(r)) for r in requests])
         scale = raw.std(axis=0)
         scale[scale < 1e-6] = 1.0  # a constant feature stays zero after centring

@@ -87,6 +87,16 @@ def word_spans(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
 
 
+Tokens = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # code points, prefix hash, word starts, word ends
+
+
+def tokens(text: str) -> Tokens:
+    """Everything the word hashes of `text` are computed from (salt-independent, so shared between blocks)."""
+    points = codepoints(text)
+    starts, ends = word_spans(points)
+    return points, prefix_hash(points), starts, ends
+
+
 def word_unigrams(prefix: np.ndarray, starts: np.ndarray, ends: np.ndarray, salt: int) -> np.ndarray:
     return mix(span_hashes(prefix, starts, ends) + np.uint64(salt))
 

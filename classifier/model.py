@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from classifier import lexicon
 from classifier.features import FeatureSpec, featurize
 from contracts.errors import ModelLoadError
 from contracts.names import CLASSES as LABELS
@@ -85,6 +86,8 @@ class LinearModel:
         if meta.get("format") != FORMAT:
             raise ModelLoadError(f"{directory}/model.json: unknown format {meta.get('format')!r} (want {FORMAT})")
         spec = FeatureSpec.from_json(meta["feature_spec"])
+        if spec.lexicon_dim:
+            lexicon.for_digest(spec.lexicon_digest)  # the word vectors it was fitted with (ModelLoadError if not)
         labels = tuple(meta["labels"])
         if coef.shape != (len(labels), spec.n_features) or intercept.shape != (len(labels),):
             raise ModelLoadError(f"{directory}: weights shape {coef.shape} does not match the feature spec")

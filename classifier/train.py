@@ -31,6 +31,7 @@ TEMPLATE_SHARE = 3.0
 # Records of the generated set carry these source prefixes (everything else is a real source).
 TEMPLATE_PREFIXES = ("template:", "handwritten", "nvidia-bigcode-eval:")
 SEED = 7
+CLASS_BALANCE = True  # see source_weights
 
 
 def fit_pipeline(train: LabelledSet, spec: FeatureSpec | None = None, c: float = REGULARISATION_C) -> Pipeline:
@@ -45,12 +46,17 @@ def fit_pipeline(train: LabelledSet, spec: FeatureSpec | None = None, c: float =
     return pipeline
 
 
-def source_weights(data: LabelledSet, template_share: float = TEMPLATE_SHARE) -> np.ndarray:
+def source_weights(data: LabelledSet, template_share: float = TEMPLATE_SHARE,
+                   class_balance: bool = CLASS_BALANCE) -> np.ndarray:  # fmt: skip
     """Per-prompt weights: every real source carries the same total weight, whatever its size, and
     the generated templates together carry `template_share` of one real source per real source.
 
     Without this the 1,000 ChatterBot greetings and the 4,000 template prompts decide the
     boundary; with it no single style does, which is what leave-one-source-out rewards.
+    `class_balance` then rescales so that the three classes carry equal total weight: the real
+    sources are ~85 % prose because of which datasets exist, not because requests are, and that
+    share would otherwise become the model's prior (an intercept pulling specs and FAQ
+    programming questions towards prose).
     """
     if len(data.sources) != len(data.labels):  # a set built without sources: all one kind
         return np.ones(len(data.labels))
@@ -60,15 +66,19 @@ def source_weights(data: LabelledSet, template_share: float = TEMPLATE_SHARE) ->
     mass = {n: 1.0 for n in real}
     mass["template"] = template_share * max(len(real), 1)
     per_prompt = np.array([mass[n] / c for n, c in zip(names, counts)])[inverse]
+    if class_balance:
+        labels = np.array(data.labels)
+        for label in np.unique(labels):
+            per_prompt[labels == label] /= per_prompt[labels == label].sum()
     return per_prompt * len(data.labels) / per_prompt.sum()  # mean weight 1 keeps C comparable
 
 
 def fit_fold(train: LabelledSet, spec: FeatureSpec | None = None, c: float = REGULARISATION_C,
-             template_share: float = TEMPLATE_SHARE) -> Pipeline:  # fmt: skip
+             template_share: float = TEMPLATE_SHARE, class_balance: bool = CLASS_BALANCE) -> Pipeline:  # fmt: skip
     """Uncalibrated fit for evaluation folds: temperature scaling cannot change the argmax."""
     pipeline = Pipeline([("features", RequestFeaturizer(spec)), ("model", LogisticRegression(C=c, max_iter=5000, tol=1e-6))])
     with threadpool_limits(limits=1):
-        pipeline.fit(train.requests, train.labels, model__sample_weight=source_weights(train, template_share))
+        pipeline.fit(train.requests, train.labels, model__sample_weight=source_weights(train, template_share, class_balance))
     return pipeline
 
 
