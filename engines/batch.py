@@ -145,11 +145,17 @@ class DecodeBatch:
         return cache, row.pending
 
     # -- stepping ------------------------------------------------------------------------------
-    def take(self, row: BatchRow) -> BatchToken:
-        """The row's next token: from a step another row already ran this round, or from a new step."""
+    def take(self, row: BatchRow) -> list[BatchToken]:
+        """Every token the row has ready (from a step another row already ran this round), else the next
+        step's. Usually one; two when a join or leave landed the queued step after the row had taken its
+        token this round. Taking them all at once keeps such tokens from piling up: a row one token
+        ahead stays ahead, and each step it is ahead computes a token past its request's end (before
+        this, ~7 per request with 8 clients, 11% of the batched work on the CPU)."""
         if not row.ready:
             self._step()
-        return row.ready.popleft()
+        tokens = list(row.ready)
+        row.ready.clear()
+        return tokens
 
     def drain(self) -> None:
         """Lands the step queued ahead (pipelining): every row gets its token, nothing stays in flight,

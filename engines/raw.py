@@ -47,9 +47,11 @@ def decode(
             row = batch.join(cache, pending, cfg, rng, processor)
             try:
                 while not cancel.cancelled and (row.ready or not batch.alone(row)):
-                    out = batch.take(row)
-                    yield StepResult(tokens=[out.token], seconds=out.seconds, engine=engine, logprobs=out.logprobs,
-                                     batch_rows=out.rows)
+                    outs = batch.take(row)
+                    # several tokens span several steps: their time is not one step's (the monitor skips it)
+                    yield StepResult(tokens=[o.token for o in outs], seconds=sum(o.seconds for o in outs),
+                                     engine=engine, logprobs=[lp for o in outs for lp in o.logprobs],
+                                     batch_rows=outs[-1].rows, interleaved=len(outs) > 1)
                 if cancel.cancelled:
                     return
                 cache, pending = batch.split_off(row)

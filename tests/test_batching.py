@@ -230,3 +230,22 @@ def test_concurrent_openai_clients_share_batched_steps_and_get_their_unbatched_a
     assert steps > 0 and rows / steps >= 2.0
     assert "switchyard_batch_max_rows 4.0" in metrics
     _assert_batch_empty(runtime)
+
+
+def test_joins_and_leaves_leave_no_backlog_to_step_past_a_requests_end(runtime):
+    """A join or leave lands the queued step mid-round; a row that had already taken its token then has
+    one more ready. It takes both next time, so rows never run ahead: the batch computes about one token
+    per request past its end (the step in flight when it leaves), not one per join or leave it saw."""
+    runtime.set_batching(8)
+    greedy = lambda n: SamplingParams(max_tokens=n, temperature=0.0)  # noqa: E731
+    jobs = [Job(PROMPTS[i % len(PROMPTS)], greedy(20 + 7 * (i % 4)), start=3 * i) for i in range(10)]
+    batch = runtime.bundle.decode_batch
+    before = batch.row_steps
+    interleave(runtime, jobs)
+    for job in jobs[:3]:
+        assert job.tokens == alone(runtime, job).tokens
+    batched_tokens = sum(len(job.tokens) for job in jobs) - len(jobs)   # each request's first token is its prefill's
+    wasted = batch.row_steps - before - batched_tokens
+    assert max(max(j.rows) for j in jobs) >= 4
+    assert wasted <= 2 * len(jobs), wasted
+    _assert_batch_empty(runtime)
