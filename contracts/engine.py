@@ -88,10 +88,15 @@ class SwitchRule:
         return self.break_even(engine, other, other_accepted) - self.margin - noise
 
 
+MIN_ROW_COST = 0.02   # a batch row is never free (its sampling, KV write, logits): the floor of a marginal cost
+
+
 def marginal_batch_cost(costs: Sequence[float], others: int) -> float:
     """What one more raw token costs the worker when `others` requests are generating besides this one
     and all of them decode raw in one batch: c(others + 1) - c(others), in single raw steps, from the
-    table costs[B - 1] = c(B) (1.0 with no table or nobody else; beyond the table its last slope goes on)."""
+    table costs[B - 1] = c(B) (1.0 with no table or nobody else; beyond the table its last slope goes on).
+    A learned table is only non-decreasing (noise is clipped up), so two sizes can cost the same; the
+    price is then MIN_ROW_COST, not 0, which break-evens divide by."""
     if others <= 0 or len(costs) < 2:
         return 1.0
 
@@ -100,7 +105,7 @@ def marginal_batch_cost(costs: Sequence[float], others: int) -> float:
             return costs[rows - 1]
         return costs[-1] + (rows - len(costs)) * (costs[-1] - costs[-2])
 
-    return max(0.0, min(1.0, c(others + 1) - c(others)))
+    return max(MIN_ROW_COST, min(1.0, c(others + 1) - c(others)))
 
 
 class CancelToken:

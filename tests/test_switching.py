@@ -3,12 +3,14 @@ evidence, losslessly, with the probed engines' states exactly in sync with the r
 
 from __future__ import annotations
 
+import math
+
 import mlx.core as mx
 import numpy as np
 import pytest
 from mlx_lm.models.cache import KVCache
 
-from contracts.engine import SwitchRule
+from contracts.engine import MIN_ROW_COST, SwitchRule
 from contracts.sampling import SamplingParams
 from engines.ddtree import DDTreeEngine, _Probe
 from engines.dflash import load_drafter
@@ -225,3 +227,20 @@ def test_watch_picks_the_fastest_alternative_and_never_returns():
     watch.record(0.0)
     watch.record(0.0)
     assert watch.choice() == "raw"    # mtp was left: only raw remains
+
+
+def test_a_flat_learned_batch_table_prices_raw_above_zero():
+    # the monitor's c(B) is only non-decreasing: here 3 rows cost what 2 do, so a 3rd row's marginal
+    # cost reads 0. A speculative request running beside 2 others must still get a finite threshold
+    # (this divided by zero and failed the request mid-stream) and hand over to the nearly free batch.
+    rule = SwitchRule(window=2, margin=0.0, evidence_z=1.645, costs={"ddtree": 1.5},
+                      targets=("raw",), batch_costs=(1.0, 1.9, 1.9, 1.9))
+    busy = rule.batched(2)
+    assert busy.cost("raw") == pytest.approx(MIN_ROW_COST)
+    assert math.isfinite(busy.threshold("ddtree", "raw"))
+    assert busy.break_even("ddtree", "raw") == pytest.approx(1.5 / MIN_ROW_COST - 1)
+    watch = SwitchWatch(busy, "ddtree")
+    for accepted in (4.0, 4.0):   # even a perfect tree loses to a batch row this cheap
+        watch.record(accepted)
+    assert watch.choice(("raw",)) == "raw"
+    assert rule.batched(0).cost("raw") == 1.0   # alone, raw costs a full step
