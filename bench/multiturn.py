@@ -75,6 +75,10 @@ class Series:
         return self.turns[-1].ttft_s / self.turns[0].ttft_s
 
 
+class StreamError(RuntimeError):
+    """The server ended a stream with an error event."""
+
+
 def stream_once(base_url: str, body: dict, timeout: float = 600.0) -> tuple[float, float | None, str, dict]:
     """POST a streaming chat completion: (TTFT, decode tokens/s after the first token, text, usage);
     usage also carries the engine that ran (`_engine`)."""
@@ -91,6 +95,8 @@ def stream_once(base_url: str, body: dict, timeout: float = 600.0) -> tuple[floa
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             data = json.loads(line[6:])
+            if data.get("error"):   # a failure after the 200: the reply is cut short, never a success
+                raise StreamError(f"error event: {data['error']}")
             if data.get("usage"):
                 usage = data["usage"]
             for choice in data.get("choices") or []:

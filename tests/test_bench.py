@@ -9,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
+from bench import multiturn
 from bench.measure import RequestRecord
 from bench.summary import oracle_regret, summarize
 from bench.warmup import stability
@@ -147,3 +149,23 @@ def test_bench_cli_is_registered_and_imports_no_mlx():
     bad = subprocess.run([sys.executable, "-m", "gateway.cli", "bench", "--engines", "raw,bogus"], cwd=REPO,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown engine" in bad.stderr
+
+
+@pytest.mark.parametrize("failed", [False, True])
+def test_a_stream_that_ends_in_an_error_event_is_a_failed_request(monkeypatch, failed):
+    # a server that fails after its 200 says so in an SSE error event: the clients/multiturn benches
+    # must count that request as an error, not as a short success
+    events = [{"choices": [{"delta": {"content": "hi"}}]}]
+    if failed:
+        events.append({"error": {"message": "The 'ddtree' engine failed while generating.", "code": "engine_failure"}})
+    events.append({"choices": [], "usage": {"completion_tokens": 1}})
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    client = httpx.Client(transport=httpx.MockTransport(
+        lambda request: httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})))
+    monkeypatch.setattr(multiturn.httpx, "stream", client.stream)
+    ask = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    if failed:
+        with pytest.raises(multiturn.StreamError, match="engine_failure"):
+            multiturn.stream_once("http://server", ask)
+    else:
+        assert multiturn.stream_once("http://server", ask)[2] == "hi"
