@@ -46,9 +46,13 @@ def test_family_trains_every_phase_through_the_one_loop(family):
 def test_distill_and_export_give_a_family_the_engines_read(family, tmp_path):
     distilled = tmp_path / "distilled"
     assert main(["distill", "--tiny", "--out", str(distilled), "--tokenizer", str(TOKENIZER), "--target-shards",
-                 str(family), "--drafter-init", str(family), "--max-prompts", "16", "--modes", "greedy"]) == 0
+                 str(family), "--drafter-init", str(family), "--max-prompts", "16", "--modes", "greedy",
+                 "--drafter-block", "3", "--eval-init"]) == 0
     report = json.loads((distilled / "report.json").read_text())
     assert report["generation"]["greedy"]["replies"] == 16 and report["drafter"]["steps"] == 4
+    # the starting drafter was measured on the same held-out blocks, at the new block size
+    assert report["drafter"]["heldout_init"].keys() == report["drafter"]["heldout"].keys()
+    assert all(len(d["per_position_agreement"]) == 2 for d in report["drafter"]["heldout_init"].values())
 
     out = tmp_path / "export"
     assert main(["export", "--shards", str(family), "--out", str(out), "--tokenizer-dir", str(TOKENIZER.parent)]) == 0
@@ -58,5 +62,6 @@ def test_distill_and_export_give_a_family_the_engines_read(family, tmp_path):
     assert has_mtp_tensors(out / "target")
     drafter = DrafterConfig.from_dict(read_config(out / "drafter"))
     assert len(drafter.layer_types) == drafter.num_hidden_layers == 1
+    assert drafter.block_size == 3
     assert read_config(out / "drafter")["num_target_layers"] == target["num_hidden_layers"] == 4
     assert max(drafter.target_layer_ids) < target["num_hidden_layers"]

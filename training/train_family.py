@@ -214,13 +214,17 @@ def drafter_step(drafter, target, capture, batch, args, device, rng: np.random.G
     return loss, match.float().mean((0, 1)), accepted.mean()
 
 
-def train_drafter(args, target, streams, device) -> tuple[DFlashDrafter, dict, LayerCapture]:
+def new_drafter(args, target, device) -> tuple[DFlashDrafter, LayerCapture]:
     seed_everything(args.seed + 2)
     drafter = DFlashDrafter(args.drafter_config).to(device)
     if args.drafter_init is not None:  # continue training a drafter (same seeds, fresh schedule)
         drafter.load_state_dict({k: v.float() for k, v in load_shards(args.drafter_init, "drafter").items()})
         print(f"[drafter] initialised from {args.drafter_init}", flush=True)
-    capture = LayerCapture(target, list(drafter.cfg.target_layer_ids))
+    return drafter, LayerCapture(target, list(drafter.cfg.target_layer_ids))
+
+
+def train_drafter(args, target, streams, device, drafter: DFlashDrafter, capture: LayerCapture) -> dict:
+    drafter.train()
     data = batches(BatchSampler(streams, args.drafter_seq, seed=args.seed + 2), args.drafter_batch, device)
     rng = np.random.default_rng(args.seed + 2)
 
@@ -232,12 +236,12 @@ def train_drafter(args, target, streams, device) -> tuple[DFlashDrafter, dict, L
     report = train_loop(phase(args, "drafter", weight_decay=0.01, warmup=args.warmup, loss_name="kl"),
                         drafter.parameters(), step)
     drafter.eval()
-    return drafter, report, capture
+    return report
 
 
 @torch.no_grad()
-def eval_drafter(drafter, target, capture, heldout, args, device) -> dict:
-    rng = np.random.default_rng(123)
+def eval_drafter(drafter, target, capture, heldout, args, device, tag: str = "eval") -> dict:
+    rng = np.random.default_rng(123)   # the same blocks for every call: before / after compare
     result = {}
     for domain, chunks in heldout_batches(heldout, args.drafter_seq, args.eval_tokens // 2, args.drafter_batch):
         positions, accepted = [], []
@@ -248,7 +252,7 @@ def eval_drafter(drafter, target, capture, heldout, args, device) -> dict:
             accepted.append(acc.item())
         result[domain] = {"chain_accepted_per_block": round(float(np.mean(accepted)), 3),
                           "per_position_agreement": [round(float(x), 3) for x in np.mean(positions, 0)]}
-        print(f"[eval] drafter {domain:10s} greedy chain accepted/block {np.mean(accepted):.2f} "
+        print(f"[{tag}] drafter {domain:10s} greedy chain accepted/block {np.mean(accepted):.2f} "
               f"per position {result[domain]['per_position_agreement']}", flush=True)
     return result
 
@@ -256,8 +260,15 @@ def eval_drafter(drafter, target, capture, heldout, args, device) -> dict:
 def drafter_phase(args, target, streams, heldout, device, report: RunReport) -> None:
     """Train the drafter, evaluate it on the held-out streams, save its shards (train_family's last
     phase and all of distill.py's training)."""
-    drafter, report["drafter"], capture = train_drafter(args, target, streams, device)
+    drafter, capture = new_drafter(args, target, device)
+    before = None
+    if args.eval_init and args.drafter_init is not None:   # the starting drafter on the same held-out blocks
+        drafter.eval()
+        before = eval_drafter(drafter, target, capture, heldout, args, device, tag="eval-init")
+    report["drafter"] = train_drafter(args, target, streams, device, drafter, capture)
     report["drafter"]["heldout"] = eval_drafter(drafter, target, capture, heldout, args, device)
+    if before is not None:
+        report["drafter"]["heldout_init"] = before
     report.save("drafter", drafter.state_dict())
     print(f"[done] files {report['files']}", flush=True)
 
@@ -296,6 +307,10 @@ def build_parser(description: str = __doc__, prog: str | None = None, corpus: bo
     parser.add_argument("--drafter-gamma", type=float, default=4.0, help="loss weight exp(-(i-1)/gamma)")
     parser.add_argument("--max-docs", type=int, default=None)
     parser.add_argument("--drafter-init", type=Path, help="start the drafter from drafter-*.safetensors here")
+    parser.add_argument("--eval-init", action="store_true", help="also evaluate the --drafter-init drafter first")
+    parser.add_argument("--drafter-block", type=int, default=None,
+                        help="block size (1 + draft positions; default the family's 8): a DDTree of budget B "
+                             "reads B positions, so a block of B + 1 trains exactly what it drafts")
     parser.add_argument("--skip-mtp", action="store_true", help="train only the drafter (with --target-shards)")
     return parser
 
@@ -318,6 +333,8 @@ def finish_args(args: argparse.Namespace) -> argparse.Namespace:
         args.mtp_steps = args.mtp_steps or 4
         args.drafter_steps = args.drafter_steps or 4
         args.max_docs = args.max_docs or 200
+    if args.drafter_block is not None:
+        args.drafter_config["dflash_config"]["block_size"] = args.drafter_block
     # the drafter's layers and the target it reads follow the sizes (the engine builds one layer per entry)
     args.drafter_config["layer_types"] = ["full_attention"] * args.drafter_config["num_hidden_layers"]
     args.drafter_config["num_target_layers"] = args.target_config["num_hidden_layers"]
