@@ -138,6 +138,7 @@ def profile_drafts(runtime, context_ids: list[int], trials: int) -> dict[str, fl
             for engine in (ddtree, DDTreeEngine(bundle, ddtree.drafter, budget=1)):
                 context = engine.drafter.new_context(engine.context_sink, engine.context_window)
                 engine.drafter.add_context(engine._features(prefilled.layer_outputs, slice(None)), context)
+                mx.eval(context.keys, context.values, context.positions)   # the prompt's context is not the draft
                 started = time.perf_counter()
                 engine._draft(engine._propose(int(context_ids[-1]), context))
                 if trial:

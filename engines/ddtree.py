@@ -125,9 +125,16 @@ class DDTreeEngine:
         width = proposal.top_tokens.shape[1]
         return _tables(proposal.budget, depths, width, self.kernel).tree(proposal.top_logprobs, proposal.top_tokens)
 
+    def depths(self, budget: int) -> int:
+        """How many block positions a draft computes: a tree of `budget` nodes reaches depth `budget` at
+        most, so the rows past it would be drafted for nothing (on a CPU the block's rows cost linearly);
+        budget 1 is DFlash's argmax chain over the whole block."""
+        block = self.drafter.cfg.block_size - 1
+        return block if budget == 1 else min(block, budget)
+
     def warm(self) -> None:
         """Build the device tree tables of the current budget at load, not in a request's first cycle."""
-        depths = self.drafter.cfg.block_size - 1
+        depths = self.depths(self.budget)
         if self.budget > 1:
             _tables(self.budget, depths, min(self.budget, self.bundle.vocab_size), self.kernel)
 
@@ -136,7 +143,7 @@ class DDTreeEngine:
         setup (GDN ops traced per layout, masks, kernels compiled for new shapes) happens at load and not
         in requests: on MLX-CUDA a DDTree cycle's first pass cost 1.5-2.6x its second. Skipped (0) when
         the budget has more than `limit` layouts (budget! of them: 24 at the default budget 4)."""
-        depths = self.drafter.cfg.block_size - 1
+        depths = self.depths(self.budget)
         layouts = [TreeLayout.chain(depths + 1)] if self.budget == 1 else all_layouts(self.budget, depths)
         if len(layouts) > limit:
             return 0
@@ -148,14 +155,13 @@ class DDTreeEngine:
 
     def _propose(self, pending: int | mx.array, context) -> _Proposal:
         """The drafter's block after `pending` and its per-depth top candidates, as a lazy graph."""
-        cfg = self.drafter.cfg
-        masks = mx.full((cfg.block_size - 1,), cfg.mask_token_id, dtype=mx.uint32)
+        budget = self.budget  # read once: the live policy may change it between cycles
+        masks = mx.full((self.depths(budget),), self.drafter.cfg.mask_token_id, dtype=mx.uint32)
         first = pending.astype(mx.uint32) if isinstance(pending, mx.array) else mx.array(pending, dtype=mx.uint32)
         block = mx.concatenate([first.reshape(1), masks])   # a device token stays lazy (the pipelined cycle)
         hidden = self.drafter(self.bundle.embed_tokens(block), context)
         logits = self.bundle.lm_head(hidden[1:]).astype(mx.float32)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        budget = self.budget  # read once: the live policy may change it between cycles
         width = min(budget, logprobs.shape[-1])
         # top-`width` per depth without sorting the whole vocabulary, then sorted by log-prob
         candidates = mx.argpartition(-logprobs, kth=width - 1, axis=-1)[:, :width]

@@ -118,7 +118,7 @@ def raw_outputs(tiny_agree_bundle):
     return {text: run_engine(raw, encode(tiny_agree_bundle, text), 64, GREEDY)[0] for text in PROMPTS[:20]}
 
 
-@pytest.mark.parametrize("budget", [4, 1])
+@pytest.mark.parametrize("budget", [4, 2, 1])
 def test_greedy_equals_raw(tiny_agree_bundle, tiny_agree_drafter, raw_outputs, budget):
     drafter = load_drafter(tiny_agree_drafter, tiny_agree_bundle)
     engine = DDTreeEngine(tiny_agree_bundle, drafter, budget=budget)
@@ -129,6 +129,34 @@ def test_greedy_equals_raw(tiny_agree_bundle, tiny_agree_drafter, raw_outputs, b
         depths.update(s.accepted for s in steps if s.drafted)
     assert depths[0] > 0                       # immediate rejects
     assert sum(v for k, v in depths.items() if k >= 2) > 0   # deep accepts
+
+
+class _RowCounter:
+    """The drafter, recording how many block rows each draft feeds it."""
+
+    def __init__(self, drafter):
+        self.drafter, self.rows = drafter, []
+
+    def __getattr__(self, name):
+        return getattr(self.drafter, name)
+
+    def __call__(self, block_embeds, context):
+        self.rows.append(block_embeds.shape[0])
+        return self.drafter(block_embeds, context)
+
+
+@pytest.mark.parametrize("budget, rows", [(2, 3), (3, 4), (4, 4), (1, 4)])
+def test_a_draft_is_as_deep_as_its_tree(tiny_agree_bundle, tiny_agree_drafter, raw_outputs, budget, rows):
+    # a tree of B nodes reaches depth B at most: the block is 1 + B rows (capped by the drafter's
+    # block of 4); budget 1 is DFlash's chain over the whole block
+    engine = DDTreeEngine(tiny_agree_bundle, load_drafter(tiny_agree_drafter, tiny_agree_bundle), budget=budget)
+    counter = _RowCounter(engine.drafter)
+    engine.drafter = counter
+    text, want = next(iter(raw_outputs.items()))
+    got, steps = run_engine(engine, encode(tiny_agree_bundle, text), 64, GREEDY)
+    assert got == want
+    assert counter.rows and set(counter.rows) == {rows}
+    assert max(s.accepted for s in steps) <= rows - 1
 
 
 def test_greedy_equals_raw_random_drafter(tiny_bundle, tiny_drafter):
