@@ -565,3 +565,35 @@ def test_a_speculative_request_under_load_may_hand_over_to_the_batch():
     # raw at 0.15 of a step: ddtree must accept far more to stay (break-even 1.5 / 0.15 - 1 = 9)
     assert busy.break_even("ddtree", "raw") == pytest.approx(1.5 / 0.15 - 1)
     assert busy.threshold("ddtree", "raw") > 3.0 > alone.threshold("ddtree", "raw")
+
+
+def test_an_engine_whose_prior_is_wrong_here_is_tried_and_then_wins():
+    # a demo-like machine: the drafter accepts 2.3 per verify on prose where the shipped priors (from
+    # real models) say 0.4; Thompson sampling from a confident prior of 0.7x raw never tests it
+    from bench.router_sim import SimWorld, simulate
+
+    world = SimWorld(accepted={c: {"mtp": 0.9, "ddtree": 2.3} for c in ("code", "prose", "structured")},
+                     cost={"mtp": 1.5, "ddtree": 2.4})   # ddtree 1.38x, mtp 1.27x in every class
+    for seed in (0, 1):
+        trying = simulate(Policy.model_validate({}), world, requests_per_class=60, burn_in=20, seed=seed)
+        assert trying["prose"].accuracy >= 0.8, (seed, trying["prose"])
+        assert trying["prose"].regret_fraction < 0.07, (seed, trying["prose"])
+        trapped = simulate(Policy.model_validate({"exploration": {"try_untested": False}}), world,
+                           requests_per_class=60, burn_in=20, seed=seed)
+        assert trapped["prose"].accuracy == 0.0   # the trap this avoids: prose never leaves mtp
+        assert trapped["prose"].regret_fraction > 0.10
+
+
+def test_untested_arms_are_tried_only_after_the_predicted_best_is_measured():
+    router = _router()
+    first = router.choose(_request("prose"))
+    assert (first.engine, first.reason) == ("mtp", "monitor")   # the priors' best is measured first
+    for _ in range(50):   # monitor.warmup verifies of mtp on prose
+        router.observe(first, StepResult(tokens=[1, 2], drafted=1, accepted=1, seconds=0.01, engine="mtp"))
+    second = router.choose(_request("prose"))
+    assert (second.engine, second.reason) == ("ddtree", "explore")
+    off = _router({"exploration": {"try_untested": False}})
+    decision = off.choose(_request("prose"))
+    for _ in range(50):
+        off.observe(decision, StepResult(tokens=[1, 2], drafted=1, accepted=1, seconds=0.01, engine="mtp"))
+    assert off.choose(_request("prose")).engine == "mtp"

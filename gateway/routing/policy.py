@@ -91,6 +91,11 @@ class ExplorationPolicy(_Strict):
     kind: Literal["none", "epsilon", "thompson"] = "thompson"
     epsilon: float = Field(0.05, ge=0, le=1)
     thompson_prior_sd: float = Field(0.5, gt=0)  # sd of alpha (tokens) while an arm has no data
+    # Until a speculative engine has monitor.warmup verify steps in a (class, decoding) arm, requests there
+    # go to it (after the predicted best has its own): the priors come from other machines and models, and
+    # Thompson sampling almost never tests an arm whose prior is confidently low. The per-request
+    # hand-off to raw bounds what a poor try costs. false: priors alone decide until exploration does.
+    try_untested: bool = True
 
 
 class RuleMatch(_Strict):

@@ -268,6 +268,13 @@ class AdaptiveRouter:
                           probe=False)
 
         exploration = policy.exploration
+        if exploration.kind != "none" and exploration.try_untested:
+            def measured(engine: str) -> bool:   # raw needs no evidence; a speculative arm, warmup verifies
+                return engine == "raw" or predictions[engine].n_accepted >= policy.monitor.warmup
+
+            untested = [e for e in healthy if not measured(e)]
+            if untested and measured(preferred):   # the predicted best is measured first, then the rest
+                return decide(untested[0], "explore")
         if exploration.kind == "epsilon" and len(healthy) > 1 and self._rng.random() < exploration.epsilon:
             return decide(self._rng.choice([e for e in healthy if e != preferred]), "explore")
         if exploration.kind == "thompson" and len(healthy) > 1:
