@@ -20,7 +20,7 @@ import platform
 import random
 from pathlib import Path
 
-from classifier.dataset.common import take_phrasing_key
+from classifier.dataset.common import Template, take_phrasing_key
 from classifier.dataset import handwritten, templates_code, templates_prose, templates_structured
 from classifier.dataset.corpus import harvest
 from classifier.dataset.sources import fetch_all, write_manifest
@@ -29,6 +29,67 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_CACHE = Path("/tmp/switchyard-classifier-sources")
 SEED = 20261121
 TEST_FOLDS = 5  # one fold of five is held out: ~20 %
+
+
+class TemplateInsertError(ValueError):
+    """A template cannot be added to an existing prompt set without a full rebuild."""
+
+
+def all_templates() -> list[Template]:
+    """Every template in the order a full build fills them."""
+    return [t for module in (templates_code, templates_prose, templates_structured) for t in module.TEMPLATES]
+
+
+def template_fills(template: Template, corpus, seed: int = SEED) -> list[tuple[str, dict, str, str]]:
+    """(label, prompt, source, group) of each fill; one rng per template, so templates are independent."""
+    rng = random.Random(f"{seed}:{template.id}")
+    take_phrasing_key()
+    fills = []
+    for _ in range(template.count):
+        prompt = template.make(rng, corpus)
+        fills.append((template.label, prompt, "template:" + template.id, f"{template.id}#{take_phrasing_key()}"))
+    return fills
+
+
+def insert_templates(records: list[dict], ids: list[str], seed: int = SEED) -> list[dict]:
+    """`records` with the fills of the named templates inserted where a full build puts them.
+
+    For templates that use no corpus material (they are called with corpus=None): their records
+    are exactly those a full build writes, so they can be added while the Debian archive serves
+    other package versions than the set was harvested from (a full rebuild would change every
+    corpus-based record). Raises TemplateInsertError for an unknown or already present template,
+    or one that needs the corpus.
+    """
+    order = [t.id for t in all_templates()]
+    present = {r["source"] for r in records}
+    out = list(records)
+    for template_id in ids:
+        if template_id not in order:
+            raise TemplateInsertError(f"unknown template {template_id!r}")
+        if "template:" + template_id in present:
+            raise TemplateInsertError(f"template {template_id!r} is already in the set")
+        template = all_templates()[order.index(template_id)]
+        try:
+            fills = template_fills(template, None, seed)
+        except (AttributeError, TypeError) as exc:  # it reached for corpus material
+            raise TemplateInsertError(f"template {template_id!r} needs the corpus: rebuild the whole set") from exc
+        seen = {json.dumps({k: v for k, v in r.items() if k not in _META}, sort_keys=True, ensure_ascii=False) for r in out}
+        new = []
+        for label, prompt, source, group in fills:
+            key = json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+            if key not in seen:
+                seen.add(key)
+                new.append({**prompt, "label": label, "source": source, "group": group})
+        assign_split(new)
+        # after the last record of the nearest earlier template that is present (else first)
+        earlier = {"template:" + t for t in order[: order.index(template_id)]}
+        at = max((i + 1 for i, r in enumerate(out) if r["source"] in earlier), default=0)
+        out[at:at] = new
+        present.add("template:" + template_id)
+    return out
+
+
+_META = ("label", "source", "group", "split")
 
 
 def generate(corpus, seed: int = SEED) -> list[dict]:
@@ -42,13 +103,9 @@ def generate(corpus, seed: int = SEED) -> list[dict]:
         seen.add(key)
         records.append({**prompt, "label": label, "source": source, "group": group})
 
-    for module in (templates_code, templates_prose, templates_structured):
-        for template in module.TEMPLATES:
-            rng = random.Random(f"{seed}:{template.id}")
-            take_phrasing_key()
-            for _ in range(template.count):
-                prompt = template.make(rng, corpus)
-                add(template.label, prompt, "template:" + template.id, f"{template.id}#{take_phrasing_key()}")
+    for template in all_templates():
+        for label, prompt, source, group in template_fills(template, corpus, seed):
+            add(label, prompt, source, group)
     rng = random.Random(f"{seed}:verilog")
     for group, prompt in templates_code.verilog_prompts(rng, corpus):
         add("code", prompt, "nvidia-bigcode-eval:VerilogDescription", group)
@@ -85,7 +142,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="download/unpack directory (outside the repo)")
     parser.add_argument("--out", type=Path, default=DATA_DIR / "prompts.jsonl")
+    parser.add_argument("--add-templates", nargs="+", metavar="ID",
+                        help="insert these corpus-free templates into --out without a full rebuild")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.add_templates:
+        records = [json.loads(line) for line in args.out.open(encoding="utf-8")]
+        records = insert_templates(records, args.add_templates)
+        args.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        manifest_path = args.out.parent / "manifest.json"
+        if manifest_path.exists():  # the sources are unchanged; only the set's counts move
+            manifest = json.loads(manifest_path.read_text())
+            manifest["dataset"] = summary(records)
+            manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        print(json.dumps(summary(records), indent=2))
+        return 0
     fetched = fetch_all(args.cache)
     corpus = harvest(fetched, seed=SEED)
     records = generate(corpus)

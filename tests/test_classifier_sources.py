@@ -222,3 +222,44 @@ def test_conjunction_cue_needs_every_part():
 def test_system_prompt_persona_is_not_roleplay():
     assert "roleplay" not in fired("You are a coding assistant. Answer with code only.")
     assert "roleplay" in fired("Imagine you are a dragon and describe your hoard, in the style of Tolkien.")
+
+
+# Templates written for issue 16 (declarative hardware / function specs, FAQ-style how-to and
+# programming questions, writing briefs with requirement lists) use no corpus material, so they were inserted into the shipped set
+# without a rebuild. The shipped set must be exactly what that insertion writes.
+CORPUS_FREE_TEMPLATES = ("code/hardware_spec", "code/function_spec", "code/howto_plain", "code/write_and_explain",
+                         "prose/programming_question", "prose/writing_brief")  # fmt: skip
+
+
+def test_corpus_free_templates_in_the_shipped_set_are_what_insertion_writes():
+    from classifier.build_dataset import insert_templates
+    from classifier.dataset_io import DEFAULT_DATASET
+
+    records = [json.loads(line) for line in DEFAULT_DATASET.open(encoding="utf-8")]
+    ids = {"template:" + t for t in CORPUS_FREE_TEMPLATES}
+    assert {r["source"] for r in records} >= ids
+    without = [r for r in records if r["source"] not in ids]
+    assert insert_templates(without, list(CORPUS_FREE_TEMPLATES)) == records
+
+
+def test_insert_templates_refuses_unknown_present_and_corpus_templates():
+    from classifier.build_dataset import TemplateInsertError, insert_templates
+
+    with pytest.raises(TemplateInsertError, match="unknown"):
+        insert_templates([], ["code/no_such_template"])
+    present = insert_templates([], ["code/howto_plain"])
+    assert present and all(r["source"] == "template:code/howto_plain" and r["split"] in ("train", "test") for r in present)
+    with pytest.raises(TemplateInsertError, match="already"):
+        insert_templates(present, ["code/howto_plain"])
+    with pytest.raises(TemplateInsertError, match="corpus"):
+        insert_templates([], ["code/fix_bug"])  # pastes harvested code
+
+
+def test_hardware_specs_ask_for_nothing_explicitly_but_are_code():
+    """The point of code/hardware_spec: specifications without a 'write' verb, labelled code."""
+    from classifier.build_dataset import insert_templates
+
+    specs = insert_templates([], ["code/hardware_spec"])
+    assert len(specs) >= 100 and {r["label"] for r in specs} == {"code"}
+    no_verb = [r for r in specs if not any(v in r["text"].lower() for v in ("write", "implement", "code it"))]
+    assert len(no_verb) >= len(specs) // 2

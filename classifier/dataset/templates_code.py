@@ -345,6 +345,205 @@ def _hardware(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask)}
 
 
+# Specifications that state what a block must do and ask for nothing explicitly: a reader who
+# designs hardware answers with RTL. Sentences are assembled from textbook behaviours (gates,
+# registers, counters, multiplexers, state machines, truth tables) so that no two prompts share a
+# fixed wording; no benchmark text is used.
+_WIDTHS = (1, 2, 3, 4, 5, 8, 12, 16, 32, 64, 100, 128, 255, 256)
+_COMB_BEHAVIOURS = (
+    "{o} is the bitwise {gate} of {a} and {b}", "{o} is high only when every bit of {a} is high",
+    "{o} is 1 when {a} has an odd number of ones", "{o} is {a} with its bit order reversed",
+    "{o} counts how many bits of {a} are set", "{o} selects {a} when {s} is 0 and {b} when {s} is 1",
+    "{o} is the sum of {a} and {b}, with the carry on a separate output", "{o} is {a} shifted left by one, filling with zero",
+    "{o} is the larger of the two unsigned inputs {a} and {b}", "{o} is asserted when {a} equals {b}",
+    "{o} is the two's complement of {a}", "{o} is the {gate} of all the bits of {a}",
+    "{o} is the index of the lowest set bit of {a}, or zero when none is set",
+    "{o} drives {a} when {s} is high and holds zero otherwise", "{o} repeats bit 0 of {a} across every bit",
+    "{o} is {a} sign-extended to twice its width", "{o} is the sum of {a}, {b} and the carry-in",
+    "{o} turns on the segment pattern of the decimal digit on {a}", "{o} is 1 when {a} is greater than {b}",
+)  # fmt: skip
+_SEQ_BEHAVIOURS = (
+    "on every rising edge of {clk}, {q} takes the value of {d}", "{q} increments on each positive clock edge and wraps to 0 after {n}",
+    "an active-high synchronous {rst} sets {q} to zero", "an asynchronous active-low reset clears {q} immediately",
+    "when {load} is high the register loads {d}; otherwise it shifts right by one bit each cycle",
+    "{q} toggles at a clock edge whenever {t} is 1", "the register keeps its value while the enable is low",
+    "{q} counts down from {n} to 0 and then stops", "{q} is the value of {d} delayed by three clock cycles",
+    "a one-cycle pulse appears on {q} whenever {d} goes from 0 to 1", "the accumulator adds {d} to {q} on every clock edge",
+    "bit i of {q} is set on the cycle after bit i of {d} falls, and stays set until reset",
+    "the shift register moves {d} into the most significant bit each cycle", "{q} cycles through a one-hot pattern",
+    "the counter resets to {n} when {rst} is asserted and counts up to {m} before wrapping",
+)  # fmt: skip
+_GATES = ("AND", "OR", "XOR", "NAND", "NOR", "XNOR")
+_STATE_NAMES = (("A", "B", "C", "D"), ("IDLE", "START", "DATA", "STOP"), ("S0", "S1", "S2", "S3"), ("OFF", "ON", "WAIT", "DONE"))
+
+
+def _ports(rng: random.Random) -> dict:
+    a, b = rng.choice((("a", "b"), ("x", "y"), ("in1", "in2"), ("in", "data"), ("p", "q2"), ("A", "B")))
+    outputs = [o for o in ("out", "y", "z", "f", "result", "o") if o not in (a, b)]
+    return {"a": a, "b": b, "o": rng.choice(outputs), "s": rng.choice(("sel", "s", "en")),
+            "gate": rng.choice(_GATES), "clk": rng.choice(("clk", "clock")), "q": rng.choice(("q", "count", "out", "r")),
+            "d": rng.choice(("d", "in", "data", "x")), "rst": rng.choice(("reset", "rst", "clear")),
+            "load": rng.choice(("load", "ld", "we")), "t": rng.choice(("t", "toggle", "en")),
+            "n": rng.choice((5, 7, 9, 10, 15, 99, 255)), "m": rng.choice((12, 31, 63, 999))}  # fmt: skip
+
+
+def _port_sentence(rng: random.Random, names: dict, sequential: bool) -> str:
+    w1, w2 = rng.choice(_WIDTHS), rng.choice(_WIDTHS)
+    ins = [names["a"], names["b"]] if not sequential else [names["clk"], names["rst"], names["d"]]
+    outs = [names["o"]] if not sequential else [names["q"]]
+    return phrase(rng, (
+        f"It has {len(ins)} inputs ({', '.join(ins)}) and {len(outs)} output ({outs[0]}).",
+        f"Inputs: {', '.join(ins)} ({w1} bits each). Output: {outs[0]} ({w2} bits).",
+        f"Ports: {', '.join(f'input {p}' for p in ins)}, output [{w2 - 1}:0] {outs[0]}.",
+        f"{ins[0]} is a {w1}-bit input and {outs[0]} is a {w2}-bit output.", "",
+        f"The interface is {', '.join(ins)} in and {outs[0]} out.",
+    ))  # fmt: skip
+
+
+def _behaviour(rng: random.Random, names: dict, sequential: bool) -> str:
+    pool = _SEQ_BEHAVIOURS if sequential else _COMB_BEHAVIOURS
+    return rng.choice(pool).format(**names)
+
+
+def _fsm(rng: random.Random) -> str:
+    states, x = rng.choice(_STATE_NAMES), rng.choice(("x", "in", "w", "go"))
+    lines = [f"From {s}, if {x} is 1 go to {states[(i + 1) % 4]}, otherwise {rng.choice(('stay in ' + s, 'go to ' + states[0]))}."
+             for i, s in enumerate(states)]  # fmt: skip
+    out = f"The output {rng.choice(('z', 'out', 'done'))} is 1 only in state {states[-1]}."
+    reset = f"{rng.choice(('A synchronous', 'An asynchronous', 'An active-high'))} reset returns the machine to {states[0]}."
+    kind = rng.choice(("Moore", "Mealy", "finite"))
+    head = phrase(rng, (
+        f"Implement this {kind} state machine.", f"A {kind} state machine with states {', '.join(states)}.",
+        f"Consider the {kind} FSM below.", f"The FSM has four states: {', '.join(states)}.", "State machine:",
+    ))  # fmt: skip
+    return "\n".join([head, *lines, out, reset])
+
+
+def _truth_table(rng: random.Random) -> str:
+    inputs = rng.choice((("a", "b"), ("x1", "x2", "x3"), ("a", "b", "c")))
+    out = rng.choice(("f", "y", "out"))
+    rows = [" ".join(inputs) + f" | {out}"]
+    for value in range(1 << len(inputs)):
+        bits = format(value, f"0{len(inputs)}b")
+        rows.append(" ".join(bits) + f" | {rng.randint(0, 1)}")
+    head = phrase(rng, (
+        f"Implement the combinational circuit given by this truth table.", f"The circuit computes {out} as follows:",
+        f"Truth table for {out}:", f"Given the table below, build the logic for {out}.", f"{out} is defined by:",
+    ))  # fmt: skip
+    return head + "\n" + "\n".join(rows)
+
+
+def _hardware_spec(rng: random.Random, corpus: Corpus) -> dict:
+    names = _ports(rng)
+    sequential = rng.random() < 0.5
+    kind = rng.random()
+    if kind < 0.15:
+        return {"text": dress(rng, _fsm(rng))}
+    if kind < 0.27:
+        return {"text": dress(rng, _truth_table(rng))}
+    behaviour = _behaviour(rng, names, sequential)
+    more = _behaviour(rng, names, sequential) if rng.random() < 0.4 else ""
+    ports = _port_sentence(rng, names, sequential)
+    width = rng.choice(_WIDTHS)
+    noun = rng.choice(("module", "circuit", "design", "block", "top module", "component", "unit"))
+    lead = phrase(rng, (
+        f"This {noun} is a {width}-bit {'register' if sequential else 'combinational block'}: {behaviour}.",
+        f"This {noun} works as follows: {behaviour}.", f"Build a circuit where {behaviour}.",
+        f"Create a {width}-bit {'counter' if sequential else 'circuit'} in which {behaviour}.",
+        f"The {noun} should behave like this: {behaviour}.", f"{behaviour[0].upper()}{behaviour[1:]}.",
+        f"Make a {noun} so that {behaviour}.", f"In this {noun}, {behaviour}.",
+        f"Implement a {noun} where {behaviour}.", f"A {width}-bit {noun}: {behaviour}.",
+    ))  # fmt: skip
+    sentences = [lead, ports, f"Also, {more}." if more and more != behaviour else ""]
+    if rng.random() < 0.3:
+        sentences.insert(0, sentences.pop(1))
+    if rng.random() < 0.3:  # long specs: background first, then several behaviours, one per sentence
+        part = rng.choice(HARDWARE_PARTS)[0]
+        sentences.insert(0, f"{part[0].upper()}{part[1:]} is often used in {rng.choice(_HW_CONTEXTS)}.")
+        for _ in range(rng.randint(2, 4)):
+            extra = _behaviour(rng, names, sequential)
+            sentences.append(f"{rng.choice(_CONNECTIVES)}{extra}.")
+    return {"text": dress(rng, " ".join(s[:1].upper() + s[1:] for s in sentences if s))}
+
+
+_HW_CONTEXTS = ("serial links", "CPU pipelines", "display drivers", "memory controllers", "signal processing",
+                "embedded controllers", "network switches", "audio codecs", "timers and watchdogs")  # fmt: skip
+_CONNECTIVES = ("", "In addition, ", "Note that ", "When that is not the case, ", "Separately, ", "Finally, ")
+
+
+# A function or program specified by what it takes and gives, with no "write": the reply is code.
+FUNCTION_SPECS = (
+    ("a list of integers", "the sum of the even numbers"), ("a string", "the string with its words in reverse order"),
+    ("two sorted arrays", "a single sorted array with all their elements"), ("a binary tree", "its maximum depth"),
+    ("a list of intervals", "the list with overlapping intervals merged"), ("a sentence", "the longest word"),
+    ("an integer n", "the n-th Fibonacci number"), ("a list of words", "a dictionary mapping each word to its count"),
+    ("a matrix", "its transpose"), ("a linked list", "the list reversed"), ("a date string", "the day of the week"),
+    ("a path to a text file", "the number of lines that contain a given word"), ("a list of employee records", "the records sorted by salary, highest first"),
+    ("two strings", "whether one is an anagram of the other"), ("a nested list", "a flat list of its elements"),
+    ("a URL", "its domain name"), ("an array of prices", "the best profit from one buy and one sell"),
+    ("a number", "its digits in reverse order"), ("a list of records", "the records grouped by their category field"),
+    ("a directory path", "the total size of the files under it"), ("a string of brackets", "whether it is balanced"),
+    ("a hash of names to ages", "the names sorted by age"), ("a grid of 0s and 1s", "the number of islands"),
+    ("a list", "the list without duplicates, in the original order"), ("an array and a target", "the indices of two elements that add up to the target"),
+)  # fmt: skip
+
+
+def _function_spec(rng: random.Random, corpus: Corpus) -> dict:
+    given, gives = rng.choice(FUNCTION_SPECS)
+    lang = rng.choice(CODE_LANGS)
+    name = rng.choice(("solve", "process", "compute", "transform", "helper", "main", "run"))
+    ask = phrase(rng, (
+        f"This function takes {given} and returns {gives}.", f"Given {given}, return {gives}.",
+        f"The program reads {given} from standard input and prints {gives}.", f"Function {name}: input {given}, output {gives}.",
+        f"{name}() should accept {given} and return {gives}. {lang}.", f"Input: {given}. Output: {gives}.",
+        f"A {lang} method that receives {given} and outputs {gives}.", f"Take {given} and produce {gives}, in {lang}.",
+        f"Complete the function {name} so that, given {given}, it returns {gives}.",
+        f"The script gets {given} as an argument and outputs {gives}.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+# Short programming asks as forum and FAQ readers write them: often no language named, sometimes
+# a bare imperative ("Reverse a string"). The object is a program's data (list, hash, file ...).
+PLAIN_TASKS = HOWTO_TASKS + (
+    "get the last item of a list", "count the occurrences of each character in a string", "parse an XML file",
+    "convert a list of strings to integers", "strip whitespace from both ends of a string", "append a line to a file",
+    "check whether a string contains a substring", "get the current time in milliseconds", "read a binary file into a byte array",
+    "turn a list into a comma-separated string", "remove a key from a dictionary", "get the size of a file",
+    "find all files matching a pattern", "print to standard error", "compare two lists element by element",
+    "send a POST request with a JSON body", "read a gzip-compressed file", "convert a Unix timestamp to a date",
+    "serialize an object to a file", "compute the MD5 checksum of a file", "list the running processes",
+    "download a file over HTTPS", "base64-encode a string", "transpose a matrix", "generate all permutations of a list",
+    "remove non-ASCII characters from a string", "convert a hex string to bytes", "get the file extension from a path",
+    "limit the number of concurrent tasks", "catch every exception a block raises", "find the maximum value in a map",
+    "sum a column of numbers in a text file", "wait for a child process to finish", "create a temporary directory",
+)  # fmt: skip
+
+
+def _howto_plain(rng: random.Random, corpus: Corpus) -> dict:
+    task = rng.choice(PLAIN_TASKS)
+    lang = rng.choice(CODE_LANGS)
+    ask = phrase(rng, (
+        f"How do I {task}?", f"How can I {task}?", f"What's the best way to {task}?", f"Is there a way to {task}?",
+        f"how to {task}", f"What is the fastest way to {task}?", f"{task[0].upper()}{task[1:]}.", f"{task[0].upper()}{task[1:]} in {lang}",
+        f"How do you {task} in {lang}?", f"Need to {task}. How?", f"{lang}: {task}", f"How do I {task} without a loop?",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
+def _write_and_explain(rng: random.Random, corpus: Corpus) -> dict:
+    """Code asks that also want an explanation: the reply is still mostly code."""
+    algo, lang, task = rng.choice(ALGORITHMS), rng.choice(CODE_LANGS), rng.choice(SHELL_TASKS)
+    ask = phrase(rng, (
+        f"Write code for {algo} and explain how to use it.", f"Implement {algo} in {lang}, then explain each step.",
+        f"Give me a script to {task} and walk me through how it works.", f"Write a {lang} program for {algo}; explain the approach briefly.",
+        f"Code {algo} and describe how it works.", f"Write a script that can {task}, and explain how to run it.",
+        f"Show me {lang} code for {algo} with an explanation of the tricky parts.",
+        f"Write a function for {algo} and explain its time complexity.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
 SYSTEM_GENERIC = (
     "You are a helpful assistant.", "You are ChatGPT, a large language model.", "Be helpful and accurate.",
     "You are a friendly assistant for a small company.", "Answer the user's questions.",
@@ -372,6 +571,10 @@ TEMPLATES: tuple[Template, ...] = (
     Template("code/multilingual", "code", _multilingual_code, 50),
     Template("code/multilingual_fix", "code", _multilingual_fix, 40),
     Template("code/hardware", "code", _hardware, 60),
+    Template("code/hardware_spec", "code", _hardware_spec, 150),
+    Template("code/function_spec", "code", _function_spec, 80),
+    Template("code/howto_plain", "code", _howto_plain, 100),
+    Template("code/write_and_explain", "code", _write_and_explain, 60),
 )
 
 

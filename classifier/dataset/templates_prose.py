@@ -248,6 +248,84 @@ def _multilingual_prose(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask)}
 
 
+# Writing briefs: a document asked for with a numbered or bulleted list of requirements (audience,
+# tone, length, sections). The list makes them look like data, but the reply is running text.
+_DOCUMENTS = ("a report", "a proposal", "a lesson plan", "a speech", "a press release", "a product description",
+              "a project summary", "a cover letter", "a blog post", "a policy memo", "a case study", "a newsletter")  # fmt: skip
+_REQUIREMENTS = (
+    "Use a formal tone.", "Aim for about {n} words.", "Write for {who}.", "Start with a short introduction.",
+    "Cover the background, the main problem and possible solutions.", "End with a clear conclusion.",
+    "Use headings for each section.", "Include two concrete examples.", "Avoid jargon.", "Keep paragraphs short.",
+    "Mention the risks and how to reduce them.", "Use the first person.", "Add a call to action at the end.",
+    "Cite at least one historical event.", "Do not use bullet points in the body.", "Keep it under {n} words.",
+)  # fmt: skip
+_REQUIREMENTS_ZH = ("语气正式、专业。", "字数不少于{n}字。", "面向{who_zh}。", "先简要介绍背景。", "分析主要问题并提出建议。",
+                    "结尾给出明确结论。", "每一部分使用小标题。", "结合两个具体案例。", "语言通俗易懂。", "说明风险及应对措施。")  # fmt: skip
+_DOCUMENTS_ZH = ("报告", "方案", "教案", "演讲稿", "新闻稿", "产品介绍", "项目总结", "求职信", "文章", "策划书")
+_AUDIENCES = ("senior managers", "high-school students", "new employees", "investors", "parents", "a general audience")
+_AUDIENCES_ZH = ("公司管理层", "中学生", "新员工", "投资人", "家长", "普通读者")
+
+
+def _writing_brief(rng: random.Random, corpus: Corpus) -> dict:
+    topic, n = rng.choice(EVERYDAY_TOPICS), rng.choice((300, 500, 800, 1000, 1500, 2000))
+    marker = rng.choice(("{i}. ", "{i}) ", "- ", "* ", "({i}) "))
+    if rng.random() < 0.3:
+        picks = rng.sample(_REQUIREMENTS_ZH, rng.randint(3, 6))
+        items = [p.format(n=n, who_zh=rng.choice(_AUDIENCES_ZH)) for p in picks]
+        head = phrase(rng, (f"请帮我写一份关于“{topic}”的{rng.choice(_DOCUMENTS_ZH)}，要求如下：",
+                            f"我需要一篇{rng.choice(_DOCUMENTS_ZH)}，主题是{topic}。具体要求：", f"请撰写{rng.choice(_DOCUMENTS_ZH)}（主题：{topic}）："))  # fmt: skip
+    else:
+        picks = rng.sample(_REQUIREMENTS, rng.randint(3, 7))
+        items = [p.format(n=n, who=rng.choice(_AUDIENCES)) for p in picks]
+        doc = rng.choice(_DOCUMENTS)
+        head = phrase(rng, (f"Please write {doc} about {topic}. Requirements:", f"I need {doc} on {topic}. It should follow these points:",
+                            f"Draft {doc} on {topic}.\nGuidelines:", f"Write {doc} ({topic}) that meets the following:"))  # fmt: skip
+    lines = [marker.format(i=i + 1) + item for i, item in enumerate(items)]
+    return {"text": dress(rng, head + "\n" + "\n".join(lines))}
+
+
+# Questions about programming that want an answer in words: why a language is designed as it is,
+# what the difference between two ideas is, where to learn or report something, which tool to
+# pick. Paired with code/howto_plain so that "how do I <do something to data>" and "why / what /
+# which / where ..." about the same vocabulary are told apart by the kind of question.
+PROGRAMMING_PAIRS = (
+    ("threads", "processes"), ("a compiler", "an interpreter"), ("static typing", "dynamic typing"),
+    ("a library", "a framework"), ("an array", "a linked list"), ("concurrency", "parallelism"), ("TCP", "UDP"),
+    ("the stack", "the heap"), ("SQL databases", "document stores"), ("unit tests", "integration tests"),
+    ("git merge", "git rebase"), ("REST", "GraphQL"), ("inheritance", "composition"), ("a monolith", "microservices"),
+)  # fmt: skip
+PROGRAMMING_TOPICS = (
+    "garbage collection", "a global interpreter lock", "tail-call optimisation", "closures", "operator overloading",
+    "exception handling", "unicode support", "multiple inheritance", "a package registry", "memory management",
+    "backward compatibility", "null references", "green threads", "type inference", "macros",
+)  # fmt: skip
+# "How do I ..." about a programmer's career or process, not about data: answered in words.
+PROGRAMMER_CHORES = (
+    "get started with a new programming language", "convince my team to adopt code reviews", "find a mentor as a junior developer",
+    "prepare for a technical interview", "choose between two web frameworks", "become a better programmer",
+    "keep up with new language releases", "start contributing to an open-source project", "pick a license for my library",
+    "estimate how long a software project will take", "stay motivated while learning to code", "write a good bug report",
+    "ask a good question on a programming forum", "decide whether to rewrite a legacy system",
+)  # fmt: skip
+LANG_NAMES = ("Python", "Perl", "Ruby", "Java", "C++", "Go", "Rust", "JavaScript", "PHP", "Haskell", "Lisp", "Tcl")
+
+
+def _programming_question(rng: random.Random, corpus: Corpus) -> dict:
+    lang, topic = rng.choice(LANG_NAMES), rng.choice(PROGRAMMING_TOPICS)
+    first, second = rng.choice(PROGRAMMING_PAIRS)
+    ask = phrase(rng, (
+        f"What is the difference between {first} and {second}?", f"Why does {lang} handle {topic} the way it does?",
+        f"How does {topic} work in {lang}, conceptually?", f"What are the pros and cons of {topic}?",
+        f"Should I learn {lang} or {rng.choice(LANG_NAMES)} first?", f"Why would anyone choose {lang} today?",
+        f"Does {lang} have {topic}? Why or why not?", f"When should I prefer {first} over {second}?",
+        f"Give me a short history of {lang}.", f"What do people dislike about {lang}?",
+        f"Is {topic} worth the complexity it adds to {lang}?", f"How would you explain {topic} to someone new to {lang}?",
+        f"What trade-offs did the designers of {lang} make around {topic}?", f"Which is easier to maintain, {first} or {second}?",
+        f"How do I {rng.choice(PROGRAMMER_CHORES)}?", f"How can I {rng.choice(PROGRAMMER_CHORES)}?",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
 TEMPLATES: tuple[Template, ...] = (
     Template("prose/summarise", "prose", _summarise, 130),
     Template("prose/explain_code", "prose", _explain_code, 110),
@@ -268,4 +346,6 @@ TEMPLATES: tuple[Template, ...] = (
     Template("prose/followup", "prose", _followup_prose, 70),
     Template("prose/system_persona", "prose", _system_persona, 50),
     Template("prose/multilingual", "prose", _multilingual_prose, 60),
+    Template("prose/programming_question", "prose", _programming_question, 100),
+    Template("prose/writing_brief", "prose", _writing_brief, 80),
 )
