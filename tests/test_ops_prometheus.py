@@ -59,8 +59,9 @@ def _query(base: str, expr: str) -> dict:
 def _wait_for(base: str, expr: str, deadline: float, proc: subprocess.Popen) -> list:
     while time.monotonic() < deadline:
         assert proc.poll() is None, "prometheus exited early"
-        try:
-            result = _query(base, expr)["result"]
+        try:   # Prometheus answers 503 "Service Unavailable" (not JSON) until its storage is ready
+            ready = httpx.get(base + "/-/ready", timeout=10).status_code == 200
+            result = _query(base, expr)["result"] if ready else []
         except httpx.TransportError:
             result = []
         if result:
