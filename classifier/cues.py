@@ -198,9 +198,9 @@ class CueTable:
         n = starts.size
         if n:
             words = hashing.word_unigrams(prefix, starts, ends, _SALT)
-            tokens = hashing.with_bigrams(words)
-            index = np.minimum(np.searchsorted(self.keys, tokens), self.keys.size - 1)
-            found = np.flatnonzero(self.keys[index] == tokens)  # a handful of the prompt's tokens
+            grams = hashing.with_bigrams(words)
+            index = np.minimum(np.searchsorted(self.keys, grams), self.keys.size - 1)
+            found = np.flatnonzero(self.keys[index] == grams)  # a handful of the prompt's words and bigrams
             masks = self.masks[index[found]]
             positions = np.where(found < n, found, found - n)  # a bigram sits at its first word
             numbers = np.flatnonzero((points[starts] >= 48) & (points[starts] <= 57))

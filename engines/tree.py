@@ -7,8 +7,8 @@ in slot order always meets parents first. Depth is not monotone in slot order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import itertools
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import mlx.core as mx
