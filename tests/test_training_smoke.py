@@ -47,9 +47,11 @@ def test_distill_and_export_give_a_family_the_engines_read(family, tmp_path):
     distilled = tmp_path / "distilled"
     assert main(["distill", "--tiny", "--out", str(distilled), "--tokenizer", str(TOKENIZER), "--target-shards",
                  str(family), "--drafter-init", str(family), "--max-prompts", "16", "--modes", "greedy",
-                 "--drafter-block", "3", "--eval-init"]) == 0
+                 "--drafter-block", "3", "--eval-init", "--train-classes", "code,structured"]) == 0
     report = json.loads((distilled / "report.json").read_text())
     assert report["generation"]["greedy"]["replies"] == 16 and report["drafter"]["steps"] == 4
+    # trained on code and structured conversations only, evaluated on every class held out
+    assert set(report["train_tokens"]) == {"code", "structured"}
     # the starting drafter was measured on the same held-out blocks, at the new block size
     assert report["drafter"]["heldout_init"].keys() == report["drafter"]["heldout"].keys()
     assert all(len(d["per_position_agreement"]) == 2 for d in report["drafter"]["heldout_init"].values())
