@@ -31,6 +31,16 @@ def git_commit() -> str:
         return "unknown"
 
 
+def as_served() -> None:
+    """Re-exec a profiling script with the BLAS `switchyard serve` runs (Linux: an installed
+    OpenBLAS preloaded, same opt-out), so its CPU timings are what users get; call it from
+    `__main__` only. Under the wheel's reference BLAS a 5-token verify costs 3x a decode step
+    instead of 1.8x, and the profile would describe a server nobody runs."""
+    from gateway.cli.blas import reexec_with_openblas
+
+    reexec_with_openblas()
+
+
 def mapped_blas() -> str:
     """The BLAS library mapped into this process (Linux: /proc/self/maps), else what is known."""
     maps = Path("/proc/self/maps")
@@ -50,6 +60,8 @@ def _version(package: str) -> str:
 def describe_environment() -> dict:
     import mlx.core as mx
 
+    from gateway.cli.blas import blas_in_use
+
     return {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
@@ -59,6 +71,7 @@ def describe_environment() -> dict:
         "mlx_lm": _version("mlx-lm"),
         "device": str(mx.default_device()),
         "blas": mapped_blas(),
+        "sgemm": blas_in_use(),   # which of the mapped libraries MLX's matrix products run on
         "ld_preload": os.environ.get("LD_PRELOAD", ""),
         "commit": git_commit(),
         "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,

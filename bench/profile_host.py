@@ -149,4 +149,7 @@ def _profile(engine, label: str, prompts: list[list[int]], args) -> dict[str, di
 
 
 if __name__ == "__main__":
+    from bench.environment import as_served
+
+    as_served()
     sys.exit(main())

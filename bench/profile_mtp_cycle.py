@@ -88,4 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from bench.environment import as_served
+
+    as_served()
     sys.exit(main())

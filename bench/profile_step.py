@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {s: profile_shape(bundle, s, ids, args.trials) for s in shapes}
     env = describe_environment()
     print(f"model {model.model_dir} ({bundle.dtype}); fast paths {args.fast_paths}; context {args.context}; {env['cpu']} ({env['cores']} cores), device "
-          f"{env['device']}, BLAS {env['blas']}; median of {args.trials} trials, ms")
+          f"{env['device']}, BLAS {env['sgemm']}; median of {args.trials} trials, ms")
     print("| piece | " + " | ".join(shapes) + " |")
     print("|---|" + "---|" * len(shapes))
     base = results[shapes[0]][0]
@@ -201,4 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from bench.environment import as_served
+
+    as_served()
     sys.exit(main())

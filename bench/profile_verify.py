@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = args.modes.split(",") if args.modes else available_modes()
     bundle = load_model(args.model, args.dtype)
     env = describe_environment()
-    title = f"{args.model} ({bundle.dtype}), context {args.context}, {env['device']}, BLAS {env['blas']}"
+    title = f"{args.model} ({bundle.dtype}), context {args.context}, {env['device']}, BLAS {env['sgemm']}"
     print(f"{title}; {env['cpu']} ({env['cores']} cores); mlx {mx.__version__}; {args.trials} trials")
     report: dict = {"model": args.model, "dtype": str(bundle.dtype), "context": args.context, "env": env,
                     "costs": measure_costs(bundle, modes, args.context, args.trials)}
@@ -209,4 +209,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from bench.environment import as_served
+
+    as_served()
     sys.exit(main())

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{run['steps']} steps, accepted {run['accepted']}/{run['drafted']}", flush=True)
 
     env = describe_environment()
-    print(f"engines on {runtime.model_id} ({runtime.bundle.dtype}), {env['device']}, BLAS {env['blas']}, "
+    print(f"engines on {runtime.model_id} ({runtime.bundle.dtype}), {env['device']}, BLAS {env['sgemm']}, "
           f"{len(prompts)} prompts x {args.tokens} tokens, greedy")
     report: dict = {"env": env, "model": runtime.model_id, "dtype": str(runtime.bundle.dtype), "rows": []}
     print("| path | engine | class | tok/s | vs raw | acceptance | accepted/step | c (step/raw step) | = raw |")

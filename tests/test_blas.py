@@ -61,3 +61,25 @@ def test_blas_in_use_names_the_reason(monkeypatch):
     monkeypatch.setenv(blas.OPT_OUT_ENV, "1")
     text = blas.blas_in_use()
     assert ("opted out" in text) if sys.platform == "linux" else ("Accelerate" in text)
+
+
+PROFILES = ("profile_step", "profile_verify", "profile_host", "profile_batch", "profile_mtp_cycle")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="LD_PRELOAD re-exec is Linux-only (macOS uses Accelerate)")
+@pytest.mark.parametrize("module", PROFILES)
+def test_profiles_run_on_the_blas_serve_runs(tmp_path, module):
+    """A CPU profile timed under the wheel's reference BLAS describes a server nobody runs: each
+    profiling script re-executes itself with the OpenBLAS `serve` would preload (here a fake one,
+    which the loader names on stderr when it is preloaded), and honours the opt-out."""
+    fake = tmp_path / "libopenblas.so.0"
+    fake.write_bytes(b"not an ELF: the loader reports it and ignores it")
+    base = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", blas.OPT_OUT_ENV, blas.REEXEC_MARKER_ENV)}
+    base.update(PYTHONPATH=str(REPO), **{blas.LIBRARY_ENV: str(fake)})
+
+    def stderr(**env: str) -> str:
+        return subprocess.run([sys.executable, "-m", f"bench.{module}", "--help"], env={**base, **env}, cwd=REPO,
+                              capture_output=True, text=True, check=True).stderr
+
+    assert str(fake) in stderr()
+    assert str(fake) not in stderr(**{blas.OPT_OUT_ENV: "1"})
