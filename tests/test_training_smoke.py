@@ -47,7 +47,8 @@ def test_distill_and_export_give_a_family_the_engines_read(family, tmp_path):
     distilled = tmp_path / "distilled"
     assert main(["distill", "--tiny", "--out", str(distilled), "--tokenizer", str(TOKENIZER), "--target-shards",
                  str(family), "--drafter-init", str(family), "--max-prompts", "16", "--modes", "greedy",
-                 "--drafter-block", "3", "--eval-init", "--train-classes", "code,structured"]) == 0
+                 "--drafter-block", "3", "--eval-init", "--train-classes", "code,structured",
+                 "--drafter-layers", "2"]) == 0
     report = json.loads((distilled / "report.json").read_text())
     assert report["generation"]["greedy"]["replies"] == 16 and report["drafter"]["steps"] == 4
     # trained on code and structured conversations only, evaluated on every class held out
@@ -63,7 +64,34 @@ def test_distill_and_export_give_a_family_the_engines_read(family, tmp_path):
     assert target["layer_types"] == layer_types({**target, "layer_types": None})
     assert has_mtp_tensors(out / "target")
     drafter = DrafterConfig.from_dict(read_config(out / "drafter"))
-    assert len(drafter.layer_types) == drafter.num_hidden_layers == 1
+    assert len(drafter.layer_types) == drafter.num_hidden_layers == 2    # grown from the family's 1
     assert drafter.block_size == 3
     assert read_config(out / "drafter")["num_target_layers"] == target["num_hidden_layers"] == 4
     assert max(drafter.target_layer_ids) < target["num_hidden_layers"]
+
+
+def test_a_grown_drafter_drafts_what_the_smaller_one_did(family):
+    """--drafter-layers with --drafter-init: the added layers start as identities (zero output
+    projections), so training starts from the smaller drafter's function, not from noise."""
+    import torch
+
+    from training.torch_dflash import DFlashDrafter
+    from training.train_common import load_shards
+    from training.train_family import build_parser, finish_args, load_grown
+
+    args = finish_args(build_parser().parse_args(["--tiny", "--out", "/unused"]))
+    small = DFlashDrafter(args.drafter_config)
+    small.load_state_dict({k: v.float() for k, v in load_shards(family, "drafter").items()})
+    big = DFlashDrafter({**args.drafter_config, "num_hidden_layers": 3, "layer_types": ["full_attention"] * 3})
+    assert load_grown(big, {k: v.float() for k, v in load_shards(family, "drafter").items()}) == [1, 2]
+    torch.manual_seed(0)
+    hidden, rows, ctx_len = args.drafter_config["hidden_size"], 3, 5
+    embeds, ctx = torch.randn(2, rows, hidden), torch.randn(2, ctx_len, hidden)
+    block_pos, ctx_pos = torch.arange(ctx_len, ctx_len + rows), torch.arange(ctx_len)
+    mask = torch.ones(1, 1, rows, ctx_len + rows, dtype=torch.bool)
+    with torch.no_grad():
+        assert torch.allclose(small(embeds, block_pos, ctx, ctx_pos, mask), big(embeds, block_pos, ctx, ctx_pos, mask),
+                              atol=1e-6)
+        big.layers[2].mlp.down_proj.weight.add_(0.1)   # and the check can fail: a non-identity layer differs
+        assert not torch.allclose(small(embeds, block_pos, ctx, ctx_pos, mask),
+                                  big(embeds, block_pos, ctx, ctx_pos, mask), atol=1e-6)

@@ -218,9 +218,29 @@ def new_drafter(args, target, device) -> tuple[DFlashDrafter, LayerCapture]:
     seed_everything(args.seed + 2)
     drafter = DFlashDrafter(args.drafter_config).to(device)
     if args.drafter_init is not None:  # continue training a drafter (same seeds, fresh schedule)
-        drafter.load_state_dict({k: v.float() for k, v in load_shards(args.drafter_init, "drafter").items()})
-        print(f"[drafter] initialised from {args.drafter_init}", flush=True)
+        grown = load_grown(drafter, {k: v.float() for k, v in load_shards(args.drafter_init, "drafter").items()})
+        print(f"[drafter] initialised from {args.drafter_init}"
+              + (f"; layers {', '.join(map(str, grown))} added as identities" if grown else ""), flush=True)
     return drafter, LayerCapture(target, list(drafter.cfg.target_layer_ids))
+
+
+def load_grown(drafter: DFlashDrafter, state: dict[str, torch.Tensor]) -> list[int]:
+    """Load a drafter's weights into `drafter`, which may have more layers than they hold. The layers
+    they lack start with zero output projections (o_proj, down_proj), so each is the identity on the
+    residual stream and the grown drafter drafts exactly what the smaller one did; training then uses
+    the added capacity. Returns the indices of the added layers."""
+    missing, unexpected = drafter.load_state_dict(state, strict=False)
+    loaded = {int(k.split(".")[1]) for k in state if k.startswith("layers.")}
+    grown = sorted({int(k.split(".")[1]) for k in missing if k.startswith("layers.")} - loaded)
+    stray = [k for k in missing if not (k.startswith("layers.") and int(k.split(".")[1]) in grown)]
+    if unexpected or stray or (grown and grown[0] != len(loaded)):
+        raise ValueError(f"drafter weights do not fit this drafter: unexpected {unexpected[:4]}, missing {stray[:4]}")
+    with torch.no_grad():
+        for index in grown:
+            layer = drafter.layers[index]
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return grown
 
 
 def train_drafter(args, target, streams, device, drafter: DFlashDrafter, capture: LayerCapture) -> dict:
@@ -311,6 +331,9 @@ def build_parser(description: str = __doc__, prog: str | None = None, corpus: bo
     parser.add_argument("--drafter-block", type=int, default=None,
                         help="block size (1 + draft positions; default the family's 8): a DDTree of budget B "
                              "reads B positions, so a block of B + 1 trains exactly what it drafts")
+    parser.add_argument("--drafter-layers", type=int, default=None,
+                        help="drafter depth (default the family's 2); with --drafter-init from a shallower "
+                             "drafter, the added layers start as identities")
     parser.add_argument("--skip-mtp", action="store_true", help="train only the drafter (with --target-shards)")
     return parser
 
@@ -335,6 +358,8 @@ def finish_args(args: argparse.Namespace) -> argparse.Namespace:
         args.max_docs = args.max_docs or 200
     if args.drafter_block is not None:
         args.drafter_config["dflash_config"]["block_size"] = args.drafter_block
+    if args.drafter_layers is not None:
+        args.drafter_config["num_hidden_layers"] = args.drafter_layers
     # the drafter's layers and the target it reads follow the sizes (the engine builds one layer per entry)
     args.drafter_config["layer_types"] = ["full_attention"] * args.drafter_config["num_hidden_layers"]
     args.drafter_config["num_target_layers"] = args.target_config["num_hidden_layers"]
