@@ -95,3 +95,15 @@ def test_a_grown_drafter_drafts_what_the_smaller_one_did(family):
         big.layers[2].mlp.down_proj.weight.add_(0.1)   # and the check can fail: a non-identity layer differs
         assert not torch.allclose(small(embeds, block_pos, ctx, ctx_pos, mask),
                                   big(embeds, block_pos, ctx, ctx_pos, mask), atol=1e-6)
+
+
+def test_distill_reads_prompts_whose_text_holds_unicode_line_separators(tmp_path):
+    """Real prompts (written with ensure_ascii=False) may hold U+2028 / U+0085 inside a JSON string;
+    str.splitlines broke such a line in two and the run died on a JSONDecodeError."""
+    from training.distill import load_prompts
+
+    rows = [{"text": "first\u2028second\x85third", "label": "prose"}, {"text": "print(1)", "label": "code"}]
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    loaded = load_prompts(path, None)
+    assert sorted(p["text"] for p in loaded) == sorted(r["text"] for r in rows)

@@ -38,7 +38,8 @@ MODES = {  # name -> generate() sampling settings; the sampled ones use the ship
 
 
 def load_prompts(path: Path, limit: int | None) -> list[dict]:
-    prompts = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # split on "\n" only: str.splitlines also breaks at U+2028 and friends, which JSON strings may hold
+    prompts = [json.loads(line) for line in path.read_text().split("\n") if line.strip()]
     for item in prompts:
         item["messages"] = item.get("messages") or [{"role": "user", "content": item["text"]}]
     rng = np.random.default_rng(0)

@@ -64,7 +64,8 @@ CHAT_TEMPLATE = (
 def sample_texts(corpus: Path, seed: int) -> Iterator[str]:
     rng = random.Random(seed)
     for name, cap_mb in SAMPLE_MB_PER_FILE.items():
-        lines = (corpus / f"{name}.jsonl").read_text().splitlines()
+        lines = (corpus / f"{name}.jsonl").read_text().split("\n")   # not splitlines: U+2028 may sit in a string
+        lines = [line for line in lines if line.strip()]
         rng.shuffle(lines)
         used = 0
         for line in lines:
