@@ -145,6 +145,28 @@ def test_absurdly_nested_json(server):
     assert_error(response, 400, code="invalid_json")
 
 
+LONE_SURROGATES = [  # JSON escapes a client can send (a UTF-16 string cut in half); not valid Unicode
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "cut \\ud83d"}]}', "messages.0.content"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "hi"}], "stop": ["\\udc00"]}', "stop.0"),
+    ("/v1/completions", '{"prompt": "a\\udfffb"}', "prompt"),
+    ("/v1/completions", '{"prompt": "hi", "user": "\\ud800"}', "user"),
+]
+
+
+@pytest.mark.parametrize("path,body,param", LONE_SURROGATES, ids=[p for _, _, p in LONE_SURROGATES])
+def test_lone_surrogate_is_a_400(server, path, body, param):
+    response = httpx.post(server.base_url + path, content=body.encode(), headers={"content-type": "application/json"})
+    error = assert_error(response, 400, param=param, code="invalid_json")
+    assert "surrogate" in error["message"]
+
+
+def test_surrogate_pairs_are_fine(server):
+    body = '{"messages": [{"role": "user", "content": "\\ud83d\\ude00"}], "max_tokens": 1}'
+    response = httpx.post(server.base_url + "/v1/chat/completions", content=body.encode(),
+                          headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text
+
+
 def test_json_that_is_not_an_object(server):
     assert_error(httpx.post(server.base_url + "/v1/completions", json=["prompt"]), 400, code="invalid_json")
 

@@ -58,7 +58,38 @@ async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
         raise bad_request("We could not parse the JSON body of your request.", code="invalid_json") from None
     if not isinstance(data, dict):
         raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    bad = _lone_surrogate(data)
+    if bad is not None:
+        where = f" in '{bad}'" if bad else ""
+        raise bad_request(f"The JSON body holds a lone UTF-16 surrogate{where} (e.g. \\ud83d without its pair): "
+                          "not valid Unicode text.", param=bad or None, code="invalid_json")
     return data
+
+
+def _lone_surrogate(data: Any) -> str | None:
+    """The dotted path of the first string (or key) holding a lone surrogate, else None. JSON escapes
+    (`"\\ud83d"`, a UTF-16 string cut in half) parse into Python strings that no tokenizer can encode."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    return path
+        elif isinstance(value, dict):
+            for key, item in reversed(value.items()):
+                child = f"{path}.{key}" if path else str(key)
+                if not key.isascii():
+                    try:
+                        key.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return path
+                stack.append((item, child))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}.{i}" if path else str(i)) for i, item in reversed(list(enumerate(value))))
+    return None
 
 
 def parse(model: type[BaseModel], data: dict[str, Any]) -> Any:
