@@ -120,6 +120,29 @@ def test_messages_errors_are_anthropic_shaped(server):
             model="sonnet-local", max_tokens=8, messages=[{"role": "user", "content": "x"}])
 
 
+def test_messages_unsupported_tools_and_tool_result_images_say_why(server):
+    """Claude Code sends server tools (web search) and images inside tool results (reading a .png):
+    the 400 says they are not supported, not which pydantic field of which union member failed."""
+    def post(**patch):
+        body = {"model": "sonnet-local", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}], **patch}
+        return httpx.post(server.base_url + "/v1/messages", headers={"x-api-key": KEY}, json=body)
+
+    response = post(tools=[TOOL, {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}])
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "web_search_20250305" in message and "not supported" in message
+    for patch in ({"tools": [{**TOOL, "type": "custom"}]}, {"tools": [TOOL]}):   # client tools, type optional
+        assert post(**patch).status_code == 200
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}
+    response = post(messages=[
+        {"role": "user", "content": "look"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [image]}]}])
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "'image'" in message and "not supported" in message and "text-only" in message
+
+
 def _openai(srv) -> openai.OpenAI:
     return openai.OpenAI(base_url=srv.base_url + "/v1", api_key=KEY, max_retries=0)
 
