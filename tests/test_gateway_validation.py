@@ -101,6 +101,14 @@ def test_unknown_field_message_names_it(server):
     assert "frobnicate" in error["message"] and error["code"] == "unknown_parameter"
 
 
+@pytest.mark.parametrize("role", ["function", "wizard", "Assistant"])
+def test_unknown_role_lists_the_roles(server, role):
+    body = {**OK, "messages": [{"role": "user", "content": "hi"}, {"role": role, "content": "x", "name": "f"}]}
+    error = assert_error(httpx.post(server.base_url + "/v1/chat/completions", json=body), 400, param="messages.1.role")
+    assert repr(role) in error["message"]
+    assert all(name in error["message"] for name in ("system", "developer", "user", "assistant", "tool"))
+
+
 def test_missing_messages(server):
     assert_error(httpx.post(server.base_url + "/v1/chat/completions", json={"max_tokens": 1}), 400, param="messages")
 
