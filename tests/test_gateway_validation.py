@@ -64,6 +64,13 @@ REJECTED_CHAT_FIELDS = [
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"reasoning_effort": "extreme"}, "reasoning_effort"),
     ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs"),
+    # apply_chat_template's own arguments: a client's own Jinja template (it runs on the model's worker
+    # thread: nested loops stall every request), or the tools / generation prompt the server sets
+    ({"chat_template_kwargs": {"chat_template": "{% for i in range(100000) %}{% endfor %}"}},
+     "chat_template_kwargs.chat_template"),
+    ({"chat_template_kwargs": {"tools": []}}, "chat_template_kwargs.tools"),
+    ({"chat_template_kwargs": {"add_generation_prompt": False}}, "chat_template_kwargs.add_generation_prompt"),
+    ({"chat_template_kwargs": {"tokenize": True}}, "chat_template_kwargs.tokenize"),
     ({"messages": [{"role": "tool", "content": "42"}]}, "messages.0.tool_call_id"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"stop": [""]}, "stop"),
