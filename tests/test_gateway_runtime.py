@@ -126,10 +126,12 @@ def test_lone_surrogate_is_a_400_not_a_500(served):
     bodies = [("/v1/chat/completions", '{"messages": [{"role": "user", "content": "cut \\ud83d"}], "max_tokens": 2}'),
               ("/v1/completions", '{"prompt": "cut \\ud83d", "max_tokens": 2}'),
               ("/v1/responses", '{"input": "cut \\ud83d", "max_output_tokens": 2}'),
-              ("/v1/messages", '{"model": "default", "max_tokens": 2, "messages": [{"role": "user", "content": "\\ud83d"}]}'),
+              ("/v1/messages", '{"model": "default", "max_tokens": 2, "messages": [{"role": "user", "content": '
+                               '"\\ud83d"}]}'),
               ("/v1/messages/count_tokens", '{"model": "default", "messages": [{"role": "user", "content": "\\ud83d"}]}')]
     for path, body in bodies:
-        response = httpx.post(server.base_url + path, content=body.encode(), headers={"content-type": "application/json"})
+        response = httpx.post(server.base_url + path, content=body.encode(),
+                              headers={"content-type": "application/json"})
         assert response.status_code == 400, (path, response.text)
         assert "surrogate" in response.json()["error"]["message"]
     assert httpx.get(server.base_url + "/health").status_code == 200

@@ -229,7 +229,7 @@ async def count_tokens(request: Request) -> Response:
     state: GatewayState = request.app.state.gateway
     try:
         with request.app.state.body_budget.slot():
-            data = await read_json_object(request, state.config.max_body_bytes)
+            data = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
         req = parse(CountTokensRequest, data)
         check_model(req.model, state)
         conversation = MessagesRequest.model_validate({**req.model_dump(exclude_none=True), "max_tokens": 1})

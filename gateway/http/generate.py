@@ -4,6 +4,7 @@ completions, Anthropic messages, OpenAI responses all run this same pipeline).""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -40,7 +41,7 @@ def route_headers(decision: RouteDecision) -> dict[str, str]:
     }
 
 
-async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
+async def read_json_object(request: Request, max_bytes: int, timeout: float | None = None) -> dict[str, Any]:
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media and media != "application/json" and not media.endswith("+json"):
         raise APIError(415, f"Content-Type must be application/json, not {media!r}.", code="unsupported_media_type")
@@ -48,10 +49,15 @@ async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
     if declared.isdigit() and int(declared) > max_bytes:
         raise APIError(413, f"Request body is larger than {max_bytes} bytes.", code="request_too_large")
     body = bytearray()
-    async for part in request.stream():
-        body += part
-        if len(body) > max_bytes:
-            raise APIError(413, f"Request body is larger than {max_bytes} bytes.", code="request_too_large")
+    try:
+        async with asyncio.timeout(timeout):
+            async for part in request.stream():
+                body += part
+                if len(body) > max_bytes:
+                    raise APIError(413, f"Request body is larger than {max_bytes} bytes.", code="request_too_large")
+    except TimeoutError:
+        raise APIError(408, f"The request body did not arrive within {timeout:g} s.", code="body_timeout",
+                       headers={"Connection": "close"}) from None
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: absurdly deep nesting
@@ -161,7 +167,7 @@ async def _admit(request: Request, state: GatewayState, endpoint: Endpoint) -> t
     if state.scheduler.full:  # no point reading a body that cannot be queued
         raise QueueFull(state.config.retry_after_seconds)
     with request.app.state.body_budget.slot():
-        data = await read_json_object(request, state.config.max_body_bytes)
+        data = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
     admitted = endpoint.translate(data, request, state)
     if state.config.api_keys and not state.config.share_prefix_cache:   # tenants never share cached prompts
         admitted.spec = replace(admitted.spec, cache_scope=request.scope.get(KEY_ID, "anonymous"))
