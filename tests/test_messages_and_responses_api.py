@@ -143,6 +143,21 @@ def test_messages_unsupported_tools_and_tool_result_images_say_why(server):
     assert "'image'" in message and "not supported" in message and "text-only" in message
 
 
+def test_messages_stop_sequence_is_reported(server):
+    """Anthropic says which stop sequence ended the message: stop_reason "stop_sequence" and the string,
+    in the message and in the stream's message_delta; an ordinary end stays "end_turn" with null."""
+    client = _anthropic(server)
+    kwargs = {"model": "sonnet-local", "max_tokens": 64, "messages": [{"role": "user", "content": "Weather?"}]}
+    message = client.messages.create(stop_sequences=["never", "sunny"], **kwargs)
+    assert message.content[-1].text == "It is "
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "sunny")
+    with client.messages.stream(stop_sequences=["sunny"], **kwargs) as stream:
+        final = stream.get_final_message()
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "sunny")
+    message = client.messages.create(stop_sequences=["never"], **kwargs)
+    assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
+
+
 def _openai(srv) -> openai.OpenAI:
     return openai.OpenAI(base_url=srv.base_url + "/v1", api_key=KEY, max_retries=0)
 
