@@ -198,6 +198,20 @@ def test_responses_function_calls_stream_and_round_trip(server):
     assert "<tool_response>\n18C\n</tool_response>" in backend.encoded[-1]
 
 
+def test_responses_unsupported_input_items_say_why(server):
+    """An input item this stateless server cannot take (item_reference points at stored items; hosted
+    tools' calls) gets a 400 naming its type and the supported ones, not pydantic's discriminator text."""
+    user = {"role": "user", "content": "hi"}
+    for item in ({"type": "item_reference", "id": "msg_1"},
+                 {"type": "web_search_call", "id": "ws_1", "status": "completed"}):
+        response = httpx.post(server.base_url + "/v1/responses", headers={"authorization": f"Bearer {KEY}"},
+                              json={"model": "sonnet-local", "input": [user, item]})
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["param"] == "input.1" and repr(item["type"]) in error["message"]
+        assert "not supported" in error["message"] and "_item_kind" not in error["message"]
+
+
 def test_responses_structured_output_and_refusals(server):
     client = _openai(server)
     client.responses.create(model="default", input="Give JSON", text={"format": {
