@@ -235,6 +235,35 @@ def test_a_stalled_upload_gives_its_body_slot_back():
         assert httpx.post(srv.base_url + CHAT, json=chat(max_tokens=1), timeout=30).status_code == 200
 
 
+def test_compiling_a_json_schema_does_not_block_the_event_loop(monkeypatch):
+    """A large response_format schema takes llguidance a while to check (about 1 s per MiB of regex
+    alternatives here): that runs off the event loop, so other clients' streams and /health go on."""
+    import llguidance
+
+    entered, go = threading.Event(), threading.Event()
+    check = llguidance.LLMatcher.validate_grammar
+
+    def slow_check(grammar):
+        entered.set()
+        go.wait(10)
+        return check(grammar)
+
+    monkeypatch.setattr(llguidance.LLMatcher, "validate_grammar", staticmethod(slow_check))
+    with live_server(create_app(FakeBackend())) as srv:
+        statuses = []
+        schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+        client = threading.Thread(target=lambda: statuses.append(httpx.post(
+            srv.base_url + CHAT, json=chat(max_tokens=1, response_format=schema), timeout=30).status_code))
+        client.start()
+        assert entered.wait(10)
+        try:
+            assert httpx.get(srv.base_url + "/health", timeout=3).status_code == 200
+        finally:
+            go.set()
+            client.join(30)
+        assert statuses == [200]
+
+
 def test_a_full_queue_refuses_before_reading_the_body():
     gate = threading.Event()
     backend = FakeBackend(gate=gate)

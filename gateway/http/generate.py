@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -168,7 +169,9 @@ async def _admit(request: Request, state: GatewayState, endpoint: Endpoint) -> t
         raise QueueFull(state.config.retry_after_seconds)
     with request.app.state.body_budget.slot():
         data = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
-    admitted = endpoint.translate(data, request, state)
+    # off the event loop: validation compiles response_format schemas (llguidance takes about 1 s per MiB
+    # of regex alternatives), which would otherwise stall every other client's stream meanwhile
+    admitted = await run_in_threadpool(endpoint.translate, data, request, state)
     if state.config.api_keys and not state.config.share_prefix_cache:   # tenants never share cached prompts
         admitted.spec = replace(admitted.spec, cache_scope=request.scope.get(KEY_ID, "anonymous"))
     header = header_priority(request.headers.get("x-switchyard-priority"))
