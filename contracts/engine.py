@@ -169,6 +169,7 @@ class GenerationChunk:
     tool_calls: list[ToolCall] = field(default_factory=list)   # tool calls completed in this chunk
     logprobs: list[TokenLogprob] = field(default_factory=list)  # per token of token_ids, when asked
     cached_tokens: int = 0             # prompt tokens served from the prefix cache (first chunk)
+    stop_sequence: str | None = None   # the request's stop string that ended the generation (finish "stop")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ class StopMatcher:
     def __init__(self, stops: Iterable[str]):
         self.stops = tuple(s for s in stops if s)
         self._held = ""
+        self.matched: str | None = None   # the stop string found (the earliest in the text)
 
     def feed(self, text: str) -> tuple[str, bool]:
         """Returns (text safe to emit, stopped)."""
@@ -21,7 +22,8 @@ class StopMatcher:
         hits = [(buffer.find(s), s) for s in self.stops if s in buffer]
         if hits:
             self._held = ""
-            return buffer[: min(pos for pos, _ in hits)], True
+            position, self.matched = min(hits)
+            return buffer[:position], True
         keep = 0
         for stop in self.stops:
             for n in range(min(len(stop) - 1, len(buffer)), 0, -1):
@@ -79,7 +81,7 @@ def stream_text(
             yield GenerationChunk(
                 text=text, token_ids=kept, finish_reason=finish, step=step,
                 prompt_tokens=prompt_tokens, completion_tokens=produced, logprobs=step.logprobs[: len(kept)],
-                cached_tokens=step.cached_tokens,
+                cached_tokens=step.cached_tokens, stop_sequence=matcher.matched if stopped else None,
             )
             if finish is not None:
                 return

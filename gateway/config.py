@@ -33,6 +33,9 @@ class GatewayConfig(BaseModel):
     # Origins allowed to call the API from a browser (CORS); empty = no CORS headers, ["*"] = any.
     allowed_origins: tuple[str, ...] = ()
     max_messages: int = Field(4096, ge=1)            # chat messages per request
+    # Seconds a request body may take to arrive whole (a body slot is held meanwhile); past it: 408.
+    # Without it, a few clients that send half a body and stall would hold every slot for ever.
+    body_read_timeout_seconds: float | None = Field(60.0, gt=0)
     # Wall-clock budget of one request from admission (queue wait included), checked between engine
     # steps; past it the generation stops and the client gets a 504 (in-stream error event for SSE).
     request_timeout_seconds: float | None = Field(600.0, gt=0)

@@ -137,9 +137,10 @@ class FakeBackend:
                 produced += 1
                 # stop sequences: cut the text at the first match, finish "stop"
                 candidate = text_so_far + piece
-                hit = min((candidate.find(s) for s in params.stop if s in candidate), default=-1)
+                hit, matched = min(((candidate.find(s), s) for s in params.stop if s in candidate), default=(-1, None))
                 if hit >= 0:
-                    yield GenerationChunk(candidate[len(text_so_far):hit], [1000 + i], "stop", step, len(prompt_ids), produced)
+                    yield GenerationChunk(candidate[len(text_so_far):hit], [1000 + i], "stop", step, len(prompt_ids),
+                                          produced, stop_sequence=matched)
                     return
                 text_so_far = candidate
                 last = i == len(words) - 1

@@ -114,6 +114,16 @@ def test_default_max_tokens_and_defaults_left_to_model(env):
     assert params.temperature is None and params.top_p is None and params.seed is None
 
 
+def test_prompt_that_fills_the_context_without_max_tokens_is_refused_plainly(env):
+    """Unasked max_tokens is shortened to the room the prompt leaves; with no room left the 400 is about
+    the prompt, not about a max_tokens the client never sent."""
+    server, client, backend, router = env
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model="default", prompt="y" * backend.context_length)
+    assert err.value.body["code"] == "context_length_exceeded"
+    assert "max_tokens" not in err.value.body["message"] and str(backend.context_length) in err.value.body["message"]
+
+
 def test_text_completion_non_streaming_and_streaming(env):
     server, client, backend, router = env
     completion = client.completions.create(model="default", prompt="Once upon", max_tokens=2)

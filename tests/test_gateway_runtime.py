@@ -119,6 +119,24 @@ def test_context_overflow_is_a_400(served):
     assert err.value.body["code"] == "context_length_exceeded"
 
 
+def test_lone_surrogate_is_a_400_not_a_500(served):
+    """A lone UTF-16 surrogate escape (a JS string cut mid-emoji) is valid JSON syntax but not
+    Unicode: the tokenizer cannot encode it. The client gets a 400 naming the field, on every endpoint."""
+    server, client, runtime = served
+    bodies = [("/v1/chat/completions", '{"messages": [{"role": "user", "content": "cut \\ud83d"}], "max_tokens": 2}'),
+              ("/v1/completions", '{"prompt": "cut \\ud83d", "max_tokens": 2}'),
+              ("/v1/responses", '{"input": "cut \\ud83d", "max_output_tokens": 2}'),
+              ("/v1/messages", '{"model": "default", "max_tokens": 2, "messages": [{"role": "user", "content": '
+                               '"\\ud83d"}]}'),
+              ("/v1/messages/count_tokens", '{"model": "default", "messages": [{"role": "user", "content": "\\ud83d"}]}')]
+    for path, body in bodies:
+        response = httpx.post(server.base_url + path, content=body.encode(),
+                              headers={"content-type": "application/json"})
+        assert response.status_code == 400, (path, response.text)
+        assert "surrogate" in response.json()["error"]["message"]
+    assert httpx.get(server.base_url + "/health").status_code == 200
+
+
 def test_concurrent_requests_each_get_their_own_greedy_answer(served):
     """Requests queued behind each other on the one worker do not mix state: same text as alone."""
     import threading

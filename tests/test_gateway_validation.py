@@ -64,6 +64,13 @@ REJECTED_CHAT_FIELDS = [
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"reasoning_effort": "extreme"}, "reasoning_effort"),
     ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs"),
+    # apply_chat_template's own arguments: a client's own Jinja template (it runs on the model's worker
+    # thread: nested loops stall every request), or the tools / generation prompt the server sets
+    ({"chat_template_kwargs": {"chat_template": "{% for i in range(100000) %}{% endfor %}"}},
+     "chat_template_kwargs.chat_template"),
+    ({"chat_template_kwargs": {"tools": []}}, "chat_template_kwargs.tools"),
+    ({"chat_template_kwargs": {"add_generation_prompt": False}}, "chat_template_kwargs.add_generation_prompt"),
+    ({"chat_template_kwargs": {"tokenize": True}}, "chat_template_kwargs.tokenize"),
     ({"messages": [{"role": "tool", "content": "42"}]}, "messages.0.tool_call_id"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"stop": [""]}, "stop"),
@@ -99,6 +106,14 @@ def test_rejected_chat_field(server, patch, param):
 def test_unknown_field_message_names_it(server):
     error = assert_error(httpx.post(server.base_url + "/v1/chat/completions", json={**OK, "frobnicate": 1}), 400)
     assert "frobnicate" in error["message"] and error["code"] == "unknown_parameter"
+
+
+@pytest.mark.parametrize("role", ["function", "wizard", "Assistant"])
+def test_unknown_role_lists_the_roles(server, role):
+    body = {**OK, "messages": [{"role": "user", "content": "hi"}, {"role": role, "content": "x", "name": "f"}]}
+    error = assert_error(httpx.post(server.base_url + "/v1/chat/completions", json=body), 400, param="messages.1.role")
+    assert repr(role) in error["message"]
+    assert all(name in error["message"] for name in ("system", "developer", "user", "assistant", "tool"))
 
 
 def test_missing_messages(server):
@@ -143,6 +158,28 @@ def test_absurdly_nested_json(server):
     response = httpx.post(server.base_url + "/v1/completions", content=b"[" * 30000 + b"]" * 30000,
                           headers={"content-type": "application/json"})
     assert_error(response, 400, code="invalid_json")
+
+
+LONE_SURROGATES = [  # JSON escapes a client can send (a UTF-16 string cut in half); not valid Unicode
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "cut \\ud83d"}]}', "messages.0.content"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "hi"}], "stop": ["\\udc00"]}', "stop.0"),
+    ("/v1/completions", '{"prompt": "a\\udfffb"}', "prompt"),
+    ("/v1/completions", '{"prompt": "hi", "user": "\\ud800"}', "user"),
+]
+
+
+@pytest.mark.parametrize("path,body,param", LONE_SURROGATES, ids=[p for _, _, p in LONE_SURROGATES])
+def test_lone_surrogate_is_a_400(server, path, body, param):
+    response = httpx.post(server.base_url + path, content=body.encode(), headers={"content-type": "application/json"})
+    error = assert_error(response, 400, param=param, code="invalid_json")
+    assert "surrogate" in error["message"]
+
+
+def test_surrogate_pairs_are_fine(server):
+    body = '{"messages": [{"role": "user", "content": "\\ud83d\\ude00"}], "max_tokens": 1}'
+    response = httpx.post(server.base_url + "/v1/chat/completions", content=body.encode(),
+                          headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text
 
 
 def test_json_that_is_not_an_object(server):

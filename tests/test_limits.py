@@ -203,6 +203,67 @@ def test_bodies_read_at_once_are_bounded():
         assert httpx.post(srv.base_url + CHAT, json=chat(max_tokens=1), timeout=30).status_code == 200
 
 
+def test_a_stalled_upload_gives_its_body_slot_back():
+    """A client that sends headers and part of a body, then nothing (slowloris), holds a body slot only
+    until the body-read deadline: then it gets a 408 and the slot frees, so a handful of stalled
+    connections cannot answer every other client 429 for ever."""
+    import socket
+
+    backend = FakeBackend()
+    app = create_app(backend, config=GatewayConfig(max_queue=0, body_read_timeout_seconds=1.0))
+    budget = app.state.body_budget
+    with live_server(app) as srv:
+        host, port = srv.base_url.removeprefix("http://").split(":")
+        stalled = []
+        for _ in range(budget.slots):
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{\"messages\":")
+            stalled.append(sock)
+        deadline = time.monotonic() + 10
+        while budget.in_use < budget.slots:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert_error(httpx.post(srv.base_url + CHAT, json=chat(max_tokens=1), timeout=30), 429, code="queue_full")
+        for sock in stalled:   # each stalled client is answered with a 408 error object at the deadline
+            sock.settimeout(10)
+            head = sock.recv(65536)
+            assert head.startswith(b"HTTP/1.1 408"), head[:200]
+            assert b'"code":"body_timeout"' in head.replace(b" ", b"") or b"body_timeout" in sock.recv(65536)
+            sock.close()
+        assert budget.in_use == 0
+        assert httpx.post(srv.base_url + CHAT, json=chat(max_tokens=1), timeout=30).status_code == 200
+
+
+def test_compiling_a_json_schema_does_not_block_the_event_loop(monkeypatch):
+    """A large response_format schema takes llguidance a while to check (about 1 s per MiB of regex
+    alternatives here): that runs off the event loop, so other clients' streams and /health go on."""
+    import llguidance
+
+    entered, go = threading.Event(), threading.Event()
+    check = llguidance.LLMatcher.validate_grammar
+
+    def slow_check(grammar):
+        entered.set()
+        go.wait(10)
+        return check(grammar)
+
+    monkeypatch.setattr(llguidance.LLMatcher, "validate_grammar", staticmethod(slow_check))
+    with live_server(create_app(FakeBackend())) as srv:
+        statuses = []
+        schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+        client = threading.Thread(target=lambda: statuses.append(httpx.post(
+            srv.base_url + CHAT, json=chat(max_tokens=1, response_format=schema), timeout=30).status_code))
+        client.start()
+        assert entered.wait(10)
+        try:
+            assert httpx.get(srv.base_url + "/health", timeout=3).status_code == 200
+        finally:
+            go.set()
+            client.join(30)
+        assert statuses == [200]
+
+
 def test_a_full_queue_refuses_before_reading_the_body():
     gate = threading.Event()
     backend = FakeBackend(gate=gate)

@@ -120,6 +120,44 @@ def test_messages_errors_are_anthropic_shaped(server):
             model="sonnet-local", max_tokens=8, messages=[{"role": "user", "content": "x"}])
 
 
+def test_messages_unsupported_tools_and_tool_result_images_say_why(server):
+    """Claude Code sends server tools (web search) and images inside tool results (reading a .png):
+    the 400 says they are not supported, not which pydantic field of which union member failed."""
+    def post(**patch):
+        body = {"model": "sonnet-local", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}], **patch}
+        return httpx.post(server.base_url + "/v1/messages", headers={"x-api-key": KEY}, json=body)
+
+    response = post(tools=[TOOL, {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}])
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "web_search_20250305" in message and "not supported" in message
+    for patch in ({"tools": [{**TOOL, "type": "custom"}]}, {"tools": [TOOL]}):   # client tools, type optional
+        assert post(**patch).status_code == 200
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}
+    response = post(messages=[
+        {"role": "user", "content": "look"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [image]}]}])
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "'image'" in message and "not supported" in message and "text-only" in message
+
+
+def test_messages_stop_sequence_is_reported(server):
+    """Anthropic says which stop sequence ended the message: stop_reason "stop_sequence" and the string,
+    in the message and in the stream's message_delta; an ordinary end stays "end_turn" with null."""
+    client = _anthropic(server)
+    kwargs = {"model": "sonnet-local", "max_tokens": 64, "messages": [{"role": "user", "content": "Weather?"}]}
+    message = client.messages.create(stop_sequences=["never", "sunny"], **kwargs)
+    assert message.content[-1].text == "It is "
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "sunny")
+    with client.messages.stream(stop_sequences=["sunny"], **kwargs) as stream:
+        final = stream.get_final_message()
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "sunny")
+    message = client.messages.create(stop_sequences=["never"], **kwargs)
+    assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
+
+
 def _openai(srv) -> openai.OpenAI:
     return openai.OpenAI(base_url=srv.base_url + "/v1", api_key=KEY, max_retries=0)
 
@@ -158,6 +196,20 @@ def test_responses_function_calls_stream_and_round_trip(server):
         {"type": "function_call_output", "call_id": call.call_id, "output": "18C"}])
     assert follow.output_text == "Sunny."
     assert "<tool_response>\n18C\n</tool_response>" in backend.encoded[-1]
+
+
+def test_responses_unsupported_input_items_say_why(server):
+    """An input item this stateless server cannot take (item_reference points at stored items; hosted
+    tools' calls) gets a 400 naming its type and the supported ones, not pydantic's discriminator text."""
+    user = {"role": "user", "content": "hi"}
+    for item in ({"type": "item_reference", "id": "msg_1"},
+                 {"type": "web_search_call", "id": "ws_1", "status": "completed"}):
+        response = httpx.post(server.base_url + "/v1/responses", headers={"authorization": f"Bearer {KEY}"},
+                              json={"model": "sonnet-local", "input": [user, item]})
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["param"] == "input.1" and repr(item["type"]) in error["message"]
+        assert "not supported" in error["message"] and "_item_kind" not in error["message"]
 
 
 def test_responses_structured_output_and_refusals(server):

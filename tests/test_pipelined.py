@@ -292,6 +292,7 @@ def test_stop_strings_and_eos_inside_an_accepted_run(agree_engines, name):
                 outs.append(("".join(c.text for c in chunks), tokens, chunks[-1].finish_reason))
             assert outs[0] == outs[1], (text, stops)
             assert outs[0][2] == "stop"
+            assert chunks[-1].stop_sequence == (stop if stops else None)   # which stop string ended it
 
 
 class _Never:

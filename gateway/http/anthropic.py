@@ -120,6 +120,13 @@ def to_chat_request(req: MessagesRequest) -> dict[str, Any]:
     return body
 
 
+def _stop(choice: ChoiceReply) -> dict[str, Any]:
+    """stop_reason and stop_sequence: "stop_sequence" with the string when one of the request's ended it."""
+    if choice.finish_reason == "stop" and choice.stop_sequence is not None:
+        return {"stop_reason": "stop_sequence", "stop_sequence": choice.stop_sequence}
+    return {"stop_reason": STOP_REASONS.get(choice.finish_reason or "stop", "end_turn"), "stop_sequence": None}
+
+
 def _usage(record: RequestRecord, output_tokens: int) -> dict[str, int]:
     """Anthropic counts cache reads apart from `input_tokens` (their sum is the prompt)."""
     return {"input_tokens": record.prompt_tokens - record.cached_tokens, "output_tokens": output_tokens,
@@ -150,8 +157,7 @@ class AnthropicRenderer:
             content.append({"type": "text", "text": choice.content})
         content.extend(_tool_use(call) for call in choice.tool_calls)
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
-                "stop_reason": STOP_REASONS.get(choice.finish_reason or "stop", "end_turn"), "stop_sequence": None,
-                "usage": _usage(record, record.completion_tokens)}
+                **_stop(choice), "usage": _usage(record, record.completion_tokens)}
 
     def choice_started(self, choice: ChoiceReply) -> list[bytes]:
         return []
@@ -177,10 +183,8 @@ class AnthropicRenderer:
         return frames
 
     def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
-        finish = record.finish_reason or "stop"
-        delta = {"type": "message_delta", "delta": {"stop_reason": STOP_REASONS.get(finish, "end_turn"),
-                                                    "stop_sequence": None},
-                 "usage": {"output_tokens": record.completion_tokens}}
+        choice = record.choices[-1] if record.choices else ChoiceReply(0)
+        delta = {"type": "message_delta", "delta": _stop(choice), "usage": {"output_tokens": record.completion_tokens}}
         return [*self._close(), event(delta, "message_delta"), event({"type": "message_stop"}, "message_stop")]
 
     def stream_error(self, err: APIError) -> list[bytes]:
@@ -229,7 +233,7 @@ async def count_tokens(request: Request) -> Response:
     state: GatewayState = request.app.state.gateway
     try:
         with request.app.state.body_budget.slot():
-            data = await read_json_object(request, state.config.max_body_bytes)
+            data = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
         req = parse(CountTokensRequest, data)
         check_model(req.model, state)
         conversation = MessagesRequest.model_validate({**req.model_dump(exclude_none=True), "max_tokens": 1})

@@ -37,6 +37,11 @@ class ToolResultBlock(_Anthropic):
     is_error: bool | None = None
     cache_control: dict[str, Any] | None = None
 
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_only(cls, value: Any) -> Any:   # e.g. an image the client's Read tool returned
+        return only_kinds(value, ("text",), "tool_result content blocks", "text-only model")
+
     def text(self) -> str:
         if self.content is None or isinstance(self.content, str):
             return self.content or ""
@@ -67,6 +72,19 @@ class AnthropicMessage(_Anthropic):
     @classmethod
     def _known_blocks(cls, value: Any) -> Any:
         return only_kinds(value, BLOCK_TYPES, "content blocks", "text-only model")
+
+
+def _client_tools_only(value: Any) -> Any:
+    """Server tools (web_search_20250305, code_execution_..., bash_..., text_editor_...) run on
+    Anthropic's side; here the client runs every tool, so only custom tools (`type` absent or
+    "custom") are accepted, with a plain reason instead of a missing `input_schema`."""
+    if isinstance(value, list):
+        for tool in value:
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            if kind not in (None, "custom"):
+                raise ValueError(f"tools of type {kind!r} are not supported (server tools; the client runs its "
+                                 "tools, none are hosted here); supported: custom tools with an input_schema")
+    return value
 
 
 class AnthropicTool(_Anthropic):
@@ -104,6 +122,11 @@ class CountTokensRequest(_Anthropic):
     tool_choice: AnthropicToolChoice | None = None
     thinking: ThinkingConfig | None = None
 
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _client_tools(cls, value: Any) -> Any:
+        return _client_tools_only(value)
+
 
 class MessagesRequest(_Anthropic):
     model: str
@@ -121,6 +144,11 @@ class MessagesRequest(_Anthropic):
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
     engine: str | None = None   # Switchyard: raw | mtp | ddtree | auto
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _client_tools(cls, value: Any) -> Any:
+        return _client_tools_only(value)
 
 
 class TokenCount(BaseModel):

@@ -4,12 +4,14 @@ completions, Anthropic messages, OpenAI responses all run this same pipeline).""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -40,7 +42,7 @@ def route_headers(decision: RouteDecision) -> dict[str, str]:
     }
 
 
-async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
+async def read_json_object(request: Request, max_bytes: int, timeout: float | None = None) -> dict[str, Any]:
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media and media != "application/json" and not media.endswith("+json"):
         raise APIError(415, f"Content-Type must be application/json, not {media!r}.", code="unsupported_media_type")
@@ -48,17 +50,53 @@ async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
     if declared.isdigit() and int(declared) > max_bytes:
         raise APIError(413, f"Request body is larger than {max_bytes} bytes.", code="request_too_large")
     body = bytearray()
-    async for part in request.stream():
-        body += part
-        if len(body) > max_bytes:
-            raise APIError(413, f"Request body is larger than {max_bytes} bytes.", code="request_too_large")
+    try:
+        async with asyncio.timeout(timeout):
+            async for part in request.stream():
+                body += part
+                if len(body) > max_bytes:
+                    raise APIError(413, f"Request body is larger than {max_bytes} bytes.", code="request_too_large")
+    except TimeoutError:
+        raise APIError(408, f"The request body did not arrive within {timeout:g} s.", code="body_timeout",
+                       headers={"Connection": "close"}) from None
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: absurdly deep nesting
         raise bad_request("We could not parse the JSON body of your request.", code="invalid_json") from None
     if not isinstance(data, dict):
         raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    bad = _lone_surrogate(data)
+    if bad is not None:
+        where = f" in '{bad}'" if bad else ""
+        raise bad_request(f"The JSON body holds a lone UTF-16 surrogate{where} (e.g. \\ud83d without its pair): "
+                          "not valid Unicode text.", param=bad or None, code="invalid_json")
     return data
+
+
+def _lone_surrogate(data: Any) -> str | None:
+    """The dotted path of the first string (or key) holding a lone surrogate, else None. JSON escapes
+    (`"\\ud83d"`, a UTF-16 string cut in half) parse into Python strings that no tokenizer can encode."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    return path
+        elif isinstance(value, dict):
+            for key, item in reversed(value.items()):
+                child = f"{path}.{key}" if path else str(key)
+                if not key.isascii():
+                    try:
+                        key.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return path
+                stack.append((item, child))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}.{i}" if path else str(i)) for i, item in reversed(list(enumerate(value))))
+    return None
 
 
 def parse(model: type[BaseModel], data: dict[str, Any]) -> Any:
@@ -130,8 +168,10 @@ async def _admit(request: Request, state: GatewayState, endpoint: Endpoint) -> t
     if state.scheduler.full:  # no point reading a body that cannot be queued
         raise QueueFull(state.config.retry_after_seconds)
     with request.app.state.body_budget.slot():
-        data = await read_json_object(request, state.config.max_body_bytes)
-    admitted = endpoint.translate(data, request, state)
+        data = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
+    # off the event loop: validation compiles response_format schemas (llguidance takes about 1 s per MiB
+    # of regex alternatives), which would otherwise stall every other client's stream meanwhile
+    admitted = await run_in_threadpool(endpoint.translate, data, request, state)
     if state.config.api_keys and not state.config.share_prefix_cache:   # tenants never share cached prompts
         admitted.spec = replace(admitted.spec, cache_scope=request.scope.get(KEY_ID, "anonymous"))
     header = header_priority(request.headers.get("x-switchyard-priority"))

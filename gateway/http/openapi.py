@@ -30,7 +30,8 @@ _RESPONSES: tuple[type[BaseModel], ...] = (
 # Statuses each kind of operation can answer with an error object.
 _GENERATION_ERRORS = {
     "400": "Invalid request (validation, unsupported parameter, limit exceeded, prompt too long)",
-    "401": "Missing or wrong API key", "404": "Unknown model", "413": "Request body too large",
+    "401": "Missing or wrong API key", "404": "Unknown model",
+    "408": "Request body not received in time", "413": "Request body too large",
     "415": "Body is not JSON", "429": "Queue full (see Retry-After)", "500": "Engine failure",
     "503": "Model worker unavailable or shutting down", "504": "Request timeout",
 }

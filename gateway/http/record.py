@@ -26,6 +26,7 @@ class ChoiceReply:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None
     completion_tokens: int = 0
+    stop_sequence: str | None = None   # the stop string that ended it
 
     @property
     def content(self) -> str:
@@ -85,6 +86,7 @@ class RequestRecord:
         self.cached_tokens = max(self.cached_tokens, chunk.cached_tokens)
         if chunk.finish_reason is not None:
             choice.finish_reason = chunk.finish_reason
+            choice.stop_sequence = chunk.stop_sequence
         choice.text.append(chunk.text)
         if chunk.reasoning:
             choice.reasoning.append(chunk.reasoning)

@@ -37,8 +37,21 @@ def _reject_common(req: _SamplingFields, config: GatewayConfig) -> None:
                           "or penalties).", param="logit_bias", code="unsupported_parameter")
 
 
+# apply_chat_template's own arguments, not template variables: `chat_template` would run the client's
+# Jinja on the model's worker thread (a nested loop stalls every request; the deadline is checked only
+# between engine steps), the rest are set by the server (tools, the generation prompt, text out)
+TEMPLATE_ARGUMENTS = ("chat_template", "conversation", "messages", "tools", "documents", "add_generation_prompt",
+                      "continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors",
+                      "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs")
+
+
 def _reject_chat(req: ChatCompletionRequest, config: GatewayConfig) -> None:
     _reject_common(req, config)
+    for name in req.chat_template_kwargs or {}:
+        if name in TEMPLATE_ARGUMENTS:
+            raise bad_request(f"chat_template_kwargs may not set {name!r}: it is an argument of the template call, "
+                              "not a template variable (send e.g. enable_thinking).",
+                              param=f"chat_template_kwargs.{name}", code="unsupported_parameter")
     for name in ("functions", "function_call"):
         if getattr(req, name) not in (None, []):
             raise bad_request(f"{name} is deprecated by OpenAI and not supported; send `tools` / `tool_choice`.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from .schemas import TOOL_NAME, FunctionDefinition, JsonSchemaFormat, Penalty, PositiveInt32, TopLogprobs, only_kinds
 
@@ -70,11 +70,32 @@ class ReasoningItem(_Responses):
         return "".join(str(p.get("text", "")) for p in parts)
 
 
+ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+
+
+class UnsupportedItem(_Responses):
+    """Any other input item type (item_reference needs stored items; hosted tools' calls): a plain 400."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse(cls, value: Any) -> Any:
+        kind = value.get("type") if isinstance(value, dict) else None
+        raise ValueError(f"input items of type {kind!r} are not supported (a stateless server with no hosted "
+                         f"tools: send the items themselves); supported: {', '.join(ITEM_TYPES)}")
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
+        return {"not": {}}   # accepts nothing: /openapi.json lists only the supported items
+
+
 def _item_kind(value: Any) -> str:
-    return (value.get("type") if isinstance(value, dict) else getattr(value, "type", None)) or "message"
+    kind = (value.get("type") if isinstance(value, dict) else getattr(value, "type", None)) or "message"
+    return kind if kind in ITEM_TYPES else "Unsupported"   # capitalised: not part of the error's param path
 
 
-Item = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")] | Annotated[FunctionCallOutputItem, Tag("function_call_output")] | Annotated[ReasoningItem, Tag("reasoning")],
+Item = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
+                 | Annotated[FunctionCallOutputItem, Tag("function_call_output")] | Annotated[ReasoningItem, Tag("reasoning")]
+                 | Annotated[UnsupportedItem, Tag("Unsupported")],
                  Discriminator(_item_kind)]
 
 

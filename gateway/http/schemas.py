@@ -123,6 +123,15 @@ class UserMessage(_Message):
     role: Literal["user"]
     content: str | list[TextPart]
 
+    @field_validator("role", mode="before")
+    @classmethod
+    def _known_role(cls, value: Any) -> Any:
+        # unknown roles are validated here (see _message_tag): name them all, not just 'user'
+        if isinstance(value, str) and value != "user":
+            hint = " (the deprecated 'function' role: send tool messages)" if value == "function" else ""
+            raise ValueError(f"unknown role {value!r}{hint}; supported: system, developer, user, assistant, tool")
+        return value
+
 
 class AssistantTurn(_Message):
     """An assistant turn of the history: text, tool calls, and the reasoning that led to them."""

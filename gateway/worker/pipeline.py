@@ -44,6 +44,10 @@ def run_request(
     prompt_ids, reply, prefix = _prompt(backend, spec)
     params = spec.params
     room = backend.context_length - len(prompt_ids)
+    if spec.max_tokens_defaulted and room <= 0:   # the client set no max_tokens: do not blame one
+        raise InvalidRequestError(
+            f"prompt ({len(prompt_ids)} tokens) leaves no room to generate in the model's context length "
+            f"({backend.context_length})", param="messages", code="context_length_exceeded")
     if spec.max_tokens_defaulted and 0 < room < params.max_tokens:
         params = replace(params, max_tokens=room)   # unasked: stop at the context's end instead of refusing
     decision = router.choose(
