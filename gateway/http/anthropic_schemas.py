@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from .schemas import TOOL_NAME, FunctionDefinition, NonNegativeInt, PositiveInt32, only_kinds
 
@@ -101,6 +101,9 @@ class AnthropicTool(_Anthropic):
         return FunctionDefinition.model_validate({"name": "x", "parameters": value}).parameters or {}
 
 
+ClientTools = Annotated[list[AnthropicTool] | None, BeforeValidator(_client_tools_only)]
+
+
 class AnthropicToolChoice(_Anthropic):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
@@ -118,14 +121,9 @@ class CountTokensRequest(_Anthropic):
     model: str
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: str | list[TextBlock] | None = None
-    tools: list[AnthropicTool] | None = None
+    tools: ClientTools = None
     tool_choice: AnthropicToolChoice | None = None
     thinking: ThinkingConfig | None = None
-
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _client_tools(cls, value: Any) -> Any:
-        return _client_tools_only(value)
 
 
 class MessagesRequest(_Anthropic):
@@ -138,17 +136,12 @@ class MessagesRequest(_Anthropic):
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: NonNegativeInt | None = None
-    tools: list[AnthropicTool] | None = None
+    tools: ClientTools = None
     tool_choice: AnthropicToolChoice | None = None
     thinking: ThinkingConfig | None = None
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
     engine: str | None = None   # Switchyard: raw | mtp | ddtree | auto
-
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _client_tools(cls, value: Any) -> Any:
-        return _client_tools_only(value)
 
 
 class TokenCount(BaseModel):

@@ -73,6 +73,17 @@ async def read_json_object(request: Request, max_bytes: int, timeout: float | No
     return data
 
 
+def _unicode(text: str) -> bool:
+    """False for a string holding a lone surrogate (not encodable as UTF-8)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _lone_surrogate(data: Any) -> str | None:
     """The dotted path of the first string (or key) holding a lone surrogate, else None. JSON escapes
     (`"\\ud83d"`, a UTF-16 string cut in half) parse into Python strings that no tokenizer can encode."""
@@ -80,20 +91,13 @@ def _lone_surrogate(data: Any) -> str | None:
     while stack:
         value, path = stack.pop()
         if isinstance(value, str):
-            if not value.isascii():
-                try:
-                    value.encode("utf-8")
-                except UnicodeEncodeError:
-                    return path
+            if not _unicode(value):
+                return path
         elif isinstance(value, dict):
             for key, item in reversed(value.items()):
-                child = f"{path}.{key}" if path else str(key)
-                if not key.isascii():
-                    try:
-                        key.encode("utf-8")
-                    except UnicodeEncodeError:
-                        return path
-                stack.append((item, child))
+                if not _unicode(key):
+                    return path
+                stack.append((item, f"{path}.{key}" if path else str(key)))
         elif isinstance(value, list):
             stack.extend((item, f"{path}.{i}" if path else str(i)) for i, item in reversed(list(enumerate(value))))
     return None
