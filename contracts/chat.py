@@ -50,3 +50,6 @@ class ChatPrompt:
     # conversations and sub-agents) and the conversation before the generation prompt (where the next
     # turn's prompt leaves this one when the template rewrites the reply, e.g. dropped reasoning)
     cache_points: tuple[int, ...] = ()
+    # what the reply must follow (SamplingParams.grammar, an llguidance grammar): a forced tool call,
+    # from just after its opening (`reply.prefix`, the prompt's end) to the end of the reply
+    grammar: str | None = None

@@ -194,8 +194,10 @@ class Backend(Protocol):
 
     def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
                     template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
-        """The chat template rendered (tools, thinking switches), and how its reply will read. No MLX:
-        callable from any thread (token counting runs it off the worker)."""
+        """The chat template rendered (tools, thinking switches), how its reply will read, and the
+        grammar a forced tool_choice imposes on it (in the template's tool-call syntax). No MLX:
+        callable from any thread (token counting runs it off the worker). InvalidRequestError for
+        what the template or the grammar cannot hold."""
         ...
 
     def encode_prompt(self, prompt: str) -> list[int]: ...

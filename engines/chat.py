@@ -1,5 +1,6 @@
 """Rendering a chat through the model's own template: tools, tool calls and results in the history,
-thinking switches, and a tool call forced by tool_choice ("required" or a named function)."""
+thinking switches, and a tool call forced by tool_choice ("required" or a named function: its
+opening ends the prompt, its grammar constrains the rest; engines.forced_call)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 from contracts.chat import ChatPrompt, ReplyFormat
 from contracts.errors import InvalidRequestError
+
+from .forced_call import ForcedCall, forced_call
 
 
 def _template_messages(messages: list[dict]) -> list[dict]:
@@ -35,24 +38,11 @@ def _template_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
-def _forced_call(tokenizer: Any, tool_choice: Any) -> str:
-    """The reply's first text when tool_choice forces a call, in the template's tool-call syntax."""
-    if tool_choice == "required":
-        return tokenizer.tool_call_start + "\n"
-    name = tool_choice["function"]["name"]
-    style = getattr(tokenizer.tool_parser, "__module__", "")
-    if style.endswith("qwen3_coder"):
-        return f"{tokenizer.tool_call_start}\n<function={name}>\n"
-    if style.endswith("json_tools"):
-        return f'{tokenizer.tool_call_start}\n{{"name": {json.dumps(name)}, "arguments": '
-    raise InvalidRequestError(f"this model's tool-call format ({style or 'unknown'}) cannot force a named "
-                              "function; use tool_choice \"required\"", param="tool_choice")
-
-
 def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
-                template_kwargs: dict[str, Any] | None = None) -> tuple[str, ReplyFormat]:
-    """The prompt text and how to read the reply. tool_choice "none" hides the tools (the model is
-    not offered them); "required" and named functions start the reply with the call's opening."""
+                template_kwargs: dict[str, Any] | None = None) -> tuple[str, ReplyFormat, str | None]:
+    """The prompt text, how to read the reply, and the grammar the reply must follow. tool_choice
+    "none" hides the tools (the model is not offered them); "required" and named functions start the
+    reply with the call's opening and constrain the rest to one call (engines.forced_call)."""
     kwargs = dict(template_kwargs or {})
     offered = tools if tools and tool_choice != "none" else None
     forced = offered is not None and tool_choice not in (None, "auto")
@@ -68,14 +58,15 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
         raise
     except Exception as exc:  # jinja errors for shapes the template rejects
         raise InvalidRequestError(f"chat template cannot render these messages: {exc}", param="messages") from exc
-    prefix = _forced_call(tokenizer, tool_choice) if forced else ""
+    call = forced_call(tokenizer, list(offered or ()), tool_choice) if forced else ForcedCall("", None)
+    prefix = call.prefix
     opens_in_reasoning = False
     if tokenizer.has_thinking:
         start, end = text.rfind(tokenizer.think_start), text.rfind(tokenizer.think_end)
         opens_in_reasoning = start > end
     reply = ReplyFormat(tools=tuple(offered or ()), parse_tools=offered is not None,
                         opens_in_reasoning=opens_in_reasoning and not prefix, prefix=prefix)
-    return text + prefix, reply
+    return text + prefix, reply, call.grammar
 
 
 def _conversation_ids(tokenizer: Any, messages: list[dict], tools: list[dict] | None,
@@ -128,9 +119,9 @@ def _system_point(tokenizer: Any, ids: list[int], messages: list[dict], tools: l
 
 def chat_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
                 template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
-    text, reply = render_chat(tokenizer, messages, tools, tool_choice, template_kwargs)
+    text, reply, grammar = render_chat(tokenizer, messages, tools, tool_choice, template_kwargs)
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     offered = list(reply.tools) or None   # the tools the template was given (none for tool_choice "none")
     points = {*_system_point(tokenizer, ids, messages, offered, template_kwargs),
               *_history_point(tokenizer, ids, messages, offered, template_kwargs)}
-    return ChatPrompt(ids, reply, tuple(sorted(points)))
+    return ChatPrompt(ids, reply, tuple(sorted(points)), grammar)

@@ -50,7 +50,9 @@ class TargetProcessor:
 
             self.matcher = llguidance.LLMatcher(_llguidance_tokenizer(tokenizer, vocab), params.grammar)
             if self.matcher.is_error():
-                raise InvalidRequestError(f"response_format: {self.matcher.get_error()}", param="response_format")
+                # the gateway and engines.forced_call compile every grammar before a request runs
+                raise InvalidRequestError(f"output constraint (response_format or a forced tool call): "
+                                          f"{self.matcher.get_error()}")
 
     @property
     def active(self) -> bool:

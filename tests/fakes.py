@@ -72,9 +72,9 @@ class FakeBackend:
             return ChatPrompt(self.encode_chat(messages))
         from engines.chat import render_chat
 
-        text, reply = render_chat(self.tokenizer, messages, tools, tool_choice, template_kwargs)
+        text, reply, grammar = render_chat(self.tokenizer, messages, tools, tool_choice, template_kwargs)
         self.threads.add(threading.get_ident())
-        return ChatPrompt(self._encode(text), reply)
+        return ChatPrompt(self._encode(text), reply, grammar=grammar)
 
     def encode_prompt(self, prompt: str) -> list[int]:
         self.threads.add(threading.get_ident())

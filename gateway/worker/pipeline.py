@@ -31,18 +31,25 @@ class ChoiceStart:
     index: int
 
 
-def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[int], ReplyFormat | None, PrefixHint]:
+def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[int], ReplyFormat | None, PrefixHint, str | None]:
+    """The prompt's tokens, how to read the reply, where to snapshot it, and the grammar the prompt
+    imposes on the reply (a forced tool call's)."""
     if spec.messages is None:
-        return backend.encode_prompt(spec.prompt or ""), None, PrefixHint(spec.cache_scope)
+        return backend.encode_prompt(spec.prompt or ""), None, PrefixHint(spec.cache_scope), None
     prompt = backend.chat_prompt(spec.messages, spec.tools, spec.tool_choice, spec.template_kwargs)
-    return prompt.ids, prompt.reply, PrefixHint(spec.cache_scope, prompt.cache_points)
+    return prompt.ids, prompt.reply, PrefixHint(spec.cache_scope, prompt.cache_points), prompt.grammar
 
 
 def run_request(
     backend: Backend, router: Router, spec: RequestSpec, cancel: CancelToken, queue_depth: int, concurrent: int = 0
 ) -> Iterator[Routed | ChoiceStart | GenerationChunk | Pause]:
-    prompt_ids, reply, prefix = _prompt(backend, spec)
+    prompt_ids, reply, prefix, grammar = _prompt(backend, spec)
     params = spec.params
+    if grammar is not None:
+        if params.grammar is not None:   # the gateway refuses a forced call with a response_format
+            raise InvalidRequestError("a forced tool call and a JSON response_format cannot both shape the reply",
+                                      param="response_format", code="conflicting_constraints")
+        params = replace(params, grammar=grammar)
     room = backend.context_length - len(prompt_ids)
     if spec.max_tokens_defaulted and room <= 0:   # the client set no max_tokens: do not blame one
         raise InvalidRequestError(

@@ -1,0 +1,237 @@
+"""A tool call forced by tool_choice ("required" or a named function): the reply's opening, which the
+prompt already holds, and an llguidance grammar for everything the model writes after it, so the
+reply is a call that mlx-lm's tool parser for the template reads back as a call of one of the
+offered tools with arguments that satisfy its `parameters` schema. The engines apply the grammar
+like a response_format's (engines.processing), under every engine and losslessly.
+
+Two tool-call syntaxes (the tool parser mlx-lm picks from the chat template):
+
+- JSON in <tool_call> (`json_tools`, the demo model):
+  `<tool_call>\\n{"name": "NAME", "arguments": ARGS}\\n</tool_call>`; ARGS is JSON matching the tool's
+  `parameters`, written without free whitespace and with the separators the template's `tojson`
+  writes (", " and ": "), as the model saw its earlier calls.
+- Qwen3.5/3.6 XML (`qwen3_coder`): `<tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n
+  ...</function>\n</tool_call>`. Parameters come in the schema's `properties` order (required ones
+  always, optional ones may be left out; no others). A string-typed value (type "string", or an
+  enum / const of strings) is the raw text the parser keeps: free text without `</parameter>` or
+  `</tool_call>`, not "null" (which the parser reads as null), its minLength / maxLength kept, an enum
+  or const as one of its values (pattern and format are not enforced). So is a value whose schema
+  gives it no shape (a description only, or a required name missing from `properties`). Every other
+  value is JSON matching the property's schema (numbers, booleans, null, objects, arrays, unions),
+  which the parser converts by the property's type. Untyped or union-typed (`["string", "null"]`)
+  properties are read back by mlx-lm's parser with its own rules (JSON containers, Python literals,
+  else text), which may not give the JSON value back exactly (a boolean inside a union comes back
+  as text).
+
+A forced reply is exactly one call, then the end of the reply (EOS): tool_choice "required" calls
+one of the tools, a named function calls that one. Further calls are not offered even when
+parallel_tool_calls allows them: a weak model under the grammar tends to repeat its call until
+max_tokens (the demo model does), and an agent forcing a call wants that call; a model that should
+choose several calls is asked with tool_choice "auto".
+
+Arguments hold the declared properties only: an object schema that lists `properties` and says
+nothing of `additionalProperties` gets no others (every such call still satisfies the schema, and a
+model is not left adding invented keys until max_tokens).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from contracts.errors import InvalidRequestError
+
+XML = "qwen3_coder"
+JSON = "json_tools"
+# the separators of the chat templates' `tojson` (Python's json.dumps defaults)
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# the parser's (mlx_lm.tool_parsers.qwen3_coder) reading of a parameter: types it keeps as text
+_TEXT_TYPES = {"string", "str", "text", "varchar", "char", "enum"}
+_PARAMETER_NAME = re.compile(r"[^\s<>]+")   # what the parser reads as a parameter's name
+# keywords that give a value a shape; a parameter schema with none of them (a description only) is text
+_SHAPES = ("type", "enum", "const", "anyOf", "oneOf", "allOf", "not", "if", "$ref", "properties", "items",
+           "prefixItems", "additionalProperties", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_ANY_TEXT = r"/(.|\n)*/"
+_NO_MARKERS = r"~/(.|\n)*(<\/parameter>|<\/tool_call>)(.|\n)*/"
+
+
+@dataclass(frozen=True)
+class ForcedCall:
+    prefix: str             # the reply's first text, appended to the prompt
+    grammar: str | None     # llguidance grammar of the rest of the reply; None: the syntax is not known
+
+
+def tool_call_style(tokenizer: Any) -> str:
+    """The template's tool-call syntax, by the tool parser mlx-lm chose for it ("" when none)."""
+    module = getattr(getattr(tokenizer, "tool_parser", None), "__module__", "") or ""
+    return module.rpartition(".")[2]
+
+
+def forced_call(tokenizer: Any, tools: list[dict], tool_choice: Any) -> ForcedCall:
+    """The opening and grammar of the call tool_choice forces. InvalidRequestError when the call
+    cannot be forced in this template's syntax (a tool's schema the grammar cannot hold)."""
+    style = tool_call_style(tokenizer)
+    start = tokenizer.tool_call_start
+    named = None if tool_choice == "required" else tool_choice["function"]["name"]
+    if named is None:
+        prefix = start + "\n"
+    elif style == XML:
+        prefix = f"{start}\n<function={named}>\n"
+    elif style == JSON:
+        prefix = f'{start}\n{{"name": {json.dumps(named)}, "arguments": '
+    else:
+        raise InvalidRequestError(f"this model's tool-call format ({style or 'unknown'}) cannot force a named "
+                                  "function; use tool_choice \"required\"", param="tool_choice")
+    if style not in (XML, JSON):
+        return ForcedCall(prefix, None)   # "required" is only prompted for: no grammar for this syntax
+    functions = [tool["function"] for tool in tools]
+    if named is not None:
+        functions = [f for f in functions if f["name"] == named]
+    if not functions:
+        raise InvalidRequestError(f"tool_choice names {named!r}, which is not among the tools", param="tool_choice",
+                                  code="unknown_tool")
+    grammar = _Grammar(tokenizer, style).build(functions, named is not None)
+    return ForcedCall(prefix, validated(grammar))
+
+
+@functools.lru_cache(maxsize=32)
+def validated(lark: str) -> str:
+    """The Lark text as an llguidance grammar, compiled once here: a schema it cannot hold is the
+    request's fault (a 400), never an error mid-generation. Cached: an agent sends the same tools
+    every turn (twenty tools take ~30 ms to compile on a slow CPU)."""
+    import llguidance
+
+    try:
+        grammar = llguidance.grammar_from("lark", lark)
+        problem = llguidance.LLMatcher.validate_grammar(grammar)
+    except (TypeError, ValueError) as exc:
+        problem = str(exc)
+    if problem:
+        raise InvalidRequestError(f"tools: a forced call's parameters are not a usable JSON schema: {problem}",
+                                  param="tools", code="invalid_json_schema")
+    return grammar
+
+
+def _literal(text: str) -> str:
+    return json.dumps(text)
+
+
+def _marker(tokenizer: Any, text: str) -> str:
+    """A tool-call marker in the grammar: an added token (<tool_call> in Qwen's vocabulary) is one
+    special token to llguidance, which plain text never matches; otherwise the text itself."""
+    added = getattr(tokenizer, "get_added_vocab", None)
+    token = (added() if added is not None else {}).get(text)
+    return f"<[{token}]>" if token is not None else _literal(text)
+
+
+def _json_options(schema: dict[str, Any]) -> dict[str, Any]:
+    guidance = schema.get("x-guidance")
+    return {**schema, "x-guidance": {**JSON_OPTIONS, **(guidance if isinstance(guidance, dict) else {})}}
+
+
+# keywords whose values are data, not subschemas
+_DATA_KEYWORDS = ("enum", "const", "default", "examples")
+
+
+def _declared_only(schema: Any) -> Any:
+    """The schema with every object that lists `properties` closed to others where it does not say."""
+    if isinstance(schema, list):
+        return [_declared_only(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: value if key in _DATA_KEYWORDS else _declared_only(value) for key, value in schema.items()}
+    if isinstance(schema.get("properties"), dict) and "additionalProperties" not in schema \
+            and "patternProperties" not in schema and "unevaluatedProperties" not in schema:
+        out["additionalProperties"] = False
+    return out
+
+
+def arguments_schema(function: dict[str, Any]) -> dict[str, Any]:
+    """A function's arguments as the grammar writes them: a JSON schema of an object, declared
+    properties only (no parameters: the empty object)."""
+    parameters = function.get("parameters")
+    if parameters is None:
+        return {"type": "object", "properties": {}, "additionalProperties": False}
+    return _declared_only(parameters if "type" in parameters else {"type": "object", **parameters})
+
+
+class _Grammar:
+    """The Lark text of a forced call in one syntax."""
+
+    def __init__(self, tokenizer: Any, style: str):
+        self.style = style
+        self.end = _marker(tokenizer, tokenizer.tool_call_end)
+        self.rules: list[str] = []
+
+    def build(self, functions: list[dict[str, Any]], named: bool) -> str:
+        """Named: the prefix holds the call's opening up to its arguments. "required": the prefix
+        holds the <tool_call> line; the name is one of the functions'. One call either way."""
+        bodies = [self._function(index, function) for index, function in enumerate(functions)]
+        if named:
+            self.rules.insert(0, f"start: {bodies[0]}")
+        else:
+            head = _literal('{"name": ') if self.style == JSON else _literal("<function=")
+            names = [_literal(f'{json.dumps(f["name"])}, "arguments": ' if self.style == JSON else f'{f["name"]}>\n')
+                     for f in functions]
+            self.rules.insert(0, f"start: {head} (" + " | ".join(f"{n} {b}" for n, b in zip(names, bodies)) + ")")
+        return "\n".join(self.rules) + "\n"
+
+    def _function(self, index: int, function: dict[str, Any]) -> str:
+        """The rule of one function's call after its name: the arguments and the closing markers."""
+        schema = arguments_schema(function)
+        rule = f"fn{index}"
+        if self.style == JSON:
+            self.rules.append(f"{rule}: %json {json.dumps(_json_options(schema))} " + _literal("}\n") + f" {self.end}")
+            return rule
+        parameters = self._parameters(index, function["name"], schema)
+        self.rules.append(f"{rule}: " + " ".join([*parameters, _literal("</function>\n"), self.end]))
+        return rule
+
+    def _parameters(self, index: int, name: str, schema: dict[str, Any]) -> list[str]:
+        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        required = [r for r in schema.get("required", []) if isinstance(r, str)]
+        names = [*properties, *(r for r in required if r not in properties)]
+        defs = {key: schema[key] for key in ("$defs", "definitions") if key in schema}
+        out = []
+        for number, parameter in enumerate(names):
+            if not _PARAMETER_NAME.fullmatch(parameter):
+                if parameter in required:
+                    raise InvalidRequestError(
+                        f"tool {name!r}: required parameter {parameter!r} cannot be written in this model's "
+                        "tool-call format (a name without spaces or angle brackets)", param="tools",
+                        code="invalid_json_schema")
+                continue   # optional: never written
+            rule = f"p{index}_{number}"
+            value = self._value(rule, properties.get(parameter, {}), defs)
+            self.rules.append(f"{rule}: " + _literal(f"<parameter={parameter}>\n") + f" {value}")
+            out.append(rule if parameter in required else f"{rule}?")
+        return out
+
+    def _value(self, rule: str, schema: Any, defs: dict[str, Any]) -> str:
+        """A parameter's value and the line closing it, as the parser reads it back by the type."""
+        close = _literal("\n</parameter>\n")
+        schema = schema if isinstance(schema, dict) else {}
+        kind = schema.get("type")
+        choices = schema["enum"] if "enum" in schema else [schema["const"]] if "const" in schema else None
+        texts = choices is not None and all(isinstance(c, str) for c in choices)
+        if (isinstance(kind, str) and kind.strip().lower() in _TEXT_TYPES and (choices is None or texts)) \
+                or (kind is None and texts) or not any(key in schema for key in _SHAPES):
+            if choices is not None:
+                return "(" + " | ".join(_literal(c) for c in choices) + f") {close}"
+            terminal = rule.upper() + "_TEXT"
+            self.rules.append(f"{terminal}: ({_text(schema)} & {_NO_MARKERS} & ~/(?i:null)/) {close}")
+            return terminal
+        self.rules.append(f"{rule}v: %json {json.dumps(_json_options({**defs, **schema}))}")
+        return f"{rule}v {close}"
+
+
+def _text(schema: dict[str, Any]) -> str:
+    """Any text, or as long as minLength / maxLength allow."""
+    low, high = schema.get("minLength"), schema.get("maxLength")
+    if not isinstance(low, int) and not isinstance(high, int):
+        return _ANY_TEXT
+    low = low if isinstance(low, int) and low > 0 else 0
+    return f"/(.|\\n){{{low},{high if isinstance(high, int) else ''}}}/"

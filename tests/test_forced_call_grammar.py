@@ -1,0 +1,167 @@
+"""The grammar of a forced tool call (engines.forced_call), without a model: what it accepts after the
+prefilled opening is a call that mlx-lm's tool parser for the template reads back as a valid call,
+in both syntaxes; what breaks the schema, the syntax or the parser's reading is refused; the reply
+ends after the call; tool_choice auto / none impose nothing."""
+
+from __future__ import annotations
+
+import llguidance
+import llguidance.hf
+import pytest
+
+from contracts.errors import InvalidRequestError
+from engines.chat import chat_prompt
+from engines.forced_call import forced_call
+from tests.ops_helpers import REPO
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
+                                     "days": {"type": "integer", "minimum": 1},
+                                     "unit": {"type": "string", "enum": ["c", "f"]}},
+    "required": ["city"]}}}
+EDIT = {"type": "function", "function": {"name": "edit", "parameters": {
+    "type": "object", "$defs": {"change": {"type": "object", "properties": {"old": {"type": "string"},
+                                                                          "new": {"type": "string"}},
+                                           "required": ["old", "new"]}},
+    "properties": {"path": {"type": "string"}, "changes": {"type": "array", "items": {"$ref": "#/$defs/change"}},
+                   "dry": {"type": "boolean"}, "note": {"type": ["string", "null"]}},
+    "required": ["path", "changes"]}}}
+NOW = {"type": "function", "function": {"name": "now"}}     # no parameters: no arguments
+TOOLS = [WEATHER, EDIT, NOW]
+ASK = [{"role": "user", "content": "hi"}]
+_LLG: dict[int, object] = {}
+
+
+@pytest.fixture(scope="module")
+def demo_tokenizer():
+    from mlx_lm.utils import load_tokenizer
+
+    return load_tokenizer(REPO / "models" / "switchyard-demo" / "target")
+
+
+def _matcher(tokenizer, grammar: str) -> llguidance.LLMatcher:
+    if id(tokenizer) not in _LLG:
+        _LLG[id(tokenizer)] = llguidance.hf.from_tokenizer(tokenizer._tokenizer)
+    return llguidance.LLMatcher(_LLG[id(tokenizer)], grammar)
+
+
+def _read(tokenizer, choice, text: str):
+    """The call the parser reads from prefix + text when the grammar takes all of `text` as a whole
+    reply; None when the grammar refuses it."""
+    call = forced_call(tokenizer, TOOLS, choice)
+    matcher = _matcher(tokenizer, call.grammar)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if matcher.try_consume_tokens(ids) != len(ids) or not matcher.is_accepting():
+        return None
+    body = (call.prefix + text).removeprefix(tokenizer.tool_call_start).removesuffix(tokenizer.tool_call_end)
+    return tokenizer.tool_parser(body.strip(), TOOLS)
+
+
+def _xml(name: str, **parameters: str) -> str:
+    inner = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in parameters.items())
+    return f"<function={name}>\n{inner}</function>\n</tool_call>"
+
+
+NAMED_WEATHER = {"type": "function", "function": {"name": "get_weather"}}
+
+
+def test_xml_calls_read_back_as_valid_calls(qwen_chat_tokenizer):
+    tok = qwen_chat_tokenizer
+    assert _read(tok, "required", _xml("get_weather", city="Paris", days="3", unit="f")) == {
+        "name": "get_weather", "arguments": {"city": "Paris", "days": 3, "unit": "f"}}
+    assert _read(tok, "required", _xml("get_weather", city="Two\nway")) == {
+        "name": "get_weather", "arguments": {"city": "Two\nway"}}      # optional parameters may be left out
+    changes = '[{"old": "a", "new": "b"}]'
+    assert _read(tok, "required", _xml("edit", path="x.py", changes=changes, dry="true", note="null")) == {
+        "name": "edit", "arguments": {"path": "x.py", "changes": [{"old": "a", "new": "b"}], "dry": True, "note": None}}
+    assert _read(tok, "required", _xml("now")) == {"name": "now", "arguments": {}}
+    # named: the prompt already holds "<tool_call>\n<function=get_weather>\n"
+    call = _xml("get_weather", city="Oslo").removeprefix("<function=get_weather>\n")
+    assert _read(tok, NAMED_WEATHER, call) == {"name": "get_weather", "arguments": {"city": "Oslo"}}
+
+
+@pytest.mark.parametrize("text", [
+    _xml("nope"),                                                   # not a tool
+    _xml("get_weather", days="3"),                                  # required parameter missing
+    _xml("get_weather", unit="c", city="Paris"),                    # out of the schema's order
+    _xml("get_weather", city="Paris", days="0"),                    # below the minimum
+    _xml("get_weather", city="Paris", days="two"),                  # not an integer (the parser would raise)
+    _xml("get_weather", city="Paris", unit="kelvin"),               # not in the enum
+    _xml("get_weather", city="Amsterdam!"),                         # over maxLength
+    _xml("get_weather", city="null"),                               # the parser reads "null" as null
+    _xml("get_weather", city="Pa</parameter>ris"),                  # would end the value early
+    _xml("get_weather", city="Paris", country="FR"),                # not a declared parameter
+    _xml("edit", path="x.py", changes='[{"old": "a"}]'),            # a $ref'd object missing a required key
+    _xml("edit", path="x.py", changes="[]", dry="yes"),            # not a boolean
+    _xml("get_weather", city="Paris") + "\nThat is all.",           # text after the call
+    _xml("get_weather", city="Paris") + "\n<tool_call>\n" + _xml("now"),   # one call per forced reply
+])
+def test_xml_grammar_refuses(qwen_chat_tokenizer, text):
+    assert _read(qwen_chat_tokenizer, "required", text) is None
+
+
+def test_json_calls_read_back_as_valid_calls(demo_tokenizer):
+    tok = demo_tokenizer
+    call = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}\n</tool_call>'
+    assert _read(tok, "required", call) == {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}
+    edit = ('{"name": "edit", "arguments": {"path": "a", "changes": [{"old": "x", "new": "y"}], "note": null}}'
+            "\n</tool_call>")
+    assert _read(tok, "required", edit)["arguments"]["changes"] == [{"old": "x", "new": "y"}]
+    assert _read(tok, "required", '{"name": "now", "arguments": {}}\n</tool_call>') == {"name": "now", "arguments": {}}
+    # named: the prompt already holds '<tool_call>\n{"name": "get_weather", "arguments": '
+    assert _read(tok, NAMED_WEATHER, '{"city": "Rome", "days": 2}}\n</tool_call>') == {
+        "name": "get_weather", "arguments": {"city": "Rome", "days": 2}}
+
+
+@pytest.mark.parametrize("text", [
+    '{"name": "nope", "arguments": {}}\n</tool_call>',
+    '{"name": "get_weather", "arguments": {"days": 2}}\n</tool_call>',              # required key missing
+    '{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call>',          # the template's separators
+    '{"name": "get_weather", "arguments": {"city": "Paris", "extra": 1}}\n</tool_call>',  # declared keys only
+    '{"name": "now", "arguments": {"a": 1}}\n</tool_call>',                         # no parameters: {}
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call> ok',      # text after the call
+])
+def test_json_grammar_refuses(demo_tokenizer, text):
+    assert _read(demo_tokenizer, "required", text) is None
+
+
+def test_the_markers_are_the_tokens_the_model_writes(qwen_chat_tokenizer, demo_tokenizer):
+    """Qwen's <tool_call> / </tool_call> are added tokens (one special token to llguidance, which text
+    never matches); the demo model writes them as text."""
+    end = qwen_chat_tokenizer.get_added_vocab()["</tool_call>"]
+    assert f"<[{end}]>" in forced_call(qwen_chat_tokenizer, TOOLS, "required").grammar
+    assert '"</tool_call>"' in forced_call(demo_tokenizer, TOOLS, "required").grammar
+
+
+def test_parameters_the_xml_syntax_cannot_name(qwen_chat_tokenizer):
+    spaced = {"type": "object", "properties": {"a b": {"type": "string"}, "ok": {"type": "string"}}, "required": ["ok"]}
+    tool = {"type": "function", "function": {"name": "t", "parameters": spaced}}
+    assert "a b" not in forced_call(qwen_chat_tokenizer, [tool], "required").grammar   # optional: never written
+    required = {"type": "function", "function": {"name": "t", "parameters": {**spaced, "required": ["a b"]}}}
+    with pytest.raises(InvalidRequestError) as error:
+        forced_call(qwen_chat_tokenizer, [required], "required")
+    assert error.value.code == "invalid_json_schema" and "'a b'" in str(error.value)
+
+
+def test_only_forced_choices_constrain_the_reply(qwen_chat_tokenizer):
+    tok = qwen_chat_tokenizer
+    for choice in (None, "auto", "none"):
+        assert chat_prompt(tok, ASK, TOOLS, choice).grammar is None
+    forced = chat_prompt(tok, ASK, TOOLS, "required")
+    assert forced.grammar is not None
+    # thinking is off and the grammar starts after the prefilled opening, which the prompt holds
+    assert tok.decode(forced.ids).endswith("</think>\n\n<tool_call>\n") and forced.reply.prefix == "<tool_call>\n"
+
+
+def test_a_value_without_a_shape_is_text(qwen_chat_tokenizer):
+    """A parameter described but not typed (or required yet undeclared) is written as text, which the
+    parser keeps as text."""
+    loose = {"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "properties": {"text": {"description": "anything"}}, "required": ["text", "tag"]}}}
+    call = forced_call(qwen_chat_tokenizer, [loose], "required")
+    matcher = _matcher(qwen_chat_tokenizer, call.grammar)
+    text = _xml("note", text="a b", tag="x")
+    ids = qwen_chat_tokenizer.encode(text, add_special_tokens=False)
+    assert matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+    with pytest.raises(InvalidRequestError):
+        forced_call(qwen_chat_tokenizer, [loose], {"type": "function", "function": {"name": "missing"}})
