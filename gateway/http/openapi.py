@@ -39,9 +39,10 @@ _GENERATION_ERRORS = {
 SEMANTIC_RULES = (
     "Beyond the schema, a 400 answers: a tool_choice naming a function that is not among `tools` (code "
     "unknown_tool); two tools with one name (duplicate_tool_name); a forced tool call together with a JSON "
-    "response_format (conflicting_constraints); a response schema the constraint library cannot compile "
-    "(invalid_json_schema); a conversation with nothing to answer (empty_conversation); a prompt plus "
-    "max_tokens over the model's context (context_length_exceeded)."
+    "response_format (conflicting_constraints); a response schema, or under a forced tool_choice a callable "
+    "tool's parameters, that the constraint library cannot compile (invalid_json_schema); a conversation "
+    "with nothing to answer (empty_conversation); a prompt plus max_tokens over the model's context "
+    "(context_length_exceeded)."
 )
 _READ_ERRORS = {"401": "Missing or wrong API key"}
 _ADMIN_ERRORS = {"401": "Missing or wrong API key", "403": "Not a loopback client and no API key",
@@ -135,7 +136,8 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
     }]
     chat["functions"] = _nullable({"type": "array", "maxItems": 0})
     chat["function_call"] = _one_of_values(None)
-    # a function's parameters: a JSON schema of an object (llguidance refuses malformed keywords)
+    # a function's parameters: a JSON schema of an object (llguidance refuses malformed keywords; compiled
+    # when tool_choice forces a call, which is decoded against it)
     defs["FunctionDefinition"]["properties"]["parameters"] = _nullable(
         {"type": "object", "properties": {"type": {"const": "object"}}})
     _honoured_translations(defs, common, stop, config)

@@ -70,6 +70,8 @@ def _reject_chat(req: ChatCompletionRequest, config: GatewayConfig) -> None:
     if forcing and req.response_format is not None and req.response_format.type != "text":
         raise bad_request("a forced tool call and a JSON response_format cannot both shape the reply.",
                           param="response_format", code="conflicting_constraints")
+    if forcing:
+        _check_forced_tools(req)
 
 
 def _reject_completion(req: CompletionRequest, config: GatewayConfig) -> None:
@@ -107,7 +109,8 @@ def _max_tokens(asked: int | None, param: str, config: GatewayConfig) -> int:
     return asked
 
 
-def json_grammar(schema: dict[str, Any]) -> str:
+def json_grammar(schema: dict[str, Any], param: str = "response_format.json_schema.schema",
+                 what: str = "response_format") -> str:
     """An llguidance grammar for JSON matching `schema`, written compactly: free whitespace would let
     a sampled reply wander in blank space until max_tokens. A schema llguidance cannot compile is a
     400 here, at the door, not an error mid-generation."""
@@ -121,9 +124,19 @@ def json_grammar(schema: dict[str, Any]) -> str:
     except (TypeError, ValueError) as exc:
         problem = str(exc)
     if problem:
-        raise bad_request(f"response_format: not a usable JSON schema: {problem}",
-                          param="response_format.json_schema.schema", code="invalid_json_schema")
+        raise bad_request(f"{what}: not a usable JSON schema: {problem}", param=param, code="invalid_json_schema")
     return grammar
+
+
+def _check_forced_tools(req: ChatCompletionRequest) -> None:
+    """A forced call's arguments are decoded against the callable tools' `parameters` (the engine
+    writes the grammar in the model's tool-call syntax): a schema the constraint library cannot
+    compile is a 400 here, off the model's worker."""
+    named = req.tool_choice.function.name if isinstance(req.tool_choice, NamedToolChoice) else None
+    for index, tool in enumerate(req.tools or []):
+        if named is None or tool.function.name == named:
+            json_grammar(tool.function.parameters or {}, param=f"tools[{index}].function.parameters",
+                         what=f"tool {tool.function.name!r}: parameters")
 
 
 def grammar_for(response_format: ResponseFormat | None) -> str | None:

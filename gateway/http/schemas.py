@@ -59,7 +59,8 @@ class FunctionDefinition(_Strict):
     @field_validator("parameters")
     @classmethod
     def _object_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        # the model reads the schema; nothing is decoded against it, so only its kind is checked
+        # the model reads the schema; a forced call (tool_choice required / named) is decoded against it
+        # and compiled then (request_spec); otherwise only its kind is checked
         if value is not None and value.get("type", "object") != "object":
             raise ValueError("a function's parameters must be a JSON schema of type 'object'")
         return value
