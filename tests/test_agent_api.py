@@ -130,9 +130,13 @@ def test_tool_choice_none_required_and_named(agent):
     none = client.chat.completions.create(model="default", messages=ASK, tools=[WEATHER], tool_choice="none")
     assert "<tools>" not in _prompt(backend)                      # not offered
     assert none.choices[0].message.tool_calls is None and "<tool_call>" in none.choices[0].message.content
+    assert backend.calls[-1]["params"].grammar is None            # nothing constrains the reply
+    client.chat.completions.create(model="default", messages=ASK, tools=[WEATHER], tool_choice="auto")
+    assert backend.calls[-1]["params"].grammar is None
     backend.reply = "<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>"
     required = client.chat.completions.create(model="default", messages=ASK, tools=[WEATHER], tool_choice="required")
     assert _prompt(backend).endswith("</think>\n\n<tool_call>\n")   # thinking off, the call opened
+    assert "<function=" in backend.calls[-1]["params"].grammar   # the rest is decoded to a call (engines.forced_call)
     assert json.loads(required.choices[0].message.tool_calls[0].function.arguments) == {"city": "Rome"}
     backend.reply = "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"
     named = client.chat.completions.create(model="default", messages=ASK, tools=[WEATHER, SEARCH],
