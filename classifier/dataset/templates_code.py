@@ -544,6 +544,69 @@ def _write_and_explain(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask)}
 
 
+# Data-wrangling asks on a data frame the reply cannot see (a variable such as `df`, "my DataFrame",
+# a tibble): only code can answer them, even when phrased as a question ("Which region in df has
+# the highest mean sales?"). Schemas and operations were written for this template; no corpus text.
+# (table, key, category, number, time, another column)
+FRAME_SCHEMAS = (
+    ("orders", "order_id", "region", "amount", "order_date", "customer_id"),
+    ("employees", "employee_id", "department", "salary", "hire_date", "manager"),
+    ("weather", "station", "city", "rainfall_mm", "date", "wind_kmh"),
+    ("students", "student", "school", "score", "exam_date", "age"),
+    ("prices", "ticker", "sector", "close", "date", "volume"),
+    ("visits", "user_id", "country", "duration_s", "timestamp", "url"),
+    ("trips", "trip_id", "zone", "fare", "pickup_time", "passengers"),
+    ("products", "sku", "category", "price", "added_on", "supplier"),
+    ("patients", "patient_id", "ward", "weight_kg", "admitted", "diagnosis"),
+    ("songs", "title", "genre", "plays", "released", "artist"),
+)  # fmt: skip
+FRAME_LIBRARIES = ("pandas", "pandas", "pandas", "polars", "dplyr", "PySpark", "data.table")
+
+
+def _frame_operation(rng: random.Random, schema: tuple[str, ...], other: str) -> str:
+    _, key, cat, num, when, extra = schema
+    n = rng.choice((3, 5, 10, 20))
+    return rng.choice((
+        f"group by {cat} and compute the mean of {num}", f"drop the rows where {num} is missing",
+        f"fill missing values in {num} with the column median", f"keep only the rows where {num} is above {rng.randint(2, 900)}",
+        f"sort by {num} descending and keep the top {n} rows", f"merge it with {other} on {key}, keeping every row of the left one",
+        f"pivot it so that each {cat} becomes a column", f"reshape it from wide to long format",
+        f"count how many distinct {key} values there are", f"get the value counts of {cat} as percentages",
+        f"add a column ratio equal to {num} divided by its group total per {cat}", f"convert {when} to datetime and extract the month",
+        f"rename {num} to {num}_total and drop {extra}", f"remove duplicate rows, keeping the last one per {key}",
+        f"compute the cumulative sum of {num} within each {cat}", f"compute the percentage change of {num} from row to row",
+        f"bin {num} into {n} equal-width buckets", f"one-hot encode {cat}", f"compute the correlation matrix of the numeric columns",
+        f"resample to monthly totals of {num}", f"find the {cat} with the highest total {num}", f"rank the rows by {num} within each {cat}",
+        f"select only the numeric columns", f"replace the values of {cat} using a mapping dictionary", f"split {key} into two columns on the first dash",
+        f"keep the rows whose {cat} contains the word 'north', ignoring case", f"compute a {n}-period rolling average of {num}",
+        f"set {key} as the index and sort by it", f"plot a histogram of {num}", f"normalize {num} to the range 0 to 1",
+        f"find the rows where {num} is more than three standard deviations from the mean", f"sample {n} percent of the rows at random",
+    ))  # fmt: skip
+
+
+def _dataframe_ops(rng: random.Random, corpus: Corpus) -> dict:
+    schema = rng.choice(FRAME_SCHEMAS)
+    table, cols = schema[0], schema[1:]
+    op = _frame_operation(rng, schema, rng.choice(("df2", "lookup", "the customers frame", f"{table}_meta")))
+    name = rng.choice(("df", "df", "data", f"{table}", f"{table}_df", f"df_{table}"))
+    lib = rng.choice(FRAME_LIBRARIES)
+    columns = ", ".join(cols[: rng.randint(3, len(cols))])
+    obj = rng.choice((f"`{name}`", name, f"the DataFrame {name}", f"my {lib} dataframe", "the data frame", f"a {table} DataFrame"))
+    ask = phrase(rng, (
+        f"{op[0].upper()}{op[1:]} in {obj}.", f"Using {lib}, {op}.", f"How do I {op} in {lib}?", f"{name}: {op}",
+        f"Given a DataFrame {name} with columns {columns}, {op}.", f"I have {obj} with columns {columns}. How can I {op}?",
+        f"In {lib}, what's the idiomatic way to {op}?", f"Write one line of {lib} that will {op}.",
+        f"{op[0].upper()}{op[1:]}. The frame is called {name} and has the columns {columns}. Store the result in result.",
+        f"Take {obj} and {op}; return the resulting frame.", f"Can you {op} for {obj}? I'm using {lib}.",
+        f"{name} has columns {columns}. {op[0].upper()}{op[1:]}.",
+    ))  # fmt: skip
+    if rng.random() < 0.2:  # a df.head() as users paste it: columns aligned, an index, a few rows
+        rows = [f"{i:<3}" + "  ".join(f"{rng.randint(1, 999):>8}" for _ in cols[:4]) for i in range(rng.randint(2, 5))]
+        head = "   " + "  ".join(f"{c:>8}" for c in cols[:4]) + "\n" + "\n".join(rows)
+        return {"text": dress(rng, around(rng, ask, head))}
+    return {"text": dress(rng, ask)}
+
+
 SYSTEM_GENERIC = (
     "You are a helpful assistant.", "You are ChatGPT, a large language model.", "Be helpful and accurate.",
     "You are a friendly assistant for a small company.", "Answer the user's questions.",
@@ -575,6 +638,7 @@ TEMPLATES: tuple[Template, ...] = (
     Template("code/function_spec", "code", _function_spec, 80),
     Template("code/howto_plain", "code", _howto_plain, 100),
     Template("code/write_and_explain", "code", _write_and_explain, 60),
+    Template("code/dataframe_ops", "code", _dataframe_ops, 120),
 )
 
 
