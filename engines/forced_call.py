@@ -31,7 +31,8 @@ choose several calls is asked with tool_choice "auto".
 
 Arguments hold the declared properties only: an object schema that lists `properties` and says
 nothing of `additionalProperties` gets no others (every such call still satisfies the schema, and a
-model is not left adding invented keys until max_tokens).
+model is not left adding invented keys until max_tokens); `parameters` that say nothing of keys at
+all (`{}`, `{"type": "object"}`, missing) are a tool without arguments: the empty object.
 """
 
 from __future__ import annotations
@@ -149,12 +150,17 @@ def _declared_only(schema: Any) -> Any:
     return out
 
 
+# keywords that say nothing of an object's keys: `parameters` with these only take no arguments
+_ANNOTATIONS = {"type", "title", "description", "$schema", "$id", "$comment", "default", "examples", "strict"}
+
+
 def arguments_schema(function: dict[str, Any]) -> dict[str, Any]:
     """A function's arguments as the grammar writes them: a JSON schema of an object, declared
-    properties only (no parameters: the empty object)."""
-    parameters = function.get("parameters")
-    if parameters is None:
-        return {"type": "object", "properties": {}, "additionalProperties": False}
+    properties only. No parameters, `{}` or `{"type": "object"}` (how agents and MCP servers declare
+    a tool that takes nothing; nothing is said of any key): the empty object."""
+    parameters = function.get("parameters") or {}
+    if set(parameters) <= _ANNOTATIONS:
+        parameters = {**parameters, "properties": {}}
     return _declared_only(parameters if "type" in parameters else {"type": "object", **parameters})
 
 

@@ -165,3 +165,30 @@ def test_a_value_without_a_shape_is_text(qwen_chat_tokenizer):
     assert matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
     with pytest.raises(InvalidRequestError):
         forced_call(qwen_chat_tokenizer, [loose], {"type": "function", "function": {"name": "missing"}})
+
+
+@pytest.mark.parametrize("parameters", [{}, {"type": "object"}, {"type": "object", "properties": {}}, None],
+                         ids=["empty", "bare-object", "no-properties", "missing"])
+def test_a_tool_without_declared_parameters_is_called_with_no_arguments(demo_tokenizer, qwen_chat_tokenizer,
+                                                                          parameters):
+    """`parameters: {}` and `{"type": "object"}` are how agents (and MCP servers) declare a tool that
+    takes nothing, like a missing `parameters`: its forced call has the empty object as arguments. Left
+    open, a weak model invents keys until max_tokens (the demo model did, greedy, for `{}`)."""
+    function = {"name": "ping"} if parameters is None else {"name": "ping", "parameters": parameters}
+    tools = [{"type": "function", "function": function}]
+    for tok, empty, extra in (
+            (demo_tokenizer, '{"name": "ping", "arguments": {}}\n</tool_call>',
+             '{"name": "ping", "arguments": {"a": 1}}\n</tool_call>'),
+            (qwen_chat_tokenizer, _xml("ping"), _xml("ping", a="1"))):
+        matcher = _matcher(tok, forced_call(tok, tools, "required").grammar)
+        ids = tok.encode(empty, add_special_tokens=False)
+        assert matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+        matcher = _matcher(tok, forced_call(tok, tools, "required").grammar)
+        ids = tok.encode(extra, add_special_tokens=False)
+        assert matcher.try_consume_tokens(ids) < len(ids) or not matcher.is_accepting()
+    # an explicitly open object stays open
+    open_ = [{"type": "function", "function": {"name": "ping", "parameters": {
+        "type": "object", "additionalProperties": True}}}]
+    matcher = _matcher(demo_tokenizer, forced_call(demo_tokenizer, open_, "required").grammar)
+    ids = demo_tokenizer.encode('{"name": "ping", "arguments": {"a": 1}}\n</tool_call>', add_special_tokens=False)
+    assert matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
