@@ -71,9 +71,11 @@ def tool_call_style(tokenizer: Any) -> str:
     return module.rpartition(".")[2]
 
 
-def forced_call(tokenizer: Any, tools: list[dict], tool_choice: Any) -> ForcedCall:
+def forced_call(tokenizer: Any, tools: list[dict], tool_choice: Any, thinking: bool = False) -> ForcedCall:
     """The opening and grammar of the call tool_choice forces. InvalidRequestError when the call
-    cannot be forced in this template's syntax (a tool's schema the grammar cannot hold)."""
+    cannot be forced in this template's syntax (a tool's schema the grammar cannot hold).
+    `thinking`: the prompt ends in an open thinking block (thinking asked for): the reply thinks,
+    closes the block as the template does, then opens the call; nothing is prefilled."""
     style = tool_call_style(tokenizer)
     start = tokenizer.tool_call_start
     named = None if tool_choice == "required" else tool_choice["function"]["name"]
@@ -95,7 +97,24 @@ def forced_call(tokenizer: Any, tools: list[dict], tool_choice: Any) -> ForcedCa
         raise InvalidRequestError(f"tool_choice names {named!r}, which is not among the tools", param="tool_choice",
                                   code="unknown_tool")
     grammar = _Grammar(tokenizer, style).build(functions, named is not None)
+    if thinking:
+        grammar = _after_thinking(tokenizer, prefix, grammar)
+        prefix = ""
     return ForcedCall(prefix, validated(grammar))
+
+
+def _after_thinking(tokenizer: Any, prefix: str, grammar: str) -> str:
+    """The call's grammar behind a thinking block to close and the call's opening: free reasoning
+    (no markers in it), the end of thinking, the blank line the template writes after it, the prefix."""
+    start, end = tokenizer.tool_call_start, tokenizer.think_end
+    opening = prefix.removeprefix(start)
+    reasoning = _ANY_TEXT
+    for marker in (end, start):   # an added token is never text; a marker written as text is kept out
+        if not _marker(tokenizer, marker).startswith("<["):
+            reasoning += " & ~/(.|\\n)*" + re.escape(marker).replace("/", "\\/") + "(.|\\n)*/"
+    call = grammar.replace("start: ", "call: ", 1)
+    return (f"start: REASONING {_marker(tokenizer, end)} {_literal(chr(10) * 2)} {_marker(tokenizer, start)} "
+            f"{_literal(opening)} call\nREASONING: {reasoning}\n" + call)
 
 
 @functools.lru_cache(maxsize=32)

@@ -5,6 +5,8 @@ ends after the call; tool_choice auto / none impose nothing."""
 
 from __future__ import annotations
 
+import json
+
 import llguidance
 import llguidance.hf
 import pytest
@@ -192,3 +194,38 @@ def test_a_tool_without_declared_parameters_is_called_with_no_arguments(demo_tok
     matcher = _matcher(demo_tokenizer, forced_call(demo_tokenizer, open_, "required").grammar)
     ids = demo_tokenizer.encode('{"name": "ping", "arguments": {"a": 1}}\n</tool_call>', add_special_tokens=False)
     assert matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+
+
+@pytest.mark.parametrize("choice", ["required", NAMED_WEATHER], ids=["required", "named"])
+def test_thinking_asked_for_is_a_closed_block_before_the_forced_call(qwen_chat_tokenizer, choice):
+    """enable_thinking asked for together with a forced call (Qwen3.6 with thinking on): the reply
+    thinks first, closes the thinking block, then makes the call, the way the template writes such a
+    turn; the call is not written inside a thinking block left open (the prompt ended
+    "<think>\\n<tool_call>\\n"). The reasoning comes back as reasoning, the call as the call."""
+    from engines.reply import ReplySplitter
+
+    tok = qwen_chat_tokenizer
+    forced = chat_prompt(tok, ASK, TOOLS, choice, {"enable_thinking": True})
+    assert tok.decode(forced.ids).endswith("<|im_start|>assistant\n<think>\n")
+    assert forced.reply.opens_in_reasoning and forced.reply.prefix == ""
+    call = _xml("get_weather", city="Paris", unit="c")
+    reply = "Paris, so get_weather.\n</think>\n\n<tool_call>\n" + call
+    matcher = _matcher(tok, forced.grammar)
+    ids = tok.encode(reply, add_special_tokens=False)
+    assert matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+    splitter = ReplySplitter(tok, forced.reply)
+    pieces = [splitter.feed(reply), splitter.finish()]
+    assert "".join(p.reasoning for p in pieces).strip() == "Paris, so get_weather."
+    assert not "".join(p.text for p in pieces).strip()
+    (parsed,) = [c for p in pieces for c in p.tool_calls]
+    assert parsed.name == "get_weather" and json.loads(parsed.arguments) == {"city": "Paris", "unit": "c"}
+    for refused in ("<tool_call>\n" + call,                        # the call inside the thinking block
+                    "Hmm.\n</think>\n\nThe weather.",               # no call after it
+                    "Hmm.\n</think>\n\n<tool_call>\n" + _xml("nope")):
+        matcher = _matcher(tok, forced.grammar)
+        ids = tok.encode(refused, add_special_tokens=False)
+        assert matcher.try_consume_tokens(ids) < len(ids) or not matcher.is_accepting(), refused
+    # thinking off (the default under a forced call) is unchanged: the call opens the reply
+    plain = chat_prompt(tok, ASK, TOOLS, choice, {"enable_thinking": False})
+    assert tok.decode(plain.ids).endswith("</think>\n\n<tool_call>\n" if choice == "required"
+                                          else "</think>\n\n<tool_call>\n<function=get_weather>\n")
