@@ -229,3 +229,52 @@ def test_thinking_asked_for_is_a_closed_block_before_the_forced_call(qwen_chat_t
     plain = chat_prompt(tok, ASK, TOOLS, choice, {"enable_thinking": False})
     assert tok.decode(plain.ids).endswith("</think>\n\n<tool_call>\n" if choice == "required"
                                           else "</think>\n\n<tool_call>\n<function=get_weather>\n")
+
+
+PYDANTIC = {"type": "function", "function": {"name": "order", "parameters": {
+    "$defs": {"Mode": {"enum": ["fast", "slow"], "title": "Mode", "type": "string"},
+              "Owner": {"type": "string", "pattern": "^[a-z]+$"},
+              "Item": {"properties": {"sku": {"type": "string"}}, "required": ["sku"], "type": "object"}},
+    "properties": {"mode": {"$ref": "#/$defs/Mode", "default": "fast"},
+                   "owner": {"$ref": "#/$defs/Owner"},
+                   "item": {"$ref": "#/$defs/Item"},
+                   "note": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+                   "count": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                   "ratio": {"type": ["number", "null"]}},
+    "required": ["mode", "owner"], "title": "orderArguments", "type": "object"}}}
+
+
+def _forced_reply(tok, tools, text: str):
+    """The grammar's verdict on `text` as the whole forced reply, and the calls the reply gives back."""
+    from engines.reply import ReplySplitter
+
+    forced = chat_prompt(tok, ASK, tools, "required")
+    matcher = _matcher(tok, forced.grammar)
+    ids = tok.encode(text, add_special_tokens=False)
+    accepted = matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+    splitter = ReplySplitter(tok, forced.reply)
+    calls = [c for piece in (splitter.feed(text), splitter.finish()) for c in piece.tool_calls]
+    return accepted, [(c.name, json.loads(c.arguments)) for c in calls]
+
+
+def test_xml_values_typed_through_ref_or_a_union_with_null_read_back_as_their_type(qwen_chat_tokenizer):
+    """Pydantic (FastMCP, LangChain) writes enums and nested models as `$ref`, Optional[X] as anyOf
+    [X, null]: mlx-lm's parser converts a value by the property's own `type`, which these lack, so a
+    string came back with the JSON quotes the grammar wrote around it ('"slow"', not in the enum) and
+    an integer as text ("3"). The grammar writes such a value as its type's value and the parser
+    reads it back as that type: every forced call validates against the original schema."""
+    import jsonschema_rs
+
+    tok, tools = qwen_chat_tokenizer, [PYDANTIC]
+    schema = PYDANTIC["function"]["parameters"]
+    call = _xml("order", mode="slow", owner="abc", item='{"sku": "x"}', note="hi there", count="3", ratio="0.5")
+    accepted, calls = _forced_reply(tok, tools, call)
+    assert accepted and calls == [("order", {"mode": "slow", "owner": "abc", "item": {"sku": "x"},
+                                             "note": "hi there", "count": 3, "ratio": 0.5})]
+    jsonschema_rs.validate(schema, calls[0][1])
+    accepted, calls = _forced_reply(tok, tools, _xml("order", mode="fast", owner="q", note="null", count="null"))
+    assert accepted and calls == [("order", {"mode": "fast", "owner": "q", "note": None, "count": None})]
+    for refused in (_xml("order", mode='"slow"', owner="abc"),     # JSON quotes: the parser keeps them
+                    _xml("order", mode="slow", owner="ABC"),       # the $ref'd pattern
+                    _xml("order", mode="slow", owner="abc", count="many")):
+        assert not _forced_reply(tok, tools, refused)[0], refused
