@@ -50,7 +50,7 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
         raise InvalidRequestError("this model's chat template has no tool-call format: tools are not supported",
                                   param="tools", code="tools_unsupported")
     if forced and tokenizer.has_thinking:
-        kwargs.setdefault("enable_thinking", False)   # the call starts the reply; no thinking block first
+        kwargs.setdefault("enable_thinking", False)   # the call starts the reply, unless thinking is asked for
     try:
         text = tokenizer.apply_chat_template(_template_messages(messages), tools=offered, tokenize=False,
                                              add_generation_prompt=True, **kwargs)
@@ -58,12 +58,14 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
         raise
     except Exception as exc:  # jinja errors for shapes the template rejects
         raise InvalidRequestError(f"chat template cannot render these messages: {exc}", param="messages") from exc
-    call = forced_call(tokenizer, list(offered or ()), tool_choice) if forced else ForcedCall("", None)
-    prefix = call.prefix
     opens_in_reasoning = False
     if tokenizer.has_thinking:
         start, end = text.rfind(tokenizer.think_start), text.rfind(tokenizer.think_end)
         opens_in_reasoning = start > end
+    # thinking asked for: the forced call comes after a closed thinking block, not inside the open one
+    call = forced_call(tokenizer, list(offered or ()), tool_choice, thinking=opens_in_reasoning) if forced \
+        else ForcedCall("", None)
+    prefix = call.prefix
     reply = ReplyFormat(tools=tuple(offered or ()), parse_tools=offered is not None,
                         opens_in_reasoning=opens_in_reasoning and not prefix, prefix=prefix)
     return text + prefix, reply, call.grammar

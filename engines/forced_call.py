@@ -15,13 +15,14 @@ Two tool-call syntaxes (the tool parser mlx-lm picks from the chat template):
   always, optional ones may be left out; no others). A string-typed value (type "string", or an
   enum / const of strings) is the raw text the parser keeps: free text without `</parameter>` or
   `</tool_call>`, not "null" (which the parser reads as null), its minLength / maxLength kept, an enum
-  or const as one of its values (pattern and format are not enforced). So is a value whose schema
+  or const as one of its values, a pattern kept (format is not enforced). So is a value whose schema
   gives it no shape (a description only, or a required name missing from `properties`). Every other
   value is JSON matching the property's schema (numbers, booleans, null, objects, arrays, unions),
-  which the parser converts by the property's type. Untyped or union-typed (`["string", "null"]`)
-  properties are read back by mlx-lm's parser with its own rules (JSON containers, Python literals,
-  else text), which may not give the JSON value back exactly (a boolean inside a union comes back
-  as text).
+  which the parser converts by the property's type. A property typed through a local `$ref` or as
+  one type or null (`["string", "null"]`, anyOf [X, null]: Pydantic's Optional) is written as that
+  type's value or `null`, and the parser is given that type (parser_view) to read it back. Other
+  untyped or union-typed properties are read back by mlx-lm's parser with its own rules (JSON
+  containers, else text), which may not give the JSON value back exactly.
 
 A forced reply is exactly one call, then the end of the reply (EOS): tool_choice "required" calls
 one of the tools, a named function calls that one. Further calls are not offered even when
@@ -31,7 +32,8 @@ choose several calls is asked with tool_choice "auto".
 
 Arguments hold the declared properties only: an object schema that lists `properties` and says
 nothing of `additionalProperties` gets no others (every such call still satisfies the schema, and a
-model is not left adding invented keys until max_tokens).
+model is not left adding invented keys until max_tokens); `parameters` that say nothing of keys at
+all (`{}`, `{"type": "object"}`, missing) are a tool without arguments: the empty object.
 """
 
 from __future__ import annotations
@@ -70,9 +72,11 @@ def tool_call_style(tokenizer: Any) -> str:
     return module.rpartition(".")[2]
 
 
-def forced_call(tokenizer: Any, tools: list[dict], tool_choice: Any) -> ForcedCall:
+def forced_call(tokenizer: Any, tools: list[dict], tool_choice: Any, thinking: bool = False) -> ForcedCall:
     """The opening and grammar of the call tool_choice forces. InvalidRequestError when the call
-    cannot be forced in this template's syntax (a tool's schema the grammar cannot hold)."""
+    cannot be forced in this template's syntax (a tool's schema the grammar cannot hold).
+    `thinking`: the prompt ends in an open thinking block (thinking asked for): the reply thinks,
+    closes the block as the template does, then opens the call; nothing is prefilled."""
     style = tool_call_style(tokenizer)
     start = tokenizer.tool_call_start
     named = None if tool_choice == "required" else tool_choice["function"]["name"]
@@ -94,7 +98,24 @@ def forced_call(tokenizer: Any, tools: list[dict], tool_choice: Any) -> ForcedCa
         raise InvalidRequestError(f"tool_choice names {named!r}, which is not among the tools", param="tool_choice",
                                   code="unknown_tool")
     grammar = _Grammar(tokenizer, style).build(functions, named is not None)
+    if thinking:
+        grammar = _after_thinking(tokenizer, prefix, grammar)
+        prefix = ""
     return ForcedCall(prefix, validated(grammar))
+
+
+def _after_thinking(tokenizer: Any, prefix: str, grammar: str) -> str:
+    """The call's grammar behind a thinking block to close and the call's opening: free reasoning
+    (no markers in it), the end of thinking, the blank line the template writes after it, the prefix."""
+    start, end = tokenizer.tool_call_start, tokenizer.think_end
+    opening = prefix.removeprefix(start)
+    reasoning = _ANY_TEXT
+    for marker in (end, start):   # an added token is never text; a marker written as text is kept out
+        if not _marker(tokenizer, marker).startswith("<["):
+            reasoning += " & ~/(.|\\n)*" + re.escape(marker).replace("/", "\\/") + "(.|\\n)*/"
+    call = grammar.replace("start: ", "call: ", 1)
+    return (f"start: REASONING {_marker(tokenizer, end)} {_literal(chr(10) * 2)} {_marker(tokenizer, start)} "
+            f"{_literal(opening)} call\nREASONING: {reasoning}\n" + call)
 
 
 @functools.lru_cache(maxsize=32)
@@ -149,12 +170,17 @@ def _declared_only(schema: Any) -> Any:
     return out
 
 
+# keywords that say nothing of an object's keys: `parameters` with these only take no arguments
+_ANNOTATIONS = {"type", "title", "description", "$schema", "$id", "$comment", "default", "examples", "strict"}
+
+
 def arguments_schema(function: dict[str, Any]) -> dict[str, Any]:
     """A function's arguments as the grammar writes them: a JSON schema of an object, declared
-    properties only (no parameters: the empty object)."""
-    parameters = function.get("parameters")
-    if parameters is None:
-        return {"type": "object", "properties": {}, "additionalProperties": False}
+    properties only. No parameters, `{}` or `{"type": "object"}` (how agents and MCP servers declare
+    a tool that takes nothing; nothing is said of any key): the empty object."""
+    parameters = function.get("parameters") or {}
+    if set(parameters) <= _ANNOTATIONS:
+        parameters = {**parameters, "properties": {}}
     return _declared_only(parameters if "type" in parameters else {"type": "object", **parameters})
 
 
@@ -211,27 +237,97 @@ class _Grammar:
         return out
 
     def _value(self, rule: str, schema: Any, defs: dict[str, Any]) -> str:
-        """A parameter's value and the line closing it, as the parser reads it back by the type."""
+        """A parameter's value and the line closing it, as the parser reads it back by the type (the
+        type parser_view gives it: through a $ref, or the one type of a union with null)."""
         close = _literal("\n</parameter>\n")
         schema = schema if isinstance(schema, dict) else {}
-        kind = schema.get("type")
-        choices = schema["enum"] if "enum" in schema else [schema["const"]] if "const" in schema else None
+        shape, nullable = _typed(schema, defs)
+        kind = shape.get("type")
+        choices = shape["enum"] if "enum" in shape else [shape["const"]] if "const" in shape else None
         texts = choices is not None and all(isinstance(c, str) for c in choices)
         if (isinstance(kind, str) and kind.strip().lower() in _TEXT_TYPES and (choices is None or texts)) \
                 or (kind is None and texts) or not any(key in schema for key in _SHAPES):
+            null = ' | "null"' if nullable else ""   # the parser reads "null" as null
             if choices is not None:
-                return "(" + " | ".join(_literal(c) for c in choices) + f") {close}"
-            terminal = rule.upper() + "_TEXT"
-            self.rules.append(f"{terminal}: ({_text(schema)} & {_NO_MARKERS} & ~/(?i:null)/) {close}")
+                return "(" + " | ".join(_literal(c) for c in choices) + f"{null}) {close}"
+            terminal = rule.upper() + "_TEXT"   # one lexeme, its end included: text never swallows it
+            self.rules.append(f"{terminal}: (({_text(shape)} & {_NO_MARKERS} & ~/(?i:null)/){null}) {close}")
             return terminal
         self.rules.append(f"{rule}v: %json {json.dumps(_json_options({**defs, **schema}))}")
         return f"{rule}v {close}"
 
 
+def _resolve(schema: Any, defs: dict[str, Any]) -> Any:
+    """A property's schema with a local $ref (#/$defs/NAME, #/definitions/NAME) followed: the target
+    under the $ref's own siblings (default, description)."""
+    for _ in range(8):
+        ref = schema.get("$ref") if isinstance(schema, dict) else None
+        if not isinstance(ref, str):
+            return schema
+        key, _, name = ref.removeprefix("#/").partition("/")
+        target = defs.get(key, {}).get(name) if isinstance(defs.get(key), dict) else None
+        if not ref.startswith("#/") or not isinstance(target, dict):
+            return schema
+        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
+
+
+def _typed(schema: dict[str, Any], defs: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The shape the parser should convert a value by, and whether null is allowed too: a $ref
+    followed; a union of one type with null (`["string", "null"]`, anyOf / oneOf with a null branch,
+    Pydantic's Optional) as that one type."""
+    schema = _resolve(schema, defs)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        others = [k for k in kind if k != "null"]
+        if len(others) == 1 and isinstance(others[0], str) and len(kind) > 1:
+            return {**schema, "type": others[0]}, True
+        return schema, False
+    for key in ("anyOf", "oneOf"):
+        branches = schema.get(key)
+        if kind is None and isinstance(branches, list) and all(isinstance(b, dict) for b in branches):
+            resolved = [_resolve(b, defs) for b in branches]
+            others = [b for b in resolved if b.get("type") != "null"]
+            if len(others) == 1 and isinstance(others[0].get("type"), str):
+                rest = {k: v for k, v in schema.items() if k != key}
+                return {**others[0], **rest}, len(others) < len(resolved)
+    return schema, False
+
+
+def parser_view(tools: list[dict] | tuple[dict, ...]) -> list[dict]:
+    """The tools as mlx-lm's qwen3_coder parser reads the values of a call: it converts a value by
+    its property's own `type`, so a property typed through a $ref or a union with null gets that
+    type (else a string came back with JSON quotes, a number as text)."""
+    out = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        parameters = function.get("parameters") if isinstance(function, dict) else None
+        properties = parameters.get("properties") if isinstance(parameters, dict) else None
+        if not isinstance(properties, dict):
+            out.append(tool)
+            continue
+        defs = {key: parameters[key] for key in ("$defs", "definitions") if key in parameters}
+        typed = {}
+        for name, schema in properties.items():
+            kind = _typed(schema, defs)[0].get("type") if isinstance(schema, dict) else None
+            typed[name] = {**schema, "type": kind} if isinstance(kind, str) else schema
+        out.append({**tool, "function": {**function, "parameters": {**parameters, "properties": typed}}})
+    return out
+
+
 def _text(schema: dict[str, Any]) -> str:
-    """Any text, or as long as minLength / maxLength allow."""
+    """Any text, or as long as minLength / maxLength allow, matching the pattern if one is given."""
     low, high = schema.get("minLength"), schema.get("maxLength")
-    if not isinstance(low, int) and not isinstance(high, int):
-        return _ANY_TEXT
-    low = low if isinstance(low, int) and low > 0 else 0
-    return f"/(.|\\n){{{low},{high if isinstance(high, int) else ''}}}/"
+    text = _ANY_TEXT
+    if isinstance(low, int) or isinstance(high, int):
+        low = low if isinstance(low, int) and low > 0 else 0
+        text = f"/(.|\\n){{{low},{high if isinstance(high, int) else ''}}}/"
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str):   # JSON Schema's pattern is a search: anchors say where it must match
+        head = tail = "(.|\\n)*"
+        head = "" if pattern.startswith("^") else head
+        body = pattern.removeprefix("^")
+        anchored = body.endswith("$") and not body.endswith("\\$")
+        body = re.sub(r"(?<!\\)/", r"\\/", body.removesuffix("$") if anchored else body)
+        text += f" & /{head}({body}){'' if anchored else tail}/"
+    return text

@@ -19,6 +19,8 @@ from mlx_lm.generate import TextStateMachine
 from contracts.chat import ReplyFormat, ToolCall
 from contracts.engine import GenerationChunk, Pause
 
+from .forced_call import XML, parser_view, tool_call_style
+
 log = logging.getLogger("switchyard.reply")
 
 
@@ -53,6 +55,9 @@ class ReplySplitter:
         self.tool_text = ""
         self.called = 0
         self.pending_prefix = reply.prefix
+        # the XML parser converts values by each property's type: given it through $refs and nullable unions
+        tools = list(reply.tools)
+        self.parse_tools = (parser_view(tools) if tool_call_style(tokenizer) == XML else tools) or None
         self.answer_started = False   # the template puts blank lines after </think>: not part of the answer
 
     def feed(self, text: str) -> ReplyPiece:
@@ -95,7 +100,7 @@ class ReplySplitter:
 
     def _parse(self, text: str) -> list[ToolCall]:
         try:
-            parsed = self.tokenizer.tool_parser(text.strip(), list(self.reply.tools) or None)
+            parsed = self.tokenizer.tool_parser(text.strip(), self.parse_tools)
         except Exception as exc:  # noqa: BLE001 - a malformed call is not a server error: keep it as text
             log.info("tool call did not parse (%s): kept as text", exc)
             return []

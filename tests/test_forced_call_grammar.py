@@ -5,6 +5,8 @@ ends after the call; tool_choice auto / none impose nothing."""
 
 from __future__ import annotations
 
+import json
+
 import llguidance
 import llguidance.hf
 import pytest
@@ -165,3 +167,114 @@ def test_a_value_without_a_shape_is_text(qwen_chat_tokenizer):
     assert matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
     with pytest.raises(InvalidRequestError):
         forced_call(qwen_chat_tokenizer, [loose], {"type": "function", "function": {"name": "missing"}})
+
+
+@pytest.mark.parametrize("parameters", [{}, {"type": "object"}, {"type": "object", "properties": {}}, None],
+                         ids=["empty", "bare-object", "no-properties", "missing"])
+def test_a_tool_without_declared_parameters_is_called_with_no_arguments(demo_tokenizer, qwen_chat_tokenizer,
+                                                                          parameters):
+    """`parameters: {}` and `{"type": "object"}` are how agents (and MCP servers) declare a tool that
+    takes nothing, like a missing `parameters`: its forced call has the empty object as arguments. Left
+    open, a weak model invents keys until max_tokens (the demo model did, greedy, for `{}`)."""
+    function = {"name": "ping"} if parameters is None else {"name": "ping", "parameters": parameters}
+    tools = [{"type": "function", "function": function}]
+    for tok, empty, extra in (
+            (demo_tokenizer, '{"name": "ping", "arguments": {}}\n</tool_call>',
+             '{"name": "ping", "arguments": {"a": 1}}\n</tool_call>'),
+            (qwen_chat_tokenizer, _xml("ping"), _xml("ping", a="1"))):
+        matcher = _matcher(tok, forced_call(tok, tools, "required").grammar)
+        ids = tok.encode(empty, add_special_tokens=False)
+        assert matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+        matcher = _matcher(tok, forced_call(tok, tools, "required").grammar)
+        ids = tok.encode(extra, add_special_tokens=False)
+        assert matcher.try_consume_tokens(ids) < len(ids) or not matcher.is_accepting()
+    # an explicitly open object stays open
+    open_ = [{"type": "function", "function": {"name": "ping", "parameters": {
+        "type": "object", "additionalProperties": True}}}]
+    matcher = _matcher(demo_tokenizer, forced_call(demo_tokenizer, open_, "required").grammar)
+    ids = demo_tokenizer.encode('{"name": "ping", "arguments": {"a": 1}}\n</tool_call>', add_special_tokens=False)
+    assert matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+
+
+@pytest.mark.parametrize("choice", ["required", NAMED_WEATHER], ids=["required", "named"])
+def test_thinking_asked_for_is_a_closed_block_before_the_forced_call(qwen_chat_tokenizer, choice):
+    """enable_thinking asked for together with a forced call (Qwen3.6 with thinking on): the reply
+    thinks first, closes the thinking block, then makes the call, the way the template writes such a
+    turn; the call is not written inside a thinking block left open (the prompt ended
+    "<think>\\n<tool_call>\\n"). The reasoning comes back as reasoning, the call as the call."""
+    from engines.reply import ReplySplitter
+
+    tok = qwen_chat_tokenizer
+    forced = chat_prompt(tok, ASK, TOOLS, choice, {"enable_thinking": True})
+    assert tok.decode(forced.ids).endswith("<|im_start|>assistant\n<think>\n")
+    assert forced.reply.opens_in_reasoning and forced.reply.prefix == ""
+    call = _xml("get_weather", city="Paris", unit="c")
+    reply = "Paris, so get_weather.\n</think>\n\n<tool_call>\n" + call
+    matcher = _matcher(tok, forced.grammar)
+    ids = tok.encode(reply, add_special_tokens=False)
+    assert matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+    splitter = ReplySplitter(tok, forced.reply)
+    pieces = [splitter.feed(reply), splitter.finish()]
+    assert "".join(p.reasoning for p in pieces).strip() == "Paris, so get_weather."
+    assert not "".join(p.text for p in pieces).strip()
+    (parsed,) = [c for p in pieces for c in p.tool_calls]
+    assert parsed.name == "get_weather" and json.loads(parsed.arguments) == {"city": "Paris", "unit": "c"}
+    for refused in ("<tool_call>\n" + call,                        # the call inside the thinking block
+                    "Hmm.\n</think>\n\nThe weather.",               # no call after it
+                    "Hmm.\n</think>\n\n<tool_call>\n" + _xml("nope")):
+        matcher = _matcher(tok, forced.grammar)
+        ids = tok.encode(refused, add_special_tokens=False)
+        assert matcher.try_consume_tokens(ids) < len(ids) or not matcher.is_accepting(), refused
+    # thinking off (the default under a forced call) is unchanged: the call opens the reply
+    plain = chat_prompt(tok, ASK, TOOLS, choice, {"enable_thinking": False})
+    assert tok.decode(plain.ids).endswith("</think>\n\n<tool_call>\n" if choice == "required"
+                                          else "</think>\n\n<tool_call>\n<function=get_weather>\n")
+
+
+PYDANTIC = {"type": "function", "function": {"name": "order", "parameters": {
+    "$defs": {"Mode": {"enum": ["fast", "slow"], "title": "Mode", "type": "string"},
+              "Owner": {"type": "string", "pattern": "^[a-z]+$"},
+              "Item": {"properties": {"sku": {"type": "string"}}, "required": ["sku"], "type": "object"}},
+    "properties": {"mode": {"$ref": "#/$defs/Mode", "default": "fast"},
+                   "owner": {"$ref": "#/$defs/Owner"},
+                   "item": {"$ref": "#/$defs/Item"},
+                   "note": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+                   "count": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                   "ratio": {"type": ["number", "null"]}},
+    "required": ["mode", "owner"], "title": "orderArguments", "type": "object"}}}
+
+
+def _forced_reply(tok, tools, text: str):
+    """The grammar's verdict on `text` as the whole forced reply, and the calls the reply gives back."""
+    from engines.reply import ReplySplitter
+
+    forced = chat_prompt(tok, ASK, tools, "required")
+    matcher = _matcher(tok, forced.grammar)
+    ids = tok.encode(text, add_special_tokens=False)
+    accepted = matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+    splitter = ReplySplitter(tok, forced.reply)
+    calls = [c for piece in (splitter.feed(text), splitter.finish()) for c in piece.tool_calls]
+    return accepted, [(c.name, json.loads(c.arguments)) for c in calls]
+
+
+def test_xml_values_typed_through_ref_or_a_union_with_null_read_back_as_their_type(qwen_chat_tokenizer):
+    """Pydantic (FastMCP, LangChain) writes enums and nested models as `$ref`, Optional[X] as anyOf
+    [X, null]: mlx-lm's parser converts a value by the property's own `type`, which these lack, so a
+    string came back with the JSON quotes the grammar wrote around it ('"slow"', not in the enum) and
+    an integer as text ("3"). The grammar writes such a value as its type's value and the parser
+    reads it back as that type: every forced call validates against the original schema."""
+    import jsonschema_rs
+
+    tok, tools = qwen_chat_tokenizer, [PYDANTIC]
+    schema = PYDANTIC["function"]["parameters"]
+    call = _xml("order", mode="slow", owner="abc", item='{"sku": "x"}', note="hi there", count="3", ratio="0.5")
+    accepted, calls = _forced_reply(tok, tools, call)
+    assert accepted and calls == [("order", {"mode": "slow", "owner": "abc", "item": {"sku": "x"},
+                                             "note": "hi there", "count": 3, "ratio": 0.5})]
+    jsonschema_rs.validate(schema, calls[0][1])
+    accepted, calls = _forced_reply(tok, tools, _xml("order", mode="fast", owner="q", note="null", count="null"))
+    assert accepted and calls == [("order", {"mode": "fast", "owner": "q", "note": None, "count": None})]
+    for refused in (_xml("order", mode='"slow"', owner="abc"),     # JSON quotes: the parser keeps them
+                    _xml("order", mode="slow", owner="ABC"),       # the $ref'd pattern
+                    _xml("order", mode="slow", owner="abc", count="many")):
+        assert not _forced_reply(tok, tools, refused)[0], refused

@@ -185,3 +185,20 @@ def test_a_schema_that_cannot_be_forced_is_a_400(xml_server):
         client.chat.completions.create(model="default", messages=ASK, tools=[spaced], tool_choice="required",
                                        stream=True)
     assert error.value.body["code"] == "invalid_json_schema" and "'a b'" in error.value.body["message"]
+
+
+def test_a_tool_declared_without_parameters_is_called_with_none(json_server):
+    """`parameters: {}` / `{"type": "object"}` (a tool that takes nothing, as agents and MCP servers
+    declare it) gives `{}` as arguments, not an open object the demo model fills with invented keys
+    until max_tokens."""
+    client = _openai(json_server)
+    tools = [{"type": "function", "function": {"name": "ping", "description": "ping", "parameters": {}}},
+             {"type": "function", "function": {"name": "noop", "parameters": {"type": "object"}}}]
+    for choice in ("required", {"type": "function", "function": {"name": "ping"}},
+                   {"type": "function", "function": {"name": "noop"}}):
+        for engine in ENGINES:
+            reply = client.chat.completions.create(model="default", messages=ASK, tools=tools, tool_choice=choice,
+                                                   max_tokens=160, temperature=0, extra_body={"engine": engine})
+            assert reply.choices[0].finish_reason == "tool_calls", (choice, engine)
+            (call,) = reply.choices[0].message.tool_calls
+            assert call.function.arguments == "{}"
