@@ -181,7 +181,7 @@ def _add_commands(sub) -> None:
     evaluate.add_argument("--json", action="store_true", help="print the report as JSON")
     evaluate.set_defaults(func=_quiet_broken_pipe(cmd_eval))
 
-    loso = sub.add_parser("loso", help="leave-one-source-out evaluation over the real-prompt sources (~5 min)")
+    loso = sub.add_parser("loso", help="leave-one-source-out evaluation over the real-prompt sources (~7 min)")
     loso.add_argument("--json", action="store_true")
     loso.add_argument("--only", nargs="*", default=(), help="evaluate only these held-out sources")
     loso.set_defaults(func=_quiet_broken_pipe(cmd_loso))
