@@ -15,7 +15,7 @@ Two tool-call syntaxes (the tool parser mlx-lm picks from the chat template):
   always, optional ones may be left out; no others). A string-typed value (type "string", or an
   enum / const of strings) is the raw text the parser keeps: free text without `</parameter>` or
   `</tool_call>`, not "null" (which the parser reads as null), its minLength / maxLength kept, an enum
-  or const as one of its values, a pattern kept (format is not enforced). So is a value whose schema
+  or const as one of its values, a pattern kept, the common formats (FORMATS) kept. So is a value whose schema
   gives it no shape (a description only, or a required name missing from `properties`). Every other
   value is JSON matching the property's schema (numbers, booleans, null, objects, arrays, unions),
   which the parser converts by the property's type. A property typed through a local `$ref` or as
@@ -315,8 +315,29 @@ def parser_view(tools: list[dict] | tuple[dict, ...]) -> list[dict]:
     return out
 
 
+_DATE = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+_TIME = r"([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+# The string formats a tool's arguments carry most (JSON Schema's `format`; RFC 3339 dates and times):
+# what the JSON syntax gets from llguidance, written as text for the XML syntax's raw values. The URI
+# and e-mail forms are the usual practical ones (a scheme then no whitespace; local@domain.tld).
+FORMATS = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": f"{_DATE}[Tt ]{_TIME}",
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "email": r"[A-Za-z0-9._%+-]+@" + _LABEL + r"(\." + _LABEL + ")+",
+    "uri": r"[A-Za-z][A-Za-z0-9+.-]*:[^\s]+",
+    "ipv4": rf"{_OCTET}(\.{_OCTET}){{3}}",
+    "hostname": _LABEL + r"(\." + _LABEL + ")*",
+}
+FORMATS["url"] = FORMATS["uri"]
+
+
 def _text(schema: dict[str, Any]) -> str:
-    """Any text, or as long as minLength / maxLength allow, matching the pattern if one is given."""
+    """Any text, or as long as minLength / maxLength allow, matching the pattern and the format (one
+    of FORMATS; others are not enforced) if given."""
     low, high = schema.get("minLength"), schema.get("maxLength")
     text = _ANY_TEXT
     if isinstance(low, int) or isinstance(high, int):
@@ -330,4 +351,8 @@ def _text(schema: dict[str, Any]) -> str:
         anchored = body.endswith("$") and not body.endswith("\\$")
         body = re.sub(r"(?<!\\)/", r"\\/", body.removesuffix("$") if anchored else body)
         text += f" & /{head}({body}){'' if anchored else tail}/"
+    form = FORMATS.get(schema.get("format")) if isinstance(schema.get("format"), str) else None
+    if form is not None:
+        escaped = form.replace("/", "\\/")   # a Lark regex ends at an unescaped slash
+        text += f" & /{escaped}/"
     return text

@@ -278,3 +278,37 @@ def test_xml_values_typed_through_ref_or_a_union_with_null_read_back_as_their_ty
                     _xml("order", mode="slow", owner="ABC"),       # the $ref'd pattern
                     _xml("order", mode="slow", owner="abc", count="many")):
         assert not _forced_reply(tok, tools, refused)[0], refused
+
+
+FORMATTED = {"type": "function", "function": {"name": "visit", "parameters": {
+    "type": "object", "properties": {name: {"type": "string", "format": name} for name in (
+        "uri", "date", "date-time", "time", "uuid", "email", "ipv4", "hostname")},
+    "required": ["uri"]}}}
+FORMAT_EXAMPLES = {   # format: (a value of it, a value that is not)
+    "uri": ("https://example.org/a?b=1", "example dot org"),
+    "date": ("2026-11-26", "26/11/2026"),
+    "date-time": ("2026-11-26T18:05:00Z", "2026-11-26 at six"),
+    "time": ("18:05:00+01:00", "6pm"),
+    "uuid": ("123e4567-e89b-12d3-a456-426614174000", "123e4567"),
+    "email": ("ada@example.org", "ada at example"),
+    "ipv4": ("192.168.0.10", "192.168.0.300"),
+    "hostname": ("api.example.org", "api example"),
+}
+
+
+def test_xml_string_formats_are_kept(qwen_chat_tokenizer):
+    """A raw-text value with a `format` (an agent's url, a date) matches it: the JSON syntax has
+    llguidance's formats, the XML syntax writes strings as text, so the grammar carries the common
+    formats as text patterns; a call that does not match is refused, one that does validates."""
+    import jsonschema_rs
+
+    tok, tools = qwen_chat_tokenizer, [FORMATTED]
+    validator = jsonschema_rs.validator_for(FORMATTED["function"]["parameters"], validate_formats=True)
+    for name, (good, bad) in FORMAT_EXAMPLES.items():
+        values = {"uri": FORMAT_EXAMPLES["uri"][0], name: good}
+        accepted, calls = _forced_reply(tok, tools, _xml("visit", **values))
+        assert accepted and calls == [("visit", values)], name
+        validator.validate(calls[0][1])
+        refused = {"uri": FORMAT_EXAMPLES["uri"][0], name: bad}
+        assert not _forced_reply(tok, tools, _xml("visit", **refused))[0], (name, bad)
+        assert not validator.is_valid(refused), (name, bad)   # the examples are wrong by the schema too
