@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -114,18 +115,28 @@ def json_grammar(schema: dict[str, Any], param: str = "response_format.json_sche
     """An llguidance grammar for JSON matching `schema`, written compactly: free whitespace would let
     a sampled reply wander in blank space until max_tokens. A schema llguidance cannot compile is a
     400 here, at the door, not an error mid-generation."""
-    import llguidance
-
     guidance = schema.get("x-guidance")
     options = {"whitespace_flexible": False, **(guidance if isinstance(guidance, dict) else {})}
     try:
-        grammar = llguidance.grammar_from("json_schema", json.dumps({**schema, "x-guidance": options}))
-        problem = llguidance.LLMatcher.validate_grammar(grammar)
+        grammar, problem = _compiled(json.dumps({**schema, "x-guidance": options}))
     except (TypeError, ValueError) as exc:
-        problem = str(exc)
+        grammar, problem = "", str(exc)
     if problem:
         raise bad_request(f"{what}: not a usable JSON schema: {problem}", param=param, code="invalid_json_schema")
     return grammar
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(schema_json: str) -> tuple[str, str]:
+    """(grammar, problem) of a JSON schema's text. Cached: agents resend the same tools (each compiled
+    under a forced tool_choice) and clients the same response_format every turn."""
+    import llguidance
+
+    try:
+        grammar = llguidance.grammar_from("json_schema", schema_json)
+        return grammar, llguidance.LLMatcher.validate_grammar(grammar)
+    except (TypeError, ValueError) as exc:
+        return "", str(exc)
 
 
 def _check_forced_tools(req: ChatCompletionRequest) -> None:
