@@ -30,6 +30,14 @@ class Stream:
     doc_starts: np.ndarray  # int64 offsets into tokens
 
 
+def jsonl_lines(path: Path) -> list[str]:
+    """The non-blank lines of a JSONL file (.xz too), split at "\n" only: str.splitlines also breaks
+    at U+2028 / U+0085, which a JSON string written with ensure_ascii=False may hold."""
+    opener = lzma.open if path.suffix == ".xz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return [line for line in handle.read().split("\n") if line.strip()]
+
+
 def read_jsonl_texts(path: Path) -> list[str]:
     opener = lzma.open if path.suffix == ".xz" else open
     with opener(path, "rt", encoding="utf-8") as handle:

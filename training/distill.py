@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from . import family_config as fc
-from .data import stream_of
+from .data import jsonl_lines, stream_of
 from .paths import classifier_prompts, path_option
 from .train_common import RunReport, autocast, seed_everything, setup_device
 from .train_family import build_parser, drafter_phase, finish_args, load_target
@@ -38,8 +38,7 @@ MODES = {  # name -> generate() sampling settings; the sampled ones use the ship
 
 
 def load_prompts(path: Path, limit: int | None) -> list[dict]:
-    # split on "\n" only: str.splitlines also breaks at U+2028 and friends, which JSON strings may hold
-    prompts = [json.loads(line) for line in path.read_text().split("\n") if line.strip()]
+    prompts = [json.loads(line) for line in jsonl_lines(path)]
     for item in prompts:
         item["messages"] = item.get("messages") or [{"role": "user", "content": item["text"]}]
     rng = np.random.default_rng(0)

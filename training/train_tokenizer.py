@@ -22,6 +22,7 @@ from tokenizers import pre_tokenizers, trainers
 from engines.qwen_tokenizer import SPECIAL_TOKENS, empty_bpe  # the one Qwen BPE pipeline
 from engines.qwen_tokenizer import tokenizer_config as qwen_tokenizer_config
 
+from .data import jsonl_lines
 from .family_config import SPECIAL_TOKEN_IDS, VOCAB_SIZE
 from .paths import in_checkout, path_option
 
@@ -64,8 +65,7 @@ CHAT_TEMPLATE = (
 def sample_texts(corpus: Path, seed: int) -> Iterator[str]:
     rng = random.Random(seed)
     for name, cap_mb in SAMPLE_MB_PER_FILE.items():
-        lines = (corpus / f"{name}.jsonl").read_text().split("\n")   # not splitlines: U+2028 may sit in a string
-        lines = [line for line in lines if line.strip()]
+        lines = jsonl_lines(corpus / f"{name}.jsonl")
         rng.shuffle(lines)
         used = 0
         for line in lines:
