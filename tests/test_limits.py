@@ -11,6 +11,7 @@ import pytest
 
 from gateway.config import GatewayConfig
 from gateway.http.app import create_app
+from gateway.http import request_spec
 from tests.fakes import FakeBackend, live_server
 from tests.test_gateway_validation import assert_error
 
@@ -249,6 +250,7 @@ def test_compiling_a_json_schema_does_not_block_the_event_loop(monkeypatch):
         return check(grammar)
 
     monkeypatch.setattr(llguidance.LLMatcher, "validate_grammar", staticmethod(slow_check))
+    request_spec._compiled.cache_clear()   # compiled grammars are cached by schema: make this one compile
     with live_server(create_app(FakeBackend())) as srv:
         statuses = []
         schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
