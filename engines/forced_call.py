@@ -101,7 +101,8 @@ def forced_call(tokenizer: Any, tools: list[dict], tool_choice: Any, thinking: b
     if thinking:
         grammar = _after_thinking(tokenizer, prefix, grammar)
         prefix = ""
-    return ForcedCall(prefix, validated(grammar))
+    check = validated if len(grammar) <= CACHED_GRAMMAR_CHARS else validated.__wrapped__
+    return ForcedCall(prefix, check(grammar))
 
 
 def _after_thinking(tokenizer: Any, prefix: str, grammar: str) -> str:
@@ -116,6 +117,11 @@ def _after_thinking(tokenizer: Any, prefix: str, grammar: str) -> str:
     call = grammar.replace("start: ", "call: ", 1)
     return (f"start: REASONING {_marker(tokenizer, end)} {_literal(chr(10) * 2)} {_marker(tokenizer, start)} "
             f"{_literal(opening)} call\nREASONING: {reasoning}\n" + call)
+
+
+# Grammars up to this size are cached (an agent's tool list is tens of KiB): 32 entries then hold at
+# most ~16 MiB, where tool lists of up to a request body's 4 MiB each could pin hundreds of MiB.
+CACHED_GRAMMAR_CHARS = 256 * 1024
 
 
 @functools.lru_cache(maxsize=32)

@@ -118,12 +118,18 @@ def json_grammar(schema: dict[str, Any], param: str = "response_format.json_sche
     guidance = schema.get("x-guidance")
     options = {"whitespace_flexible": False, **(guidance if isinstance(guidance, dict) else {})}
     try:
-        grammar, problem = _compiled(json.dumps({**schema, "x-guidance": options}))
+        text = json.dumps({**schema, "x-guidance": options})
+        grammar, problem = (_compiled if len(text) <= CACHED_SCHEMA_CHARS else _compiled.__wrapped__)(text)
     except (TypeError, ValueError) as exc:
         grammar, problem = "", str(exc)
     if problem:
         raise bad_request(f"{what}: not a usable JSON schema: {problem}", param=param, code="invalid_json_schema")
     return grammar
+
+
+# Schemas up to this size are cached (tool schemas are a few KiB): 256 entries then hold at most
+# ~32 MiB, where bodies of up to max_body_bytes each could pin gigabytes.
+CACHED_SCHEMA_CHARS = 64 * 1024
 
 
 @functools.lru_cache(maxsize=256)
