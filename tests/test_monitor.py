@@ -83,6 +83,37 @@ def test_cost_ratio_and_speedup_from_measured_step_times():
     assert measured["tokens_per_second"] == pytest.approx(3 / 0.015)
 
 
+def test_step_costs_are_ratios_within_one_decoding_mode():
+    """Sampled steps cost more than greedy ones, by engine-dependent amounts: each mode's cost ratio
+    is its steps against raw's steps of the same mode (one pooled mean per engine mixed them, and a
+    raw that served only sampled requests made ddtree look cheaper to greedy ones than it was)."""
+    monitor = Monitor(None)
+    for _ in range(20):
+        monitor.observe("prose", _raw_step(0.010))
+        monitor.observe("prose", _raw_step(0.012), sampled=True)
+        monitor.observe("code", _spec_step(2, seconds=0.024))
+        monitor.observe("code", _spec_step(2, seconds=0.030), sampled=True)
+    greedy = monitor.predict("code", "ddtree", 1.0, 2.0, 10, RAW_TPS_PRIOR)
+    sampled = monitor.predict("code", "ddtree", 1.0, 2.0, 10, RAW_TPS_PRIOR, sampled=True)
+    assert greedy.cost == pytest.approx(2.4) and sampled.cost == pytest.approx(2.5)
+    assert greedy.tokens_per_second == pytest.approx(100.0 * 3 / 2.4)      # raw's greedy rate
+    assert sampled.tokens_per_second == pytest.approx(1 / 0.012 * 3 / 2.5)  # raw's sampled rate
+    engines = monitor.snapshot()["engines"]
+    assert engines["ddtree"]["cost_ratio"] == pytest.approx(2.4)
+    assert engines["ddtree/sampled"]["cost_ratio"] == pytest.approx(2.5)
+
+
+def test_a_mode_without_timing_borrows_the_other_modes_ratio():
+    monitor = Monitor(None)
+    for _ in range(20):
+        monitor.observe("prose", _raw_step(0.012), sampled=True)   # raw only ever sampled
+        monitor.observe("code", _spec_step(2, seconds=0.030), sampled=True)
+        monitor.observe("code", _spec_step(2, seconds=0.024))       # ddtree also greedy
+    assert monitor.measured_cost("ddtree") == (pytest.approx(2.5), 20)   # not 0.024 / 0.012
+    assert monitor.measured_cost("ddtree", sampled=True) == (pytest.approx(2.5), 20)
+    assert monitor.measured_cost("mtp") == (1.0, 0)
+
+
 def test_untimed_steps_count_acceptance_but_not_time():
     monitor = Monitor(None)
     monitor.observe("code", _spec_step(4, seconds=5.0), timed=False)  # a prefill-laden first step

@@ -1,7 +1,8 @@
 """Online monitor: what each engine yields per verify step and what a step costs, on this machine.
 
 Per (class, engine) it keeps EWMAs of accepted draft tokens per verify step (alpha), tokens per step
-and seconds per step; per engine it keeps the step seconds that give the cost ratio c_e against raw.
+and seconds per step; per engine and decoding mode (greedy / sampled) it keeps the step seconds that
+give the cost ratio c_e against raw's steps of the same mode.
 Predictions blend the policy priors with the measurements while an arm warms up and use
 speedup_e = (1 + alpha_e) / c_e (docs/design.md "Router and online monitor"). A constant EWMA weight
 forgets old data geometrically, so the estimates follow drift.
@@ -75,7 +76,7 @@ class MonitorState(BaseModel):
     format: int = STATE_FORMAT_VERSION
     saved_at: float = 0.0
     arms: dict[str, ArmStats] = Field(default_factory=dict)             # "class/engine" -> stats
-    engine_seconds: dict[str, Ewma] = Field(default_factory=dict)       # engine -> seconds per step
+    engine_seconds: dict[str, Ewma] = Field(default_factory=dict)       # "mtp", "mtp/sampled" -> seconds per step
     batch_seconds: dict[str, Ewma] = Field(default_factory=dict)        # rows ("2", "3", ...) -> seconds per batched raw step
 
 
@@ -108,6 +109,14 @@ def _arm_key(klass: str, engine: str, sampled: bool = False) -> str:
     """Greedy and sampled decoding accept different amounts (a sampled target often leaves the
     draft's argmax path), so they are separate arms: `code/mtp` and `code/mtp/sampled`."""
     return f"{klass}/{engine}/sampled" if sampled else f"{klass}/{engine}"
+
+
+def _seconds_key(engine: str, sampled: bool = False) -> str:
+    """Sampled steps cost more than greedy ones, by an engine-dependent amount (the sampler runs on
+    1 row for raw, 2 for mtp, a whole tree for ddtree: on the CPU +11 %, +22 %, +12 % per step), so
+    a ratio is taken within one mode: raw's sampled steps against ddtree's greedy ones read ddtree 10 %
+    cheaper than it is, and the router sent sampled requests to it where mtp was faster."""
+    return f"{engine}/sampled" if sampled else engine
 
 
 class Monitor:
@@ -157,7 +166,7 @@ class Monitor:
             for key in keys:
                 self._fold_locked(key, step, timed, sampled)
             if timed and step.seconds > 0 and math.isfinite(step.seconds) and step.tokens:
-                engine_seconds = self._state.engine_seconds.setdefault(step.engine, Ewma())
+                engine_seconds = self._state.engine_seconds.setdefault(_seconds_key(step.engine, sampled), Ewma())
                 engine_seconds.update(step.seconds, self._weight)
             self._dirty = True
 
@@ -211,7 +220,7 @@ class Monitor:
         *,
         cost_warmup: int,
     ) -> ArmPrediction:
-        raw_seconds = self._state.engine_seconds.get("raw")
+        raw_seconds = self._raw_seconds_locked(sampled)
         raw_rate = _blend(
             prior_raw_tps,
             1.0 / raw_seconds.mean if raw_seconds and raw_seconds.mean > 0 else prior_raw_tps,
@@ -223,7 +232,7 @@ class Monitor:
         arm = self._state.arms.get(_arm_key(klass, engine, sampled))
         n_acc = arm.accepted.n if arm else 0
         accepted = _blend(prior_accepted, arm.accepted.mean if arm else 0.0, n_acc, warmup)
-        measured_cost, cost_var, n_cost = self._cost_locked(engine)
+        measured_cost, cost_var, n_cost = self._cost_locked(engine, sampled)
         cost = max(_blend(prior_cost, measured_cost, n_cost, cost_warmup), 1e-6)
         speedup = (1.0 + accepted) / cost
         # uncertainty shrinks from the prior's as data arrives (a variance from 1-2 samples means nothing)
@@ -243,22 +252,33 @@ class Monitor:
         n_eff = stat.effective_n(self._weight)
         return math.sqrt(max(stat.var, 1e-4) / n_eff)
 
-    def _cost_locked(self, engine: str) -> tuple[float, float, int]:
-        """(c_e, variance of c_e, observations) from mean step seconds against raw's."""
-        mine = self._state.engine_seconds.get(engine)
-        raw = self._state.engine_seconds.get("raw")
-        if not mine or not raw or mine.n == 0 or raw.n == 0 or raw.mean <= 0:
-            return 1.0, 0.0, 0
-        ratio = mine.mean / raw.mean
-        rel_var = mine.var / max(mine.mean**2, 1e-12) + raw.var / max(raw.mean**2, 1e-12)
-        return ratio, ratio * ratio * rel_var, min(mine.n, raw.n)
+    def _raw_seconds_locked(self, sampled: bool = False) -> Ewma | None:
+        """Raw's step seconds in this mode, or in the other one while this mode has none."""
+        for mode in (sampled, not sampled):
+            stat = self._state.engine_seconds.get(_seconds_key("raw", mode))
+            if stat and stat.n and stat.mean > 0:
+                return stat
+        return None
+
+    def _cost_locked(self, engine: str, sampled: bool = False) -> tuple[float, float, int]:
+        """(c_e, variance of c_e, observations) from mean step seconds against raw's in the same
+        mode; the other mode's ratio while this mode lacks either side; (1, 0, 0) with no timing."""
+        for mode in (sampled, not sampled):
+            mine = self._state.engine_seconds.get(_seconds_key(engine, mode))
+            raw = self._state.engine_seconds.get(_seconds_key("raw", mode))
+            if not mine or not raw or mine.n == 0 or raw.n == 0 or raw.mean <= 0:
+                continue
+            ratio = mine.mean / raw.mean
+            rel_var = mine.var / max(mine.mean**2, 1e-12) + raw.var / max(raw.mean**2, 1e-12)
+            return ratio, ratio * ratio * rel_var, min(mine.n, raw.n)
+        return 1.0, 0.0, 0
 
     def batch_costs(self, prior_row_cost: float, rows: int, warmup: int) -> tuple[float, ...]:
         """c(B) for B = 1..rows: a raw step shared by B requests, in single raw steps. The prior
         1 + prior_row_cost (B - 1) until a size has `warmup` timed steps; never decreasing in B (a
         bigger batch never costs less; noise must not make extra rows look free)."""
         with self._lock:
-            raw = self._state.engine_seconds.get("raw")
+            raw = self._raw_seconds_locked()   # a batch mixes both modes' rows; its ratio is to a greedy step
             costs = [1.0]
             for size in range(2, rows + 1):
                 prior = 1.0 + prior_row_cost * (size - 1)
@@ -267,10 +287,10 @@ class Monitor:
                 costs.append(max(costs[-1], _blend(prior, measured, stat.n if stat else 0, warmup)))
             return tuple(costs)
 
-    def measured_cost(self, engine: str) -> tuple[float, int]:
+    def measured_cost(self, engine: str, sampled: bool = False) -> tuple[float, int]:
         """(c_e, observations) as measured, without priors; (1.0, 0) when unknown."""
         with self._lock:
-            ratio, _, n = self._cost_locked(engine)
+            ratio, _, n = self._cost_locked(engine, sampled)
             return ratio, n
 
     # --- export -----------------------------------------------------------------------------
@@ -289,14 +309,15 @@ class Monitor:
                     "accepted_total": arm.accepted_total,
                 }
             engines = {}
-            for engine, seconds in self._state.engine_seconds.items():
-                ratio, _, n = self._cost_locked(engine)
-                engines[engine] = {
+            for key, seconds in self._state.engine_seconds.items():
+                engine, _, mode = key.partition("/")
+                ratio, _, n = self._cost_locked(engine, mode == "sampled")
+                engines[key] = {
                     "seconds_per_step": seconds.mean,
                     "timed_steps": seconds.n,
                     "cost_ratio": ratio if n else None,
                 }
-            raw = self._state.engine_seconds.get("raw")
+            raw = self._raw_seconds_locked()
             batches = {
                 rows: {"seconds_per_step": stat.mean, "timed_steps": stat.n,
                        "cost_ratio": stat.mean / raw.mean if raw and raw.n and raw.mean > 0 else None}
