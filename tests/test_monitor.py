@@ -114,34 +114,6 @@ def test_a_mode_without_timing_borrows_the_other_modes_ratio():
     assert monitor.measured_cost("mtp") == (1.0, 0)
 
 
-def test_a_stall_does_not_move_an_engines_step_cost():
-    """A compile or GC stall of 2 s among 24 ms steps: the typical step stays the cost (a plain mean
-    read 6.3 raw steps here for the next hundreds of steps)."""
-    monitor = Monitor(None)
-    for i in range(50):
-        monitor.observe("prose", _raw_step(0.010))
-        monitor.observe("code", _spec_step(2, seconds=2.0 if i == 3 else 0.024))
-    cost, n = monitor.measured_cost("ddtree")
-    assert n == 50 and cost == pytest.approx(2.4, rel=0.15)
-    assert _predict(monitor).tokens_per_second == pytest.approx(100.0 * 3 / cost)
-
-
-def test_a_format_1_state_keeps_its_arms_and_drops_its_plain_mean_timings(tmp_path):
-    path = tmp_path / "state.json"
-    path.write_text(json.dumps({
-        "format": 1, "saved_at": 0.0,
-        "arms": {"code/ddtree": {"accepted": {"mean": 3.0, "var": 0.0, "n": 40}, "steps": 40}},
-        "engine_seconds": {"raw": {"mean": 0.01, "var": 0.0, "n": 40}, "ddtree": {"mean": 0.024, "var": 0.0, "n": 40}},
-        "batch_seconds": {"2": {"mean": 0.012, "var": 0.0, "n": 9}},
-    }))
-    monitor = Monitor(path)
-    assert monitor.load_error is None
-    assert _predict(monitor).accepted == pytest.approx(3.0)
-    assert monitor.measured_cost("ddtree") == (1.0, 0) and monitor.snapshot()["batches"] == {}
-    monitor.save(force=True)
-    assert json.loads(path.read_text())["format"] == 2
-
-
 def test_untimed_steps_count_acceptance_but_not_time():
     monitor = Monitor(None)
     monitor.observe("code", _spec_step(4, seconds=5.0), timed=False)  # a prefill-laden first step

@@ -13,7 +13,6 @@ observe() and predict() run on the scheduler's worker thread, while the HTTP sid
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -32,10 +31,7 @@ from .policy import POOLED_CLASS
 
 log = logging.getLogger(__name__)
 
-STATE_FORMAT_VERSION = 2
-# format 1 kept step seconds as plain means; its arms (acceptance) still load, its timings are dropped
-# (they are re-measured within a few requests)
-TIMINGS_CHANGED_IN = 2
+STATE_FORMAT_VERSION = 1
 
 
 class Ewma(BaseModel):
@@ -59,32 +55,6 @@ class Ewma(BaseModel):
         return min(float(self.n), (2.0 - weight) / weight)
 
 
-class StepSeconds(BaseModel):
-    """Seconds per step, as an EWMA of their logarithm: the typical step. One compile or GC stall (a
-    hundred steps long) moved a plain mean for hundreds of steps: on the H200 a few first-use stalls
-    read sampled MTP at 9.3 raw steps where its steps cost 2.0."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    log: Ewma = Field(default_factory=Ewma)
-
-    def update(self, seconds: float, weight: float) -> None:
-        self.log.update(math.log(seconds), weight)
-
-    @property
-    def n(self) -> int:
-        return self.log.n
-
-    @property
-    def seconds(self) -> float:
-        return math.exp(self.log.mean) if self.log.n else 0.0
-
-    @property
-    def rel_var(self) -> float:
-        """Relative variance of a step's seconds (the variance of their logarithm)."""
-        return self.log.var
-
-
 class ArmStats(BaseModel):
     """Measurements of one (class, engine) arm."""
 
@@ -106,8 +76,8 @@ class MonitorState(BaseModel):
     format: int = STATE_FORMAT_VERSION
     saved_at: float = 0.0
     arms: dict[str, ArmStats] = Field(default_factory=dict)             # "class/engine" -> stats
-    engine_seconds: dict[str, StepSeconds] = Field(default_factory=dict)  # "mtp", "mtp/sampled" -> seconds per step
-    batch_seconds: dict[str, StepSeconds] = Field(default_factory=dict)   # rows ("2", "3", ...) -> seconds per batched raw step
+    engine_seconds: dict[str, Ewma] = Field(default_factory=dict)       # "mtp", "mtp/sampled" -> seconds per step
+    batch_seconds: dict[str, Ewma] = Field(default_factory=dict)        # rows ("2", "3", ...) -> seconds per batched raw step
 
 
 @dataclass(frozen=True)
@@ -187,7 +157,7 @@ class Monitor:
         if step.batch_rows > 1:   # a shared raw step: its time is the batch's, learned per batch size
             if timed and step.seconds > 0 and math.isfinite(step.seconds):
                 with self._lock:
-                    self._state.batch_seconds.setdefault(str(step.batch_rows), StepSeconds()).update(step.seconds, self._weight)
+                    self._state.batch_seconds.setdefault(str(step.batch_rows), Ewma()).update(step.seconds, self._weight)
                     self._dirty = True
             return
         # every step also feeds the pooled (engine-level) arm; an uncertain request feeds it alone
@@ -196,7 +166,7 @@ class Monitor:
             for key in keys:
                 self._fold_locked(key, step, timed, sampled)
             if timed and step.seconds > 0 and math.isfinite(step.seconds) and step.tokens:
-                engine_seconds = self._state.engine_seconds.setdefault(_seconds_key(step.engine, sampled), StepSeconds())
+                engine_seconds = self._state.engine_seconds.setdefault(_seconds_key(step.engine, sampled), Ewma())
                 engine_seconds.update(step.seconds, self._weight)
             self._dirty = True
 
@@ -253,7 +223,7 @@ class Monitor:
         raw_seconds = self._raw_seconds_locked(sampled)
         raw_rate = _blend(
             prior_raw_tps,
-            1.0 / raw_seconds.seconds if raw_seconds else prior_raw_tps,
+            1.0 / raw_seconds.mean if raw_seconds and raw_seconds.mean > 0 else prior_raw_tps,
             raw_seconds.n if raw_seconds else 0,
             cost_warmup,
         )
@@ -282,11 +252,11 @@ class Monitor:
         n_eff = stat.effective_n(self._weight)
         return math.sqrt(max(stat.var, 1e-4) / n_eff)
 
-    def _raw_seconds_locked(self, sampled: bool = False) -> StepSeconds | None:
+    def _raw_seconds_locked(self, sampled: bool = False) -> Ewma | None:
         """Raw's step seconds in this mode, or in the other one while this mode has none."""
         for mode in (sampled, not sampled):
             stat = self._state.engine_seconds.get(_seconds_key("raw", mode))
-            if stat and stat.n:
+            if stat and stat.n and stat.mean > 0:
                 return stat
         return None
 
@@ -296,10 +266,10 @@ class Monitor:
         for mode in (sampled, not sampled):
             mine = self._state.engine_seconds.get(_seconds_key(engine, mode))
             raw = self._state.engine_seconds.get(_seconds_key("raw", mode))
-            if not mine or not raw or mine.n == 0 or raw.n == 0:
+            if not mine or not raw or mine.n == 0 or raw.n == 0 or raw.mean <= 0:
                 continue
-            ratio = mine.seconds / raw.seconds
-            rel_var = mine.rel_var + raw.rel_var
+            ratio = mine.mean / raw.mean
+            rel_var = mine.var / max(mine.mean**2, 1e-12) + raw.var / max(raw.mean**2, 1e-12)
             return ratio, ratio * ratio * rel_var, min(mine.n, raw.n)
         return 1.0, 0.0, 0
 
@@ -313,7 +283,7 @@ class Monitor:
             for size in range(2, rows + 1):
                 prior = 1.0 + prior_row_cost * (size - 1)
                 stat = self._state.batch_seconds.get(str(size))
-                measured = stat.seconds / raw.seconds if stat and stat.n and raw else prior
+                measured = stat.mean / raw.mean if stat and stat.n and raw and raw.n and raw.mean > 0 else prior
                 costs.append(max(costs[-1], _blend(prior, measured, stat.n if stat else 0, warmup)))
             return tuple(costs)
 
@@ -343,14 +313,14 @@ class Monitor:
                 engine, _, mode = key.partition("/")
                 ratio, _, n = self._cost_locked(engine, mode == "sampled")
                 engines[key] = {
-                    "seconds_per_step": seconds.seconds,
+                    "seconds_per_step": seconds.mean,
                     "timed_steps": seconds.n,
                     "cost_ratio": ratio if n else None,
                 }
             raw = self._raw_seconds_locked()
             batches = {
-                rows: {"seconds_per_step": stat.seconds, "timed_steps": stat.n,
-                       "cost_ratio": stat.seconds / raw.seconds if raw else None}
+                rows: {"seconds_per_step": stat.mean, "timed_steps": stat.n,
+                       "cost_ratio": stat.mean / raw.mean if raw and raw.n and raw.mean > 0 else None}
                 for rows, stat in sorted(self._state.batch_seconds.items(), key=lambda kv: int(kv[0]))
             }
             return {"arms": arms, "engines": engines, "batches": batches, "ewma_alpha": self._weight}
@@ -361,13 +331,7 @@ class Monitor:
         if not path.exists():
             return MonitorState()
         try:
-            data = json.loads(path.read_bytes())
-            if isinstance(data, dict) and isinstance(data.get("format"), int) and data["format"] < TIMINGS_CHANGED_IN:
-                log.info("router state %s: format %s step timings dropped (re-measured), arms kept", path, data["format"])
-                for timings in ("engine_seconds", "batch_seconds"):
-                    data.pop(timings, None)
-                data["format"] = STATE_FORMAT_VERSION
-            state = MonitorState.model_validate(data)
+            state = MonitorState.model_validate_json(path.read_bytes())
             if state.format != STATE_FORMAT_VERSION:
                 raise ValueError(f"state format {state.format}, expected {STATE_FORMAT_VERSION}")
         except (OSError, ValueError, ValidationError) as exc:
