@@ -67,7 +67,7 @@ def test_prior_until_data_then_blend_then_measured():
 
 
 def test_cost_ratio_and_speedup_from_measured_step_times():
-    monitor = Monitor(None)
+    monitor = Monitor(None, first_use_steps=0)
     for _ in range(20):
         monitor.observe("prose", _raw_step(0.010))
         monitor.observe("code", _spec_step(2, seconds=0.015, engine="mtp", drafted=2))
@@ -87,7 +87,7 @@ def test_step_costs_are_ratios_within_one_decoding_mode():
     """Sampled steps cost more than greedy ones, by engine-dependent amounts: each mode's cost ratio
     is its steps against raw's steps of the same mode (one pooled mean per engine mixed them, and a
     raw that served only sampled requests made ddtree look cheaper to greedy ones than it was)."""
-    monitor = Monitor(None)
+    monitor = Monitor(None, first_use_steps=0)
     for _ in range(20):
         monitor.observe("prose", _raw_step(0.010))
         monitor.observe("prose", _raw_step(0.012), sampled=True)
@@ -104,7 +104,7 @@ def test_step_costs_are_ratios_within_one_decoding_mode():
 
 
 def test_a_mode_without_timing_borrows_the_other_modes_ratio():
-    monitor = Monitor(None)
+    monitor = Monitor(None, first_use_steps=0)
     for _ in range(20):
         monitor.observe("prose", _raw_step(0.012), sampled=True)   # raw only ever sampled
         monitor.observe("code", _spec_step(2, seconds=0.030), sampled=True)
@@ -112,6 +112,35 @@ def test_a_mode_without_timing_borrows_the_other_modes_ratio():
     assert monitor.measured_cost("ddtree") == (pytest.approx(2.5), 20)   # not 0.024 / 0.012
     assert monitor.measured_cost("ddtree", sampled=True) == (pytest.approx(2.5), 20)
     assert monitor.measured_cost("mtp") == (1.0, 0)
+
+
+def test_a_process_skips_each_engine_and_modes_first_steps_and_clips_stalls():
+    """The first cycles of each kind compile: a few such stalls read sampled MTP on the H200 at 9.3 raw
+    steps for hundreds of steps (its steps cost 2.0). They are skipped per (engine, mode); later a step
+    over stall_factor x the running mean counts as that much."""
+    monitor = Monitor(None, first_use_steps=4, stall_factor=8.0)
+    for seconds in (2.0, 1.5, 0.3, 0.1):              # first uses: compiles
+        monitor.observe("code", _spec_step(2, seconds=seconds))
+        monitor.observe("prose", _raw_step(0.010))
+    assert monitor.measured_cost("ddtree") == (1.0, 0)
+    for i in range(40):
+        monitor.observe("code", _spec_step(2, seconds=0.024 if i != 20 else 5.0))   # one GC pause
+        monitor.observe("prose", _raw_step(0.010))
+    cost, n = monitor.measured_cost("ddtree")
+    assert n == 40 and cost == pytest.approx((39 * 0.024 + 8 * 0.024) / 40 / 0.010)   # the pause counts 8x
+    # sampled steps are their own first uses
+    monitor.observe("code", _spec_step(2, seconds=3.0), sampled=True)
+    assert "ddtree/sampled" not in monitor.snapshot()["engines"]
+
+
+def test_spread_steps_keep_their_mean():
+    """Pipelined cycles' reads alternate short and long: the mean is what they cost, not the typical
+    step (a log-domain mean read sampled ddtree on the H200 at 1.48 raw steps where it cost 2.2)."""
+    monitor = Monitor(None, first_use_steps=0)
+    for i in range(60):
+        monitor.observe("code", _spec_step(2, seconds=0.004 if i % 2 else 0.036))
+        monitor.observe("prose", _raw_step(0.010))
+    assert monitor.measured_cost("ddtree")[0] == pytest.approx(2.0)
 
 
 def test_untimed_steps_count_acceptance_but_not_time():
@@ -267,7 +296,7 @@ def test_autosaver_saves_periodically_and_on_stop(tmp_path):
 
 
 def test_step_cost_replaces_its_prior_after_cost_warmup_steps_while_alpha_still_blends():
-    monitor = Monitor(None)
+    monitor = Monitor(None, first_use_steps=0)
     for _ in range(8):
         monitor.observe("prose", _raw_step(0.010))
         monitor.observe("code", _spec_step(2, seconds=0.025, engine="mtp", drafted=2))

@@ -32,7 +32,9 @@ class FakeClock:
 
 
 def _router(policy: dict | None = None, loaded=("raw", "mtp", "ddtree"), classifier=None, clock=None, monitor=None, seed=0):
-    validated = Policy.model_validate(policy or {})
+    # these tests time steps from the first one: the first-use skip has its own tests (test_monitor.py)
+    policy = {**(policy or {}), "monitor": {"first_use_steps": 0, **(policy or {}).get("monitor", {})}}
+    validated = Policy.model_validate(policy)
     return AdaptiveRouter(
         PolicyStore(policy=validated),
         monitor or Monitor(None, validated.monitor.ewma_alpha),

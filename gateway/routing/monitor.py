@@ -32,6 +32,9 @@ from .policy import POOLED_CLASS
 log = logging.getLogger(__name__)
 
 STATE_FORMAT_VERSION = 1
+# Defaults of the policy's monitor.first_use_steps / monitor.stall_factor (gateway/routing/policy.py).
+FIRST_USE_STEPS = 16
+STALL_FACTOR = 8.0
 
 
 class Ewma(BaseModel):
@@ -122,12 +125,16 @@ def _seconds_key(engine: str, sampled: bool = False) -> str:
 class Monitor:
     """Thread-safe online statistics, persisted to an optional state file."""
 
-    def __init__(self, state_path: str | Path | None = None, ewma_alpha: float = 0.01):
+    def __init__(self, state_path: str | Path | None = None, ewma_alpha: float = 0.01,
+                 first_use_steps: int = FIRST_USE_STEPS, stall_factor: float = STALL_FACTOR):
         self._lock = threading.Lock()
         self._weight = ewma_alpha
+        self._first_use_steps = first_use_steps
+        self._stall_factor = stall_factor
         self._state_path = Path(state_path) if state_path is not None else None
         self._state = MonitorState()
         self._dirty = False
+        self._first_use: dict[str, int] = {}   # timing key -> steps skipped so far in this process
         self.load_error: str | None = None
         if self._state_path is not None:
             self._state = self._load(self._state_path)
@@ -143,6 +150,18 @@ class Monitor:
         with self._lock:
             self._weight = weight
 
+    def set_timing(self, first_use_steps: int, stall_factor: float) -> None:
+        """Step timing guards: `first_use_steps` timed steps skipped per (engine, mode) in this process
+        (its first cycles of each kind compile and allocate: on the H200 a few such stalls read sampled
+        MTP at 9.3 raw steps where its steps cost 2.0, for hundreds of steps; not persisted, since a
+        restarted process compiles again); later, a step over `stall_factor` times the running mean
+        counts as that much (a GC pause or another process, not the engine's cost; wide, because
+        speculative cycles' times are spread and their mean is what they cost)."""
+        if first_use_steps < 0 or stall_factor < 1.0:
+            raise ValueError(f"first_use_steps must be >= 0 and stall_factor >= 1, got {first_use_steps}, {stall_factor}")
+        with self._lock:
+            self._first_use_steps, self._stall_factor = first_use_steps, stall_factor
+
     # --- updates (worker thread) ----------------------------------------------------------
     def observe(self, klass: str, step: StepResult, timed: bool = True, sampled: bool = False) -> None:
         """Fold one engine step into the stats of (klass, step.engine), and its probes of other
@@ -157,7 +176,7 @@ class Monitor:
         if step.batch_rows > 1:   # a shared raw step: its time is the batch's, learned per batch size
             if timed and step.seconds > 0 and math.isfinite(step.seconds):
                 with self._lock:
-                    self._state.batch_seconds.setdefault(str(step.batch_rows), Ewma()).update(step.seconds, self._weight)
+                    self._time_locked(self._state.batch_seconds, str(step.batch_rows), step.seconds)
                     self._dirty = True
             return
         # every step also feeds the pooled (engine-level) arm; an uncertain request feeds it alone
@@ -166,9 +185,19 @@ class Monitor:
             for key in keys:
                 self._fold_locked(key, step, timed, sampled)
             if timed and step.seconds > 0 and math.isfinite(step.seconds) and step.tokens:
-                engine_seconds = self._state.engine_seconds.setdefault(_seconds_key(step.engine, sampled), Ewma())
-                engine_seconds.update(step.seconds, self._weight)
+                self._time_locked(self._state.engine_seconds, _seconds_key(step.engine, sampled), step.seconds)
             self._dirty = True
+
+    def _time_locked(self, table: dict[str, Ewma], key: str, seconds: float) -> None:
+        """Fold one step's seconds into table[key], past this process's first uses and clipped at a stall."""
+        use = f"{id(table)}:{key}"
+        if self._first_use.get(use, 0) < self._first_use_steps:
+            self._first_use[use] = self._first_use.get(use, 0) + 1
+            return
+        stat = table.setdefault(key, Ewma())
+        if stat.n:
+            seconds = min(seconds, self._stall_factor * stat.mean)
+        stat.update(seconds, self._weight)
 
     def _fold_locked(self, klass: str, step: StepResult, timed: bool, sampled: bool) -> None:
         for engine, probed in step.probes.items():

@@ -85,6 +85,11 @@ class MonitorPolicy(_Strict):
     # wrong prior_cost (it differs several-fold between machines) must not steer many requests.
     cost_warmup: int = Field(8, ge=0)
     switch_margin: float = Field(0.03, ge=0)
+    # Step timing guards (Monitor.set_timing): timed steps skipped per engine and decoding mode after
+    # the process starts (first cycles compile), and the multiple of the running mean at which a later
+    # step counts as a stall.
+    first_use_steps: int = Field(16, ge=0)
+    stall_factor: float = Field(8.0, ge=1)
 
 
 class ExplorationPolicy(_Strict):

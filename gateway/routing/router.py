@@ -97,6 +97,7 @@ class AdaptiveRouter:
         self._autosaver: Autosaver | None = None
         self._previous_sighup = None
         self._remember(store.current())
+        monitor.set_timing(store.policy.monitor.first_use_steps, store.policy.monitor.stall_factor)
         store.subscribe(self._on_reload)
         self._warn_unloaded(store.policy)
 
@@ -149,6 +150,7 @@ class AdaptiveRouter:
 
     def _on_reload(self, snapshot: PolicySnapshot) -> None:
         self.monitor.set_ewma_alpha(snapshot.policy.monitor.ewma_alpha)
+        self.monitor.set_timing(snapshot.policy.monitor.first_use_steps, snapshot.policy.monitor.stall_factor)
         if self._autosaver is not None:
             self._autosaver.set_interval(snapshot.policy.state.persist_interval_seconds)
         self._warn_unloaded(snapshot.policy)
