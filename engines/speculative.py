@@ -280,8 +280,11 @@ def speculative_generate(
                 mode_cycles += 1
             steps += 1
             pending = cycle.emitted[-1]
-            yield _report(cycle, states, running, probing, processor, watch, started)
+            report = _report(cycle, states, running, probing, processor, watch, started)
+            # the consumer's work on this step's tokens (detokenising, streaming, the monitor) counts
+            # toward the next step, as in raw decode: a cost ratio compares what each engine's tokens cost
             started = time.perf_counter()
+            yield report
             if switch is not None and bundle.decode_batch is not None:   # under load raw is priced as a batch row
                 watch.rule = switch.batched(bundle.decode_batch.active - 1)
             target = watch.choice(None if probing else ("raw",))
