@@ -107,7 +107,6 @@ def primary_text(request: RequestText) -> str:
 # Fenced or triple-quoted blocks are pasted material, never the ask. `unpasted` cuts exactly what
 # this regex matches, by str.find (the regex tries both openings at every position: ~70 us at 4k).
 _PASTED_BLOCK = re.compile(r"```.*?(?:```|$)|\"\"\".*?(?:\"\"\"|$)", re.S)
-_FENCES = ("```", '"""')
 ASK_SCAN_LINES = 8
 _LETTERS_AND_SPACE = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz "
 
@@ -129,12 +128,17 @@ def unpasted(user: str) -> str:
     each block, from its opening to the same closing fence or the end, becomes one newline."""
     text = clip_long(user)
     pieces, done = [], 0
-    while starts := [i for i in (text.find(fence, done) for fence in _FENCES) if i >= 0]:
-        start = min(starts)
+    ticks, quotes = text.find("```"), text.find('"""')  # the next opening of each kind (-1: none)
+    while ticks >= 0 or quotes >= 0:
+        start = ticks if quotes < 0 or 0 <= ticks < quotes else quotes
         close = text.find(text[start : start + 3], start + 3)
         pieces += (text[done:start], "\n")
         # unclosed: the block runs to the end, where `$` also stops before a final newline
         done = close + 3 if close >= 0 else len(text) - text.endswith("\n")
+        if 0 <= ticks < done:
+            ticks = text.find("```", done)
+        if 0 <= quotes < done:
+            quotes = text.find('"""', done)
     return "".join(pieces) + text[done:] if pieces else text
 
 
@@ -142,9 +146,11 @@ def ask_text(user: str, outside: str | None = None) -> str:
     """The request's own words: running-text lines among the first and last few lines of the
     user message, outside pasted blocks. Pasted code or data would otherwise drown a short ask.
     `outside`: `unpasted(user)` when the caller has it already."""
-    lines = (unpasted(user) if outside is None else outside).split("\n")
-    if len(lines) > 2 * ASK_SCAN_LINES:
-        lines = lines[:ASK_SCAN_LINES] + lines[-ASK_SCAN_LINES:]
+    text = unpasted(user) if outside is None else outside
+    if text.count("\n") >= 2 * ASK_SCAN_LINES:  # more lines than scanned: split off the ends only
+        lines = text.split("\n", ASK_SCAN_LINES)[:ASK_SCAN_LINES] + text.rsplit("\n", ASK_SCAN_LINES)[1:]
+    else:
+        lines = text.split("\n")
     ask = "\n".join(line for line in lines if _looks_like_ask(line))
     if len(ask) > 2 * EDGE_CHARS:
         ask = ask[:EDGE_CHARS] + "\n" + ask[-EDGE_CHARS:]

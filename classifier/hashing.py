@@ -67,7 +67,8 @@ def bucket_runs(hashes: np.ndarray, sizes: Sequence[int], bits: Sequence[int], s
     for size, n_bits, start in zip(sizes, bits, starts):
         run = hashes[lo : lo + size]
         run >>= np.uint64(64 - n_bits)
-        run += np.uint64(start)
+        if start:
+            run += np.uint64(start)
         lo += size
     return hashes.astype(np.int32)
 
@@ -96,7 +97,7 @@ def prefix_hash(points: np.ndarray) -> np.ndarray:
 
 def span_hashes(prefix: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Hash of each span [start, end), independent of where the span sits in the text."""
-    return (prefix[ends] - prefix[starts]) * _POW_INV[starts]
+    return (prefix.take(ends) - prefix.take(starts)) * _POW_INV.take(starts)  # take: ~2x faster than [ ]
 
 
 def ngram_sizes(length: int, ns: Sequence[int]) -> list[int]:
@@ -235,7 +236,7 @@ def join(texts: Sequence[str]) -> Joined:
         bounds.append(position)
         position += len(text) + 1
     bounds.append(position)
-    points = np.frombuffer(("\n" + "\n".join(texts) + "\n").encode("utf-32-le"), dtype=np.uint32)
+    points = np.frombuffer("\n".join(["", *texts, ""]).encode("utf-32-le"), dtype=np.uint32)
     # the joined text starts and ends with a newline, so no padding is needed to find the runs
     is_word = _WORD_CHAR.take(points, mode="clip")
     changes = (is_word[1:] != is_word[:-1]).nonzero()[0] + 1

@@ -77,6 +77,20 @@ def test_looks_like_ask_counts_letters_like_str_isalpha():
         assert features._looks_like_ask(line) == plain(line), repr(line)
 
 
+def test_ask_text_scans_the_first_and_last_lines():
+    def plain(text: str) -> str:
+        lines = text.split("\n")
+        if len(lines) > 2 * features.ASK_SCAN_LINES:
+            lines = lines[: features.ASK_SCAN_LINES] + lines[-features.ASK_SCAN_LINES :]
+        ask = "\n".join(line for line in lines if features._looks_like_ask(line))
+        return ask[: features.EDGE_CHARS] + "\n" + ask[-features.EDGE_CHARS :] if len(ask) > 2 * features.EDGE_CHARS else ask
+
+    rng = random.Random(2)
+    for _ in range(3000):
+        text = "".join(rng.choice(["\n", "ab c", "Write it", "  x", "\t", "\u00e9"]) for _ in range(rng.randrange(0, 60)))
+        assert features.ask_text(text, text) == plain(text), repr(text)
+
+
 def test_joined_tokens_hash_like_each_text_alone():
     texts = ["Hello, world_1 \u00e9t\u00e9", "", "a\nb  c", "\u4e2d\u6587 x  "]
     joined = hashing.join(texts)
