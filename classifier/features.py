@@ -7,12 +7,21 @@ Column layout (one sparse row):
    the ask's mean word vector (lexicon.py)]
 Training (featurizer.py) and inference (model.py) both call `featurize`, so the persisted model
 reproduces the fitted pipeline exactly.
+
+featurize runs on every request (p99 budget 1 ms at 4k characters, issue 16), and its cost is
+mostly the number of numpy calls (~1-2 us each), not the text's length: all texts of a request
+are tokenised in one pass (`hashing.join`), every word hash of every block comes out of one
+`mix`, the four hashed blocks are counted with one sort, what depends only on the spec is built
+once (`_layout`), and array methods stand in for numpy's Python-level wrappers
+(`a.nonzero()[0]` for `np.flatnonzero(a)`, `a.searchsorted` for `np.searchsorted`: 2-3x cheaper).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field, replace
+from itertools import pairwise
 
 import numpy as np
 
@@ -95,9 +104,11 @@ def primary_text(request: RequestText) -> str:
     return clip_long(f"{request.system}\n{request.user}" if request.system else request.user)
 
 
-# Fenced or triple-quoted blocks are pasted material, never the ask.
+# Fenced or triple-quoted blocks are pasted material, never the ask. `unpasted` cuts exactly what
+# this regex matches, by str.find (the regex tries both openings at every position: ~70 us at 4k).
 _PASTED_BLOCK = re.compile(r"```.*?(?:```|$)|\"\"\".*?(?:\"\"\"|$)", re.S)
 ASK_SCAN_LINES = 8
+_LETTERS_AND_SPACE = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz "
 
 
 def _looks_like_ask(line: str) -> bool:
@@ -105,22 +116,41 @@ def _looks_like_ask(line: str) -> bool:
     stripped = line.strip()
     if not stripped or len(stripped) > 400 or line[:1] in (" ", "\t"):
         return False
-    letters = sum(map(str.isalpha, stripped)) + stripped.count(" ")
+    if stripped.isascii():  # str.isalpha is [A-Za-z] there: count them in C, not per character
+        letters = len(stripped) - len(stripped.encode().translate(None, _LETTERS_AND_SPACE))
+    else:
+        letters = sum(map(str.isalpha, stripped)) + stripped.count(" ")
     return letters >= 0.8 * len(stripped)
 
 
 def unpasted(user: str) -> str:
-    """The user message (head and tail when long) with fenced / triple-quoted blocks cut out."""
-    return _PASTED_BLOCK.sub("\n", clip_long(user))
+    """The user message (head and tail when long) with fenced / triple-quoted blocks cut out:
+    each block, from its opening to the same closing fence or the end, becomes one newline."""
+    text = clip_long(user)
+    pieces, done = [], 0
+    ticks, quotes = text.find("```"), text.find('"""')  # the next opening of each kind (-1: none)
+    while ticks >= 0 or quotes >= 0:
+        start = ticks if quotes < 0 or 0 <= ticks < quotes else quotes
+        close = text.find(text[start : start + 3], start + 3)
+        pieces += (text[done:start], "\n")
+        # unclosed: the block runs to the end, where `$` also stops before a final newline
+        done = close + 3 if close >= 0 else len(text) - text.endswith("\n")
+        if 0 <= ticks < done:
+            ticks = text.find("```", done)
+        if 0 <= quotes < done:
+            quotes = text.find('"""', done)
+    return "".join(pieces) + text[done:] if pieces else text
 
 
 def ask_text(user: str, outside: str | None = None) -> str:
     """The request's own words: running-text lines among the first and last few lines of the
     user message, outside pasted blocks. Pasted code or data would otherwise drown a short ask.
     `outside`: `unpasted(user)` when the caller has it already."""
-    lines = (unpasted(user) if outside is None else outside).split("\n")
-    if len(lines) > 2 * ASK_SCAN_LINES:
-        lines = lines[:ASK_SCAN_LINES] + lines[-ASK_SCAN_LINES:]
+    text = unpasted(user) if outside is None else outside
+    if text.count("\n") >= 2 * ASK_SCAN_LINES:  # more lines than scanned: split off the ends only
+        lines = text.split("\n", ASK_SCAN_LINES)[:ASK_SCAN_LINES] + text.rsplit("\n", ASK_SCAN_LINES)[1:]
+    else:
+        lines = text.split("\n")
     ask = "\n".join(line for line in lines if _looks_like_ask(line))
     if len(ask) > 2 * EDGE_CHARS:
         ask = ask[:EDGE_CHARS] + "\n" + ask[-EDGE_CHARS:]
@@ -131,29 +161,10 @@ def edge_text(request: RequestText, outside: str | None = None) -> str:
     return f"{request.system[:EDGE_CHARS]}\n{ask_text(request.user, outside)}"
 
 
-def _counted_block(hashes: np.ndarray, bits: int, offset: int, weight: float) -> tuple[np.ndarray, np.ndarray]:
-    """Sublinear (log1p) counts of hashed tokens, L2-normalised, scaled by the block weight."""
-    if hashes.size == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0)
-    buckets = hashing.bucket(hashes, bits)
-    counts = np.bincount(buckets, minlength=1 << bits)
-    index = np.flatnonzero(counts > 0)
-    values = np.log1p(counts[index].astype(np.float64))
-    values *= weight / np.sqrt(values @ values)
-    return index + offset, values
-
-
 def _unigrams(text: str) -> np.ndarray:
     points = hashing.codepoints(text.lower())
     starts, ends = hashing.word_spans(points)
     return hashing.word_unigrams(hashing.prefix_hash(points), starts, ends, _WORD_SALT)
-
-
-def _words(text: str, salt: int, bigrams: bool) -> np.ndarray:
-    points = hashing.codepoints(text.lower())
-    prefix = hashing.prefix_hash(points)
-    starts, ends = hashing.word_spans(points)
-    return hashing.word_hashes(prefix, starts, ends, salt, bigrams)
 
 
 STRUCT_NAMES: tuple[str, ...] = (
@@ -166,6 +177,8 @@ STRUCT_NAMES: tuple[str, ...] = (
 _SQL_WORDS = ("select", "from", "where", "insert", "into", "create", "table", "join", "group", "update")
 _CODE_WORDS = ("def", "return", "import", "include", "function", "const", "class", "public", "fn", "var", "let")
 _WORD_SALT = 1
+_EDGE_SALT = 2
+_HISTORY_SALT = 3
 
 
 def _keyword_hashes(words: tuple[str, ...]) -> np.ndarray:
@@ -179,6 +192,16 @@ def _keyword_hashes(words: tuple[str, ...]) -> np.ndarray:
 
 _SQL_HASHES = _keyword_hashes(_SQL_WORDS)
 _CODE_HASHES = _keyword_hashes(_CODE_WORDS)
+# Both lists in one index, with the list each hash comes from (1: SQL, 2: code).
+_KEYWORD_ORDER = np.argsort(np.concatenate((_SQL_HASHES, _CODE_HASHES)))
+_KEYWORDS = hashing.KeyIndex(np.concatenate((_SQL_HASHES, _CODE_HASHES))[_KEYWORD_ORDER], bits=12)
+_KEYWORD_KIND = np.repeat([1, 2], [len(_SQL_WORDS), len(_CODE_WORDS)])[_KEYWORD_ORDER]
+
+
+def _keyword_counts(words: np.ndarray) -> tuple[int, int]:
+    """How many of the word hashes are SQL keywords, how many code keywords."""
+    counts = np.bincount(_KEYWORD_KIND.take(_KEYWORDS.find(words)[1]), minlength=3)
+    return int(counts[1]), int(counts[2])
 
 
 # Character groups whose share of the text is a feature, as a (groups x 128) indicator matrix.
@@ -192,47 +215,56 @@ def structural_raw(text: str, words: np.ndarray | None = None) -> np.ndarray:
     """Unscaled structural statistics of the primary text (ratios are per character or per line).
 
     `words`: the text's lower-cased word hashes (computed here when not given).
-    Only C-speed primitives (str.count, numpy) here: this runs on every request.
+    Only C-speed primitives (bytes.count, numpy) here: this runs on every request. The patterns
+    counted are ASCII, so they count the same in the UTF-8 bytes as in the text (and bytes.count
+    is several times faster than str.count on a text with non-ASCII characters).
     """
     if words is None:
         words = _unigrams(text)
-    points = hashing.codepoints(text)
-    n = max(points.size, 1)
-    ascii_hist = np.bincount(points[points < 128].astype(np.int64), minlength=128).astype(np.float64)
+    data = text.encode("utf-8")
+    head = text[: hashing.MAX_SPAN_CHARS]  # character shares read what `hashing.codepoints` reads
+    codes = np.frombuffer(data if len(head) == len(text) else head.encode("utf-8"), dtype=np.uint8)
+    n = max(len(head), 1)
+    ascii_hist = np.bincount(codes, minlength=256)[:128].astype(np.float64)  # bytes < 128: ASCII characters
     shares = _GROUP_MATRIX @ ascii_hist / n
-    newline = points == 10
     n_lines = int(ascii_hist[10]) + 1
-    commas_per_line = np.bincount(np.cumsum(newline)[points == 44], minlength=n_lines)
-    csv_lines = int(np.count_nonzero(commas_per_line >= 2))
+    csv_lines = _csv_lines(codes) if ascii_hist[44] >= 2 else 0
     upper = ascii_hist[65:91].sum()
     alpha = upper + ascii_hist[97:123].sum()
-    nl_text = "\n" + text
-    indented = nl_text.count("\n    ") + nl_text.count("\n\t")
-    list_items = nl_text.count("\n- ") + nl_text.count("\n* ") + nl_text.count("\n  - ")
-    yaml_keys = text.count(":\n") + text.count(": ")
+    sql_words, code_words = _keyword_counts(words)
+    nl_data = b"\n" + data
+    indented = nl_data.count(b"\n    ") + nl_data.count(b"\n\t")
+    list_items = nl_data.count(b"\n- ") + nl_data.count(b"\n* ") + nl_data.count(b"\n  - ")
+    yaml_keys = data.count(b":\n") + data.count(b": ")
     per_line = np.array(
         [
             indented,
-            min(text.count('":'), 50),
+            min(data.count(b'":'), 50),
             yaml_keys,
             list_items,
             csv_lines,
-            min(text.count("</") + text.count("/>"), 50),
-            np.count_nonzero(words[:, None] == _SQL_HASHES),  # broadcast compare: cheaper than isin here
-            np.count_nonzero(words[:, None] == _CODE_HASHES) + text.count("=>"),
+            min(data.count(b"</") + data.count(b"/>"), 50),
+            sql_words,
+            code_words + data.count(b"=>"),
         ]
     ) / n_lines
-    head = np.array(
+    head_stats = np.array(
         [
             np.log1p(len(text)),
             np.log1p(n_lines),
-            min(text.count("```"), 8),
+            min(data.count(b"```"), 8),
             alpha / n,
             upper / max(alpha, 1.0),
             (n - ascii_hist.sum()) / n,
         ]
     )
-    return np.concatenate((head, shares, per_line))
+    return np.concatenate((head_stats, shares, per_line))
+
+
+def _csv_lines(codes: np.ndarray) -> int:
+    """Lines with two commas or more (codes: the text's UTF-8 bytes)."""
+    line_of_comma = (codes == 10).nonzero()[0].searchsorted((codes == 44).nonzero()[0])
+    return int(np.count_nonzero(np.bincount(line_of_comma) >= 2))
 
 
 # Cues (classifier/cues.py): what the *reply* must be, phrased the way people ask it in any style
@@ -262,42 +294,153 @@ def lexicon_values(request: RequestText, spec: FeatureSpec, ask: str | None = No
     return lexicon.for_digest(spec.lexicon_digest).mean_vector(ask, tokens) * spec.lexicon_weight
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What featurize needs from a spec beyond its numbers, derived once per spec object."""
+
+    ngrams: tuple[int, ...]  # char n-gram orders and their salts
+    ngram_salts: tuple[int, ...]
+    hashed_bits: tuple[int, ...]  # bits of the hashed blocks, in column order: char, word, edge, history
+    hashed_starts: tuple[int, ...]  # their first columns
+    hashed_weights: tuple[float, ...]
+    struct_index: np.ndarray
+    struct_mean: np.ndarray | None  # None: not fitted yet (the featurizer fits the scaler on raw values)
+    struct_scale: np.ndarray | None
+    cue_start: int
+    lexicon: lexicon.Lexicon | None
+    lexicon_index: np.ndarray
+
+    @classmethod
+    def of(cls, spec: FeatureSpec) -> "_Layout":
+        char_off, word_off, edge_off, hist_off, struct_off = spec.offsets
+        if struct_off >= 1 << 31:
+            raise ValueError("hashed blocks over 2^31 columns: hashing.bucket_runs gives int32 columns")
+        cue_start = struct_off + len(STRUCT_NAMES)
+        fitted = bool(spec.struct_mean)
+        return cls(
+            ngrams=spec.char_ngrams,
+            ngram_salts=tuple(n * 7919 for n in spec.char_ngrams),
+            hashed_bits=(spec.char_bits, spec.word_bits, spec.edge_bits, spec.history_bits),
+            hashed_starts=(char_off, word_off, edge_off, hist_off),
+            hashed_weights=(spec.char_weight, spec.word_weight, spec.edge_weight, spec.history_weight),
+            struct_index=np.arange(len(STRUCT_NAMES)) + struct_off,
+            struct_mean=np.asarray(spec.struct_mean) if fitted else None,
+            struct_scale=np.asarray(spec.struct_scale) if fitted else None,
+            cue_start=cue_start,
+            lexicon=lexicon.for_digest(spec.lexicon_digest) if spec.lexicon_dim else None,
+            lexicon_index=np.arange(spec.lexicon_dim) + cue_start + len(cues.CUE_NAMES),
+        )
+
+
+# Keyed by id(spec), holding the spec itself (so the id cannot be reused while cached).
+_LAYOUTS: dict[int, tuple[FeatureSpec, _Layout]] = {}
+
+
+def _layout(spec: FeatureSpec) -> _Layout:
+    cached = _LAYOUTS.get(id(spec))
+    if cached is None or cached[0] is not spec:
+        if len(_LAYOUTS) >= 16:  # training makes a spec per fold; a server has one or two
+            _LAYOUTS.clear()
+        cached = _LAYOUTS[id(spec)] = (spec, _Layout.of(spec))
+    return cached[1]
+
+
+# The texts a request is read through, tokenised together by `hashing.join`, in this order.
+_PRIMARY, _EDGE, _ASK, _HISTORY = range(4)
+# Salts of the word hashes of each text (the ask's words are hashed twice: cues and lexicon).
+_TEXT_SALTS = np.array([_WORD_SALT, _EDGE_SALT, cues.SALT, _HISTORY_SALT], dtype=np.uint64)
+
+
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs ~1.5 us to build, per request
+class _Words:
+    """Salted word (and bigram) hashes of the request's texts, from one `mix` over all of them."""
+
+    unigrams: list[np.ndarray]  # per text _PRIMARY .. _HISTORY, salted with _TEXT_SALTS
+    bigrams: list[np.ndarray]  # likewise (the history block uses none)
+    lexicon: np.ndarray  # the ask's words with the lexicon's salt
+
+    @classmethod
+    def of(cls, joined: hashing.Joined) -> "_Words":
+        spans = joined.span_hashes(_PRIMARY, _HISTORY + 1)
+        counts = [hi - lo for lo, hi in map(joined.words, range(_HISTORY + 1))]
+        ask_lo, ask_hi = joined.words(_ASK)
+        salted = np.concatenate((spans + np.repeat(_TEXT_SALTS, counts), spans[ask_lo:ask_hi] + np.uint64(lexicon.SALT)))
+        words = hashing.mix(salted)
+        pairs = hashing.pair_hashes(words[:ask_hi])  # bigrams of the texts before the history
+        unigrams, bigrams, lo = [], [], 0
+        for count in counts:
+            unigrams.append(words[lo : lo + count])
+            bigrams.append(pairs[lo : lo + max(count - 1, 0)])  # none across two texts
+            lo += count
+        return cls(unigrams, bigrams, words[lo:])
+
+
+def _hashed_blocks(chars: np.ndarray, word_blocks: list[list[np.ndarray]], layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
+    """Columns and values of the hashed blocks: char n-grams of `chars` (code points), then the
+    word, edge and history blocks (each a list of token hash arrays). Values: log1p counts,
+    L2-normalised per block, times the block weight.
+
+    All blocks at once, in one token array: bucket, sort, count runs. One sort of ~10k int32 is
+    cheaper than a bincount and a scan over each block's 2^bits columns (and than np.unique).
+    """
+    n_grams = sum(hashing.ngram_sizes(chars.size, layout.ngrams))
+    sizes = [n_grams, *(sum(part.size for part in parts) for parts in word_blocks)]
+    tokens = np.empty(sum(sizes), dtype=np.uint64)
+    hashing.ngram_hashes(chars, layout.ngrams, layout.ngram_salts, out=tokens[:n_grams])
+    np.concatenate([part for parts in word_blocks for part in parts], out=tokens[n_grams:])
+    columns = hashing.bucket_runs(tokens, sizes, layout.hashed_bits, layout.hashed_starts)
+    if not columns.size:
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    columns.sort()
+    is_edge = np.empty(columns.size + 1, dtype=bool)  # where a run of equal columns starts (and the end)
+    is_edge[0] = is_edge[-1] = True
+    np.not_equal(columns[1:], columns[:-1], out=is_edge[1:-1])
+    edges = is_edge.nonzero()[0]
+    index = columns.take(edges[:-1])
+    values = np.log1p(edges[1:] - edges[:-1], dtype=np.float64)
+    bounds = [*index.searchsorted(layout.hashed_starts).tolist(), index.size]
+    for (lo, hi), weight in zip(pairwise(bounds), layout.hashed_weights):
+        if hi > lo:
+            block = values[lo:hi]
+            block *= weight / math.sqrt(block @ block)
+    return index, values
+
+
 def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
     """Column indices and values of the request's sparse feature row (indices increase by block)."""
-    char_off, word_off, edge_off, hist_off, struct_off = spec.offsets
+    layout = _layout(spec)
     text = primary_text(request)
     outside = unpasted(request.user)  # shared by the ask block and the cues
-    points = hashing.codepoints(text.lower())
-    prefix = hashing.prefix_hash(points)
-    starts, ends = hashing.word_spans(points)
-    if points.size > 2 * CHAR_CLIP:
-        points = np.concatenate((points[:CHAR_CLIP], points[-CHAR_CLIP:]))
-        prefix_chars = hashing.prefix_hash(points)
-    else:
-        prefix_chars = prefix
-    char_hashes = np.concatenate(
-        [hashing.char_ngram_hashes(prefix_chars, n, salt=n * 7919) for n in spec.char_ngrams]
+    ask = cue_text(request, outside).lower()  # the cues' and the word vectors' text
+    texts = [text.lower(), edge_text(request, outside).lower(), ask, clip_long(request.history).lower()]
+    joined = hashing.join(texts)
+    words = _Words.of(joined)
+
+    lo, hi = joined.chars(_PRIMARY)
+    chars = joined.points[lo:hi]
+    if chars.size > 2 * CHAR_CLIP:  # char n-grams read the head and the tail only
+        chars = np.concatenate((chars[:CHAR_CLIP], chars[-CHAR_CLIP:]))
+    hashed_index, hashed_values = _hashed_blocks(
+        chars,
+        [
+            [words.unigrams[_PRIMARY], words.bigrams[_PRIMARY]],
+            [words.unigrams[_EDGE], words.bigrams[_EDGE]],
+            [words.unigrams[_HISTORY]],
+        ],
+        layout,
     )
-    unigrams = hashing.word_unigrams(prefix, starts, ends, _WORD_SALT)
-    blocks = [
-        _counted_block(char_hashes, spec.char_bits, char_off, spec.char_weight),
-        _counted_block(hashing.with_bigrams(unigrams), spec.word_bits, word_off, spec.word_weight),
-        _counted_block(_words(edge_text(request, outside), 2, True), spec.edge_bits, edge_off, spec.edge_weight),
-        _counted_block(
-            _words(clip_long(request.history), 3, False), spec.history_bits, hist_off, spec.history_weight
-        ),
-    ]
-    raw = structural_raw(text, unigrams)
-    if spec.struct_mean:
-        scaled = (raw - np.asarray(spec.struct_mean)) / np.asarray(spec.struct_scale) * spec.struct_weight
-    else:  # not fitted yet: the featurizer fits the scaler on these raw values
-        scaled = raw
-    blocks.append((np.arange(len(STRUCT_NAMES)) + struct_off, scaled))
-    ask = cue_text(request, outside).lower()
-    ask_tokens = hashing.tokens(ask)  # shared by the cues and the word vectors
-    cue_hits = cues.TABLE.values(ask, ask_tokens)
-    cue_off = struct_off + len(STRUCT_NAMES)
-    blocks.append((np.flatnonzero(cue_hits) + cue_off, cue_hits[cue_hits > 0] * spec.cue_weight))
-    if spec.lexicon_dim:
-        blocks.append((np.arange(spec.lexicon_dim) + cue_off + len(cues.CUE_NAMES), lexicon_values(request, spec, ask, ask_tokens)))
-    return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
+    raw = structural_raw(text, words.unigrams[_PRIMARY])
+    scaled = raw if layout.struct_mean is None else (raw - layout.struct_mean) / layout.struct_scale * spec.struct_weight
+
+    lo, hi = joined.chars(_ASK)
+    first_word, last_word = joined.words(_ASK)
+    hit = cues.TABLE.mask(ask, joined.points[lo:hi], joined.starts[first_word:last_word] - lo,
+                          words.unigrams[_ASK], words.bigrams[_ASK])  # fmt: skip
+    cue_index = [layout.cue_start + bit for bit in range(len(cues.CUE_NAMES)) if hit >> bit & 1]
+    if layout.lexicon is None:
+        vector = np.zeros(0)
+    else:
+        vector = layout.lexicon.mean_of(words.lexicon) * spec.lexicon_weight
+    indices = (hashed_index, layout.struct_index, np.array(cue_index, dtype=np.int64), layout.lexicon_index)
+    values = (hashed_values, scaled, np.full(len(cue_index), float(spec.cue_weight)), vector)
+    return np.concatenate(indices), np.concatenate(values)

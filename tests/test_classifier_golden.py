@@ -1,0 +1,130 @@
+"""The classifier's features and probabilities are pinned: today's featurize and predict against
+rows recorded before the latency rewrite (tests/classifier_golden.py), and the fast paths of the
+featurizer against the plain code they replace."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from classifier import cues, features, hashing, lexicon
+from classifier.model import Classifier
+from contracts.request_text import RequestText
+from tests.classifier_golden import GOLDEN_PATH, cases, fingerprint
+
+TOLERANCE = 1e-9
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Classifier:
+    return Classifier.load()
+
+
+@pytest.fixture(scope="module")
+def golden() -> list[dict]:
+    return json.loads(GOLDEN_PATH.read_text(encoding="utf-8"))["cases"]
+
+
+def test_golden_cases_are_the_recorded_requests(golden):
+    assert [RequestText(**case["request"]) for case in golden] == cases()
+    assert len(golden) >= 30
+
+
+def test_features_match_the_golden_rows(shipped, golden):
+    spec = shipped.model.spec
+    for number, case in enumerate(golden):
+        want = case["features"]
+        got = fingerprint(*features.featurize(RequestText(**case["request"]), spec), spec, "indices" in want)
+        where = f"case {number}: {case['request']['user'][:60]!r}"
+        assert got["block_counts"] == want["block_counts"], where
+        assert got["indices_sha256"] == want["indices_sha256"], where
+        for key in ("sum", "sum_sq", "projection"):
+            assert got[key] == pytest.approx(want[key], rel=TOLERANCE, abs=TOLERANCE), f"{where}: {key}"
+        if "indices" in want:
+            assert got["indices"] == want["indices"], where
+            np.testing.assert_allclose(got["values"], want["values"], rtol=TOLERANCE, atol=TOLERANCE, err_msg=where)
+
+
+def test_probabilities_and_labels_match_the_golden_rows(shipped, golden):
+    for number, case in enumerate(golden):
+        request = RequestText(**case["request"])
+        probs = dict(zip(shipped.model.labels, shipped.model.probabilities(request).tolist()))
+        for label, want in case["probabilities"].items():
+            assert probs[label] == pytest.approx(want, abs=TOLERANCE), f"case {number}: {label}"
+        assert shipped.predict(request).label == case["label"], f"case {number}"
+
+
+def test_unpasted_cuts_what_the_pasted_block_regex_matches():
+    rng = random.Random(0)
+    for _ in range(3000):
+        text = "".join(rng.choice("``\"\"\"ab\n ") for _ in range(rng.randrange(0, 40)))
+        assert features.unpasted(text) == features._PASTED_BLOCK.sub("\n", text), repr(text)
+
+
+def test_looks_like_ask_counts_letters_like_str_isalpha():
+    def plain(line: str) -> bool:
+        stripped = line.strip()
+        if not stripped or len(stripped) > 400 or line[:1] in (" ", "\t"):
+            return False
+        return sum(map(str.isalpha, stripped)) + stripped.count(" ") >= 0.8 * len(stripped)
+
+    rng = random.Random(1)
+    for _ in range(3000):
+        line = "".join(rng.choice("ab Z9_-.\t\u00e9\u4e2d") for _ in range(rng.randrange(0, 30)))
+        assert features._looks_like_ask(line) == plain(line), repr(line)
+
+
+def test_ask_text_scans_the_first_and_last_lines():
+    def plain(text: str) -> str:
+        lines = text.split("\n")
+        if len(lines) > 2 * features.ASK_SCAN_LINES:
+            lines = lines[: features.ASK_SCAN_LINES] + lines[-features.ASK_SCAN_LINES :]
+        ask = "\n".join(line for line in lines if features._looks_like_ask(line))
+        return ask[: features.EDGE_CHARS] + "\n" + ask[-features.EDGE_CHARS :] if len(ask) > 2 * features.EDGE_CHARS else ask
+
+    rng = random.Random(2)
+    for _ in range(3000):
+        text = "".join(rng.choice(["\n", "ab c", "Write it", "  x", "\t", "\u00e9"]) for _ in range(rng.randrange(0, 60)))
+        assert features.ask_text(text, text) == plain(text), repr(text)
+
+
+def test_joined_tokens_hash_like_each_text_alone():
+    texts = ["Hello, world_1 \u00e9t\u00e9", "", "a\nb  c", "\u4e2d\u6587 x  "]
+    joined = hashing.join(texts)
+    for i, text in enumerate(texts):
+        lo, hi = joined.chars(i)
+        assert joined.points[lo:hi].tolist() == [ord(c) for c in text]
+        points, prefix, starts, ends = hashing.tokens(text)
+        alone = hashing.word_unigrams(prefix, starts, ends, 7)
+        assert hashing.mix(joined.span_hashes(i, i + 1) + np.uint64(7)).tolist() == alone.tolist()
+        for n, salt in ((1, 3), (2, 5), (4, 9)):
+            want = hashing.char_ngram_hashes(hashing.prefix_hash(points), n, salt)
+            assert hashing.ngram_hashes(joined.points[lo:hi], (n,), (salt,)).tolist() == want.tolist()
+    with pytest.raises(ValueError):
+        hashing.join(texts + ["one too many"])  # the power tables cover MAX_JOINED_TEXTS texts
+
+
+def test_key_index_finds_what_a_binary_search_finds():
+    rng = np.random.default_rng(0)
+    keys = np.unique(rng.integers(0, 2**63, 3000, dtype=np.uint64) * np.uint64(2))
+    index = hashing.KeyIndex(keys, bits=10)  # 3,000 keys in 1,024 slots: most slots shared
+    queries = np.concatenate((keys[::3], rng.integers(0, 2**63, 2000, dtype=np.uint64), keys[-1:], keys[:1]))
+    rng.shuffle(queries)
+    where = np.searchsorted(keys, queries)
+    want = np.flatnonzero(keys.take(where, mode="clip") == queries)
+    found, rows = index.find(queries)
+    assert found.tolist() == want.tolist() and rows.tolist() == where[want].tolist()
+    empty = index.find(np.empty(0, dtype=np.uint64))
+    assert empty[0].size == 0 and empty[1].size == 0
+
+
+def test_cue_values_and_word_vectors_of_their_own_tokens():
+    ask = "what is 3 + 4?\nwrite a python function in rust\n(a) yes\nhow do i parse a file"
+    names = {name for name, value in zip(cues.CUE_NAMES, cues.TABLE.values(ask)) if value}
+    assert {"prose_wh", "math", "code_make", "code_lang", "question_mark", "options", "code_howto"} <= names
+    shipped = lexicon.load()
+    assert np.isclose(np.linalg.norm(shipped.mean_vector(ask)), 1.0)
+    assert shipped.mean_vector("").tolist() == [0.0] * shipped.dim
