@@ -15,7 +15,13 @@ import mlx.core as mx
 from contracts.chat import ChatPrompt, ReplyFormat
 from contracts.engine import CancelToken, Engine, GenerationChunk, PrefixHint, StepResult, SwitchRule
 from contracts.names import SAMPLED_SUFFIX
-from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError, SwitchyardError
+from contracts.errors import (
+    ContextLengthExceeded,
+    EngineFailure,
+    EngineUnavailableError,
+    InvalidRequestError,
+    SwitchyardError,
+)
 from contracts.sampling import SamplingParams
 
 from .batch import DecodeBatch
@@ -103,11 +109,7 @@ class Runtime:
         if not prompt_ids:
             raise InvalidRequestError("the prompt is empty", param="prompt")
         if len(prompt_ids) + params.max_tokens > self.context_length:
-            raise InvalidRequestError(
-                f"prompt ({len(prompt_ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds the "
-                f"model's context length ({self.context_length})",
-                param="messages", code="context_length_exceeded",
-            )
+            raise ContextLengthExceeded(len(prompt_ids), self.context_length, params.max_tokens)
         peers = {name: e for name, e in self.engines.items() if name not in ("raw", engine)}
         plan = PrefixPlan(self.prefix_cache, prefix.scope, prefix.points) \
             if prefix is not None and self.prefix_cache is not None else None

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 
 from contracts.chat import ToolCall
 from contracts.engine import GenerationChunk
+from contracts.errors import ContextLengthExceeded
 
 from .anthropic_schemas import (
     AnthropicMessage,
@@ -27,7 +28,7 @@ from .anthropic_schemas import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from .errors import APIError, from_exception
+from .errors import APIError, ContextOverflowError, from_exception
 from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse, read_json_object
 from .record import ChoiceReply, RequestRecord
 from .request_spec import chat_spec
@@ -41,7 +42,19 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
 
 
 def error_body(err: APIError) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": ERROR_TYPES.get(err.status, "api_error"), "message": err.message}}
+    message = overflow_message(err.overflow) if isinstance(err, ContextOverflowError) else err.message
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(err.status, "api_error"), "message": message}}
+
+
+def overflow_message(overflow: ContextLengthExceeded) -> str:
+    """A prompt that does not fit, in Anthropic's words, which clients parse: "prompt is too long" is what
+    agents compact their conversation on (and litellm's ContextWindowExceededError), and "input length and
+    `max_tokens` exceed context limit: P + T > C" lets them retry with a max_tokens that fits."""
+    longest = overflow.context_length - 1   # the longest prompt that leaves room for one token
+    if overflow.max_tokens is None or overflow.prompt_tokens > longest:
+        return f"prompt is too long: {overflow.prompt_tokens} tokens > {longest} maximum"
+    return (f"input length and `max_tokens` exceed context limit: {overflow.prompt_tokens} + {overflow.max_tokens} "
+            f"> {overflow.context_length}, decrease input length or `max_tokens` and try again")
 
 
 def error_response(err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
