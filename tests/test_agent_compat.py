@@ -70,3 +70,35 @@ def test_a_prompt_that_leaves_no_room_is_worded_as_openai_words_it():
     error = response.json()["error"]
     assert response.status_code == 400 and error["code"] == "context_length_exceeded"
     assert error["message"].startswith(OPENAI_OVERFLOW) and "max_tokens" not in error["message"]
+
+
+EPHEMERAL = {"type": "ephemeral"}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def _ai_sdk_history(hint: dict) -> list[dict]:
+    """A conversation as the AI SDK's openai-compatible provider writes it, with `hint` spread where
+    its providerOptions.openaiCompatible metadata goes: messages, text parts, tool calls."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    return [{"role": "system", "content": "You are a coding agent.", **hint},
+            {"role": "user", "content": [{"type": "text", "text": "Weather?", **hint},
+                                         {"type": "text", "text": "In Paris.", **hint}]},
+            {"role": "assistant", "content": "", "tool_calls": [{**call, **hint}], **hint},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny", **hint},
+            {"role": "user", "content": "Thanks.", **hint}]
+
+
+def test_cache_control_hints_are_accepted_and_change_nothing(qwen_chat_tokenizer):
+    """opencode and other AI-SDK agents put `cache_control: {"type": "ephemeral"}` on messages, text
+    parts and tool calls (prompt-caching breakpoints for Claude-named models): every such request was
+    a 400 "Unrecognized request argument supplied: messages.0.cache_control"."""
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply="done\n</think>\n\nok")
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        for hint in ({}, {"cache_control": EPHEMERAL}):
+            reply = client.chat.completions.create(model="default", messages=_ai_sdk_history(hint), tools=[WEATHER],
+                                                   max_tokens=4)
+            assert reply.choices[0].message.content == "ok"
+    plain, hinted = backend.encoded[-2:]
+    assert hinted == plain and "<tool_response>\nsunny\n</tool_response>" in hinted

@@ -27,9 +27,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+# A prompt-caching breakpoint (Anthropic's, as OpenRouter and LiteLLM take it on chat messages): the AI
+# SDK's openai-compatible provider (opencode, ...) spreads `cache_control` onto messages, text parts and
+# tool calls. Prefix caching here is automatic and never changes a reply, so the hint is accepted and ignored.
+CacheControl = dict[str, Any] | None
+
+
 class TextPart(_Strict):
     type: Literal["text"]
     text: str
+    cache_control: CacheControl = None
 
 
 def only_kinds(value: Any, allowed: tuple[str, ...], what: str, why: str) -> Any:
@@ -95,10 +102,12 @@ class ToolCallIn(_Strict):
     type: Literal["function"] = "function"
     function: FunctionCall
     index: Int | None = None   # streaming clients keep the delta's index
+    cache_control: CacheControl = None
 
 
 class _Message(_Strict):
     name: str | None = None
+    cache_control: CacheControl = None
 
     @field_validator("content", mode="before", check_fields=False)
     @classmethod
