@@ -102,3 +102,31 @@ def test_cache_control_hints_are_accepted_and_change_nothing(qwen_chat_tokenizer
             assert reply.choices[0].message.content == "ok"
     plain, hinted = backend.encoded[-2:]
     assert hinted == plain and "<tool_response>\nsunny\n</tool_response>" in hinted
+
+
+USER_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+               "required": ["name", "age"]}
+
+
+def test_json_object_with_a_schema_is_decoded_against_the_schema():
+    """instructor's JSON_SCHEMA mode (and llama.cpp's server, Together, Fireworks) put the schema in
+    `response_format: {"type": "json_object", "schema": ...}`: it was a 400 "Unrecognized request
+    argument supplied: response_format.schema" on chat, and silently ignored on the Responses API."""
+    backend = FakeBackend()
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        as_schema = {"type": "json_schema", "json_schema": {"name": "User", "schema": USER_SCHEMA}}
+        client.chat.completions.create(model="default", messages=ASK, max_tokens=2, response_format=as_schema)
+        expected = backend.calls[-1]["params"].grammar
+        assert expected is not None
+        client.chat.completions.create(model="default", messages=ASK, max_tokens=2,
+                                       response_format={"type": "json_object", "schema": USER_SCHEMA})
+        assert backend.calls[-1]["params"].grammar == expected
+        client.responses.create(model="default", input="hi", max_output_tokens=2,
+                                text={"format": {"type": "json_object", "schema": USER_SCHEMA}})
+        assert backend.calls[-1]["params"].grammar == expected
+        client.chat.completions.create(model="default", messages=ASK, max_tokens=2, response_format={"type": "json_object"})
+        assert backend.calls[-1]["params"].grammar not in (None, expected)   # any object, as before
+        bad = httpx.post(srv.base_url + "/v1/chat/completions", json={
+            "messages": ASK, "response_format": {"type": "json_object", "schema": {"type": "object", "required": 3}}})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "response_format.schema", bad.text

@@ -17,6 +17,7 @@ from .schemas import (
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
+    JsonObjectFormat,
     JsonSchemaResponseFormat,
     NamedToolChoice,
     ResponseFormat,
@@ -160,10 +161,11 @@ def grammar_for(response_format: ResponseFormat | None) -> str | None:
     """The grammar of a JSON response_format: any object, or the given schema."""
     if response_format is None or response_format.type == "text":
         return None
-    schema: dict[str, Any] = {"type": "object"}
     if isinstance(response_format, JsonSchemaResponseFormat):
-        schema = response_format.json_schema.schema_ or {}
-    return json_grammar(schema)
+        return json_grammar(response_format.json_schema.schema_ or {})
+    if isinstance(response_format, JsonObjectFormat):
+        return json_grammar(response_format.schema_ or {"type": "object"}, param="response_format.schema")
+    return None
 
 
 def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, logprobs: bool = False,

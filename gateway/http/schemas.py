@@ -200,7 +200,12 @@ class TextFormat(_Strict):
 
 
 class JsonObjectFormat(_Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
     type: Literal["json_object"]
+    # llama.cpp's server, Together and Fireworks take a schema here (instructor's JSON_SCHEMA mode sends
+    # it): the object is then decoded against it, as json_schema would be
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
 
 
 class JsonSchemaResponseFormat(_Strict):
