@@ -58,7 +58,9 @@ class ReplySplitter:
         # the XML parser converts values by each property's type: given it through $refs and nullable unions
         tools = list(reply.tools)
         self.parse_tools = (parser_view(tools) if tool_call_style(tokenizer) == XML else tools) or None
-        self.answer_started = False   # the template puts blank lines after </think>: not part of the answer
+        # the template puts blank lines after </think>: not part of the answer, unless the reply continues
+        # the client's prefill, where a leading space is the next word's
+        self.answer_started = reply.continues
 
     def feed(self, text: str) -> ReplyPiece:
         if self.pending_prefix:  # the forced start of a tool call is part of the reply, not of its output

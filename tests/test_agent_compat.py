@@ -130,3 +130,70 @@ def test_json_object_with_a_schema_is_decoded_against_the_schema():
         bad = httpx.post(srv.base_url + "/v1/chat/completions", json={
             "messages": ASK, "response_format": {"type": "json_object", "schema": {"type": "object", "required": 3}}})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "response_format.schema", bad.text
+
+
+PREFILL = '{"name":'
+CONTINUATION = ' "Tom", "age": 3}'   # a leading space: the next word's, not the template's blank line
+
+
+@pytest.fixture
+def prefill_server(qwen_chat_tokenizer):
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply=CONTINUATION)
+    with live_server(create_app(backend)) as srv:
+        yield srv, backend
+
+
+def test_anthropic_prefill_is_continued(prefill_server):
+    """Anthropic's prefill (the last message is the assistant's, its text the start of the reply) was
+    rendered as a finished turn followed by a new one: the model started over. litellm's anthropic/
+    provider, which prepends the prefill to the reply it returns, gave '{"name":```json ...'."""
+    srv, backend = prefill_server
+    claude = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+    conversation = [{"role": "user", "content": "A cat as JSON"}, {"role": "assistant", "content": PREFILL}]
+    message = claude.messages.create(model="default", max_tokens=16, messages=conversation)
+    assert backend.encoded[-1].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n" + PREFILL)
+    assert [block.text for block in message.content] == [CONTINUATION] and message.stop_reason == "end_turn"
+    with claude.messages.stream(model="default", max_tokens=16, messages=conversation) as stream:
+        assert "".join(stream.text_stream) == CONTINUATION
+    # a final assistant turn with no text starts nothing: a new reply, as before
+    claude.messages.create(model="default", max_tokens=16, messages=[conversation[0], {"role": "assistant", "content": []}])
+    assert backend.encoded[-1].endswith("<|im_start|>assistant\n<think>\n")
+
+
+def test_prefix_true_continues_the_last_assistant_message(prefill_server):
+    """DeepSeek's and Mistral's prefix completion (`"prefix": true` on the last assistant message, which
+    Aider sends to resume a reply cut at max_tokens) was a 400 "Unrecognized request argument supplied:
+    messages.1.prefix"."""
+    srv, backend = prefill_server
+    client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+    conversation = [{"role": "user", "content": "A cat as JSON"}, {"role": "assistant", "content": PREFILL, "prefix": True}]
+    reply = client.chat.completions.create(model="default", messages=conversation, max_tokens=16)
+    assert backend.encoded[-1].endswith("<think>\n\n</think>\n\n" + PREFILL)
+    assert reply.choices[0].message.content == CONTINUATION
+    # without `prefix` the last assistant message is a finished turn, as the OpenAI API reads it
+    client.chat.completions.create(model="default", messages=[conversation[0], {"role": "assistant", "content": PREFILL}],
+                                   max_tokens=16)
+    assert backend.encoded[-1].endswith(PREFILL + "<|im_end|>\n<|im_start|>assistant\n<think>\n")
+
+    def refused(messages: list[dict], **extra) -> dict:
+        response = httpx.post(srv.base_url + "/v1/chat/completions", json={"messages": messages, **extra})
+        assert response.status_code == 400, response.text
+        return response.json()["error"]
+
+    assert refused([conversation[1], conversation[0]])["param"] == "messages.0.prefix"
+    assert refused(conversation, tools=[WEATHER], tool_choice="required")["code"] == "conflicting_constraints"
+    assert refused(conversation, response_format={"type": "json_object"})["code"] == "conflicting_constraints"
+
+
+def test_prefill_on_a_real_runtime(tiny_runtime_server):
+    """The continued prompt through the real runtime (template, prefix-cache points, engines): counted and
+    served; the prompt is the conversation up to the prefill, with no new turn after it."""
+    srv, runtime = tiny_runtime_server
+    conversation = [{"role": "user", "content": "A cat as JSON"}, {"role": "assistant", "content": PREFILL}]
+    prompt = runtime.chat_prompt([dict(m) for m in conversation], continue_final=True)
+    assert runtime.bundle.tokenizer.decode(prompt.ids).endswith(PREFILL)
+    claude = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+    assert claude.messages.count_tokens(model="default", messages=conversation).input_tokens == len(prompt.ids)
+    for engine in runtime.engine_names:
+        message = claude.messages.create(model="default", max_tokens=4, messages=conversation, extra_body={"engine": engine})
+        assert message.usage.input_tokens + message.usage.cache_read_input_tokens == len(prompt.ids)

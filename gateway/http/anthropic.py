@@ -105,6 +105,9 @@ def to_chat_request(req: MessagesRequest) -> dict[str, Any]:
     if not any(m["role"] != "system" for m in messages):
         raise APIError(400, "the conversation holds no text or tool result to answer.", param="messages",
                        code="empty_conversation")
+    final = messages[-1]
+    if req.messages[-1].role == "assistant" and final["role"] == "assistant" and "tool_calls" not in final:
+        final["prefix"] = True   # Anthropic's prefill: the reply continues this text (and holds only the rest)
     body: dict[str, Any] = {"model": req.model, "messages": messages, "max_tokens": req.max_tokens,
                             "stream": req.stream, "engine": req.engine}
     for name in ("temperature", "top_p", "top_k"):
@@ -253,7 +256,7 @@ async def count_tokens(request: Request) -> Response:
         spec = chat_spec(parse(ChatCompletionRequest, to_chat_request(conversation)), None, state.config)
         # chat_prompt is the tokenizer and the template, no MLX: safe off the model's worker thread
         prompt = await run_in_threadpool(state.backend.chat_prompt, spec.messages, spec.tools, spec.tool_choice,
-                                         spec.template_kwargs)
+                                         spec.template_kwargs, spec.continue_final)
     except Exception as exc:  # noqa: BLE001 - every failure is an Anthropic error object
         err = from_exception(exc)
         state.metrics.count_request("messages", None, None, err.status)

@@ -151,6 +151,9 @@ class AssistantTurn(_Message):
     tool_calls: list[ToolCallIn] | None = None
     reasoning_content: str | None = None            # the thinking (vLLM / DeepSeek name)
     reasoning: str | None = None                    # the same (OpenRouter / Ollama name)
+    # DeepSeek's and Mistral's prefix completion: this last message is the start of the reply, which the
+    # generation continues (Aider sends it to resume a reply cut at max_tokens); the reply holds the rest
+    prefix: bool | None = None
     # what the openai SDK's message objects carry when a client sends them back unchanged
     refusal: str | None = None
     annotations: list[Any] | None = None

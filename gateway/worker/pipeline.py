@@ -36,7 +36,7 @@ def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[int], ReplyFormat
     imposes on the reply (a forced tool call's)."""
     if spec.messages is None:
         return backend.encode_prompt(spec.prompt or ""), None, PrefixHint(spec.cache_scope), None
-    prompt = backend.chat_prompt(spec.messages, spec.tools, spec.tool_choice, spec.template_kwargs)
+    prompt = backend.chat_prompt(spec.messages, spec.tools, spec.tool_choice, spec.template_kwargs, spec.continue_final)
     return prompt.ids, prompt.reply, PrefixHint(spec.cache_scope, prompt.cache_points), prompt.grammar
 
 
