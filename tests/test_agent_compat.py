@@ -197,3 +197,73 @@ def test_prefill_on_a_real_runtime(tiny_runtime_server):
     for engine in runtime.engine_names:
         message = claude.messages.create(model="default", max_tokens=4, messages=conversation, extra_body={"engine": engine})
         assert message.usage.input_tokens + message.usage.cache_read_input_tokens == len(prompt.ids)
+
+
+CITY_DAYS = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}}
+# the fake backend emits one space-separated word per token: max_tokens cuts the call between words
+XML_CALL = ("done\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York City\n</parameter>\n"
+            "<parameter=days>\n3 \n</parameter>\n</function>\n </tool_call>")
+
+
+def _words_until(reply: str, cut: str) -> int:
+    """max_tokens that ends the fake generation right after `cut` (a space-separated word boundary)."""
+    return len(reply[: reply.index(cut) + len(cut)].split(" "))
+
+
+def _cut(client: openai.OpenAI, max_tokens: int, stream: bool, **extra) -> tuple[str | None, list, str]:
+    """(content, [(name, arguments)], finish_reason) of a reply cut at max_tokens."""
+    kwargs = dict(model="default", messages=ASK, tools=[CITY_DAYS], max_tokens=max_tokens, **extra)
+    if not stream:
+        choice = client.chat.completions.create(**kwargs).choices[0]
+        calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
+        return choice.message.content, calls, choice.finish_reason
+    content, calls, finish = None, [], None
+    for chunk in client.chat.completions.create(stream=True, **kwargs):
+        delta = chunk.choices[0].delta
+        content = (content or "") + delta.content if delta.content else content
+        calls += [(c.function.name, c.function.arguments) for c in delta.tool_calls or []]
+        finish = chunk.choices[0].finish_reason or finish
+    return content or None, calls, finish
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_cut_by_max_tokens_is_a_call_with_its_arguments_so_far(qwen_chat_tokenizer, stream):
+    """A tool call cut off by max_tokens came back as answer text holding the raw markup
+    ('<tool_call>\\n<function=get_weather>...'), finish_reason "length", no tool_calls: openai-agents took
+    it for the final answer. OpenAI returns the call, its arguments truncated, finish_reason "length"."""
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply=XML_CALL)
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        content, calls, finish = _cut(client, _words_until(XML_CALL, "York"), stream)
+        assert (content, calls, finish) == (None, [("get_weather", '{"city": "New York')], "length")
+        content, calls, finish = _cut(client, _words_until(XML_CALL, "<parameter=days>\n3"), stream)
+        assert (content, calls, finish) == (None, [("get_weather", '{"city": "New York City", "days": 3')], "length")
+        # only the closing marker was cut: the whole call
+        content, calls, finish = _cut(client, _words_until(XML_CALL, "</function>\n"), stream)
+        assert (content, calls, finish) == (None, [("get_weather", '{"city": "New York City", "days": 3}')], "length")
+        # a forced call too (its opening is in the prompt)
+        backend.reply = XML_CALL.split("<tool_call>\n", 1)[1]
+        content, calls, finish = _cut(client, _words_until(backend.reply, "York"), stream, tool_choice="required")
+        assert (content, calls, finish) == (None, [("get_weather", '{"city": "New York')], "length")
+        # what names no offered tool is not known to be a call: it stays text, as before
+        backend.reply = "done\n</think>\n\n<tool_call>\n<function=launch_rockets>\n<parameter=when> now </parameter>"
+        content, calls, finish = _cut(client, 3, stream)
+        assert calls == [] and content.startswith("<tool_call>\n<function=launch_rockets>") and finish == "length"
+
+
+def test_a_json_style_call_cut_by_max_tokens():
+    """The demo model's syntax (JSON in <tool_call>): the arguments so far are the JSON text written."""
+    from mlx_lm.utils import load_tokenizer
+
+    from tests.ops_helpers import REPO
+
+    demo = load_tokenizer(REPO / "models" / "switchyard-demo" / "target")
+    reply = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "New York City", "days": 3}}\n </tool_call>'
+    backend = FakeBackend(tokenizer=demo, reply=reply)
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        for stream in (False, True):
+            assert _cut(client, _words_until(reply, '"New'), stream) == (None, [("get_weather", '{"city": "New')], "length")
+            assert _cut(client, _words_until(reply, "3}}\n"), stream) == \
+                (None, [("get_weather", '{"city": "New York City", "days": 3}')], "length")
