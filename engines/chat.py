@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic_core import from_json
+
 from contracts.chat import ChatPrompt, ReplyFormat
 from contracts.errors import InvalidRequestError
 
@@ -24,18 +26,33 @@ def _template_messages(messages: list[dict]) -> list[dict]:
             parsed = []
             for call in calls:
                 function = dict(call.get("function", {}))
-                arguments = function.get("arguments")
-                if isinstance(arguments, str):
-                    try:
-                        function["arguments"] = json.loads(arguments) if arguments.strip() else {}
-                    except json.JSONDecodeError as exc:
-                        raise InvalidRequestError(
-                            f"tool call {function.get('name')!r}: arguments are not a JSON object ({exc})",
-                            param="messages", code="invalid_tool_arguments") from exc
+                function["arguments"] = _arguments(function.get("name"), function.get("arguments"))
                 parsed.append({**call, "function": function})
             message["tool_calls"] = parsed
         out.append(message)
     return out
+
+
+def _arguments(name: Any, arguments: Any) -> Any:
+    """A history call's arguments as a mapping. A call that max_tokens cut off comes back with its
+    arguments cut too (openai-agents answers it with a tool error and carries on; the OpenAI API takes
+    any string): it is read as far as it goes. Text that is no JSON object at all is a 400."""
+    if not isinstance(arguments, str):
+        return arguments
+    if not arguments.strip():
+        return {}
+    try:
+        return json.loads(arguments)
+    except json.JSONDecodeError as exc:
+        problem = exc
+    try:
+        partial = from_json(arguments, allow_partial="trailing-strings")
+    except ValueError:
+        partial = None
+    if isinstance(partial, dict):
+        return partial
+    raise InvalidRequestError(f"tool call {name!r}: arguments are not a JSON object ({problem})",
+                              param="messages", code="invalid_tool_arguments") from problem
 
 
 def _ending(continue_final: bool, messages: list[dict], forced: bool) -> dict[str, bool]:

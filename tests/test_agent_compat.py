@@ -267,3 +267,25 @@ def test_a_json_style_call_cut_by_max_tokens():
             assert _cut(client, _words_until(reply, '"New'), stream) == (None, [("get_weather", '{"city": "New')], "length")
             assert _cut(client, _words_until(reply, "3}}\n"), stream) == \
                 (None, [("get_weather", '{"city": "New York City", "days": 3}')], "length")
+
+
+def test_a_cut_call_sent_back_in_the_history_is_read_as_far_as_it_goes(qwen_chat_tokenizer):
+    """openai-agents answers a call with unparseable arguments (one max_tokens cut) with a tool error
+    and asks again, sending the cut call back: that next turn was a 400 "tool call 'get_weather':
+    arguments are not a JSON object (Unterminated string ...)", which ended the agent's run. The OpenAI
+    API takes any string there."""
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply="done\n</think>\n\nok")
+    cut = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "New Yo'}}
+    history = [*ASK, {"role": "assistant", "tool_calls": [cut]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "An error occurred while running the tool. "
+                "Please try again. Error: Invalid JSON input for tool get_weather: {\"city\": \"New Yo"}]
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(model="default", messages=history, tools=[CITY_DAYS], max_tokens=8)
+        assert reply.choices[0].message.content == "ok"
+        assert "<function=get_weather>\n<parameter=city>\nNew Yo\n</parameter>" in backend.encoded[-1]
+        for garbage in ("{not json", "[1, 2]"):   # no JSON object at all: still a 400
+            bad = {**cut, "function": {"name": "get_weather", "arguments": garbage}}
+            with pytest.raises(openai.BadRequestError):
+                client.chat.completions.create(model="default", messages=[*ASK, {"role": "assistant", "tool_calls": [bad]},
+                                                                          history[2]], tools=[CITY_DAYS], max_tokens=8)
