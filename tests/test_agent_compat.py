@@ -289,3 +289,21 @@ def test_a_cut_call_sent_back_in_the_history_is_read_as_far_as_it_goes(qwen_chat
             with pytest.raises(openai.BadRequestError):
                 client.chat.completions.create(model="default", messages=[*ASK, {"role": "assistant", "tool_calls": [bad]},
                                                                           history[2]], tools=[CITY_DAYS], max_tokens=8)
+
+
+def test_a_forced_call_streams_no_content(qwen_chat_tokenizer):
+    """A forced call's stream opened with `delta: {"role": "assistant", "content": ""}`: openai-agents
+    makes an (empty) assistant message of any content that is not null, so its streamed runs held an
+    empty message beside the call that non-streamed runs did not. OpenAI's tool-call streams carry no
+    content; text replies still open with "" as OpenAI's do."""
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply=XML_CALL.split("<tool_call>\n", 1)[1])
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        chunks = list(client.chat.completions.create(model="default", messages=ASK, tools=[CITY_DAYS], stream=True,
+                                                     tool_choice="required"))
+        assert chunks[0].choices[0].delta.role == "assistant"
+        assert all(c.choices[0].delta.content is None for c in chunks)
+        assert [tc.function.name for c in chunks for tc in c.choices[0].delta.tool_calls or []] == ["get_weather"]
+        backend.reply = "done\n</think>\n\nok"
+        chunks = list(client.chat.completions.create(model="default", messages=ASK, tools=[CITY_DAYS], stream=True))
+        assert chunks[0].choices[0].delta.content == "" and chunks[-1].choices[0].delta.content == "ok"
