@@ -155,9 +155,10 @@ def test_anthropic_prefill_is_continued(prefill_server):
     assert [block.text for block in message.content] == [CONTINUATION] and message.stop_reason == "end_turn"
     with claude.messages.stream(model="default", max_tokens=16, messages=conversation) as stream:
         assert "".join(stream.text_stream) == CONTINUATION
-    # a final assistant turn with no text starts nothing: a new reply, as before
-    claude.messages.create(model="default", max_tokens=16, messages=[conversation[0], {"role": "assistant", "content": []}])
-    assert backend.encoded[-1].endswith("<|im_start|>assistant\n<think>\n")
+    # a final assistant turn with no text (or blanks the template trims) starts nothing: a new reply, as before
+    for empty in ([], "  \n"):
+        claude.messages.create(model="default", max_tokens=16, messages=[conversation[0], {"role": "assistant", "content": empty}])
+        assert backend.encoded[-1].endswith("<|im_start|>user\nA cat as JSON<|im_end|>\n<|im_start|>assistant\n<think>\n")
 
 
 def test_prefix_true_continues_the_last_assistant_message(prefill_server):
@@ -180,7 +181,11 @@ def test_prefix_true_continues_the_last_assistant_message(prefill_server):
         assert response.status_code == 400, response.text
         return response.json()["error"]
 
-    assert refused([conversation[1], conversation[0]])["param"] == "messages.0.prefix"
+    misplaced = refused([conversation[1], conversation[0]])
+    assert (misplaced["param"], misplaced["code"]) == ("messages.0.prefix", "invalid_prefix")
+    with_call = {**conversation[1], "tool_calls": [{"id": "c", "type": "function",
+                                                    "function": {"name": "get_weather", "arguments": "{}"}}]}
+    assert refused([conversation[0], with_call], tools=[WEATHER])["code"] == "invalid_prefix"
     assert refused(conversation, tools=[WEATHER], tool_choice="required")["code"] == "conflicting_constraints"
     assert refused(conversation, response_format={"type": "json_object"})["code"] == "conflicting_constraints"
 

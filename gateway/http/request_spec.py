@@ -269,11 +269,12 @@ def _prefilled(req: ChatCompletionRequest) -> tuple[list[ChatMessage], bool]:
         return req.messages, False
     last = len(req.messages) - 1
     if marked != [last]:
-        raise bad_request("only the last message may be an assistant prefix.", param=f"messages.{marked[0]}.prefix")
+        raise bad_request("only the last message may be an assistant prefix.", param=f"messages.{marked[0]}.prefix",
+                          code="invalid_prefix")
     prefill = req.messages[last]
     if isinstance(prefill, AssistantTurn) and prefill.tool_calls:
         raise bad_request("an assistant prefix is text to continue; it cannot hold tool_calls.",
-                          param=f"messages.{last}.tool_calls")
+                          param=f"messages.{last}.tool_calls", code="invalid_prefix")
     if req.tool_choice not in (None, "none", "auto"):
         raise bad_request("an assistant prefix cannot be combined with a forced tool_choice (the call would "
                           "have to start where the prefix already stands).", param="tool_choice",
@@ -282,7 +283,7 @@ def _prefilled(req: ChatCompletionRequest) -> tuple[list[ChatMessage], bool]:
         raise bad_request("an assistant prefix cannot be combined with a JSON response_format (the JSON would "
                           "have to start where the prefix already stands).", param="response_format",
                           code="conflicting_constraints")
-    if not prefill.text():
+    if not prefill.text().strip():   # templates trim it away: nothing to continue
         return req.messages[:last], False
     return req.messages, True
 
