@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.config import GatewayConfig
 from gateway.http.app import create_app
 from tests.fakes import FakeBackend, live_server
 
@@ -312,3 +313,40 @@ def test_a_forced_call_streams_no_content(qwen_chat_tokenizer):
         backend.reply = "done\n</think>\n\nok"
         chunks = list(client.chat.completions.create(model="default", messages=ASK, tools=[CITY_DAYS], stream=True))
         assert chunks[0].choices[0].delta.content == "" and chunks[-1].choices[0].delta.content == "ok"
+
+
+def test_the_fields_claude_code_sends_are_accepted(qwen_chat_tokenizer):
+    """Claude Code sends `context_management`, `output_config` (effort) and `thinking.display` to models it
+    does not know (every alias served here), on /v1/messages?beta=true and count_tokens: each was a 400
+    "Unrecognized request argument supplied: context_management", so Claude Code could not run at all."""
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply="hmm\n</think>\n\nhello")
+    claude_code = {"model": "claude-sonnet-4-6", "max_tokens": 32000, "stream": True,
+                   "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+                   "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                   "thinking": {"type": "adaptive", "display": "omitted"}, "metadata": {"user_id": "u"},
+                   "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+                   "output_config": {"effort": "high"}}
+    with live_server(create_app(backend, config=GatewayConfig(model_aliases=("claude-sonnet-4-6",)))) as srv:
+        stream = httpx.post(srv.base_url + "/v1/messages?beta=true", json=claude_code,
+                            headers={"anthropic-beta": "claude-code-20250219,context-management-2025-06-27"})
+        assert stream.status_code == 200, stream.text
+        assert '"text_delta","text":"hello"' in stream.text
+        counted = httpx.post(srv.base_url + "/v1/messages/count_tokens?beta=true",
+                             json={k: v for k, v in claude_code.items() if k not in ("max_tokens", "stream", "metadata")})
+        assert counted.status_code == 200 and counted.json()["input_tokens"] > 0, counted.text
+
+
+def test_anthropic_structured_outputs_are_decoded_against_the_schema():
+    """Anthropic's structured outputs (`output_config.format`, the beta's `output_format`) were a 400;
+    they are the chat endpoint's json_schema response_format (the same grammar)."""
+    backend = FakeBackend()
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        client.chat.completions.create(model="default", messages=ASK, max_tokens=2, response_format={
+            "type": "json_schema", "json_schema": {"name": "output", "schema": USER_SCHEMA}})
+        expected = backend.calls[-1]["params"].grammar
+        claude = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+        shape = {"type": "json_schema", "schema": USER_SCHEMA}
+        for field in ({"output_config": {"format": shape}}, {"output_format": shape}):
+            claude.messages.create(model="default", max_tokens=2, messages=ASK, extra_body=field)
+            assert backend.calls[-1]["params"].grammar == expected

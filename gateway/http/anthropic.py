@@ -131,6 +131,9 @@ def to_chat_request(req: MessagesRequest) -> dict[str, Any]:
             body["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[choice.type]
         if choice.disable_parallel_tool_use:
             body["parallel_tool_calls"] = False
+    output = req.output_config.format if req.output_config and req.output_config.format else req.output_format
+    if output is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": output.schema_}}
     if req.thinking is not None:   # absent: the template's default (Qwen3.6 thinks), as the model card says
         body["chat_template_kwargs"] = {"enable_thinking": req.thinking.type != "disabled"}
     return body
