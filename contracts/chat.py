@@ -40,6 +40,8 @@ class ReplyFormat:
     parse_tools: bool = False                # tool_choice none, or no tools: tool-call markup stays text
     opens_in_reasoning: bool = False         # the generation prompt already opened a thinking block
     prefix: str = ""                         # reply text the prompt already holds (a forced tool call's start)
+    continues: bool = False                  # the reply continues the client's own start of it (a prefill):
+                                             # its first characters belong to the answer, leading blanks too
 
 
 @dataclass(frozen=True)

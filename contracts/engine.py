@@ -193,11 +193,12 @@ class Backend(Protocol):
     default_temperature: float      # what a request that leaves `temperature` unset decodes with
 
     def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
-                    template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
+                    template_kwargs: dict[str, Any] | None = None, continue_final: bool = False) -> ChatPrompt:
         """The chat template rendered (tools, thinking switches), how its reply will read, and the
         grammar a forced tool_choice imposes on it (in the template's tool-call syntax). No MLX:
         callable from any thread (token counting runs it off the worker). InvalidRequestError for
-        what the template or the grammar cannot hold."""
+        what the template or the grammar cannot hold. `continue_final`: the last message is the
+        assistant's unfinished reply (a prefill), which the generation continues."""
         ...
 
     def encode_prompt(self, prompt: str) -> list[int]: ...

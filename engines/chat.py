@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic_core import from_json
+
 from contracts.chat import ChatPrompt, ReplyFormat
 from contracts.errors import InvalidRequestError
 
@@ -24,36 +26,67 @@ def _template_messages(messages: list[dict]) -> list[dict]:
             parsed = []
             for call in calls:
                 function = dict(call.get("function", {}))
-                arguments = function.get("arguments")
-                if isinstance(arguments, str):
-                    try:
-                        function["arguments"] = json.loads(arguments) if arguments.strip() else {}
-                    except json.JSONDecodeError as exc:
-                        raise InvalidRequestError(
-                            f"tool call {function.get('name')!r}: arguments are not a JSON object ({exc})",
-                            param="messages", code="invalid_tool_arguments") from exc
+                function["arguments"] = _arguments(function.get("name"), function.get("arguments"))
                 parsed.append({**call, "function": function})
             message["tool_calls"] = parsed
         out.append(message)
     return out
 
 
+def _arguments(name: Any, arguments: Any) -> Any:
+    """A history call's arguments as a mapping. A call that max_tokens cut off comes back with its
+    arguments cut too (openai-agents answers it with a tool error and carries on; the OpenAI API takes
+    any string): it is read as far as it goes. Text that is no JSON object at all is a 400."""
+    if not isinstance(arguments, str):
+        return arguments
+    if not arguments.strip():
+        return {}
+    try:
+        return json.loads(arguments)
+    except json.JSONDecodeError as exc:
+        problem = exc
+    try:
+        partial = from_json(arguments, allow_partial="trailing-strings")
+    except ValueError:
+        partial = None
+    if isinstance(partial, dict):
+        return partial
+    raise InvalidRequestError(f"tool call {name!r}: arguments are not a JSON object ({problem})",
+                              param="messages", code="invalid_tool_arguments") from problem
+
+
+def _ending(continue_final: bool, messages: list[dict], forced: bool) -> dict[str, bool]:
+    """How the prompt ends: with the generation prompt (a new assistant turn), or inside the last
+    message, an assistant reply the client began (a prefill), which the generation continues."""
+    if not continue_final:
+        return {"add_generation_prompt": True}
+    if not messages or messages[-1].get("role") != "assistant" or not messages[-1].get("content"):
+        raise InvalidRequestError("only a final assistant message with text can be continued", param="messages")
+    if forced:   # the call would have to start where the client's text already stands
+        raise InvalidRequestError("a prefilled assistant reply cannot be combined with a forced tool_choice",
+                                  param="tool_choice", code="conflicting_constraints")
+    return {"add_generation_prompt": False, "continue_final_message": True}
+
+
 def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
-                template_kwargs: dict[str, Any] | None = None) -> tuple[str, ReplyFormat, str | None]:
+                template_kwargs: dict[str, Any] | None = None,
+                continue_final: bool = False) -> tuple[str, ReplyFormat, str | None]:
     """The prompt text, how to read the reply, and the grammar the reply must follow. tool_choice
     "none" hides the tools (the model is not offered them); "required" and named functions start the
-    reply with the call's opening and constrain the rest to one call (engines.forced_call)."""
+    reply with the call's opening and constrain the rest to one call (engines.forced_call).
+    `continue_final`: the prompt ends inside the last (assistant) message, and the reply continues it."""
     kwargs = dict(template_kwargs or {})
     offered = tools if tools and tool_choice != "none" else None
     forced = offered is not None and tool_choice not in (None, "auto")
     if offered and not tokenizer.has_tool_calling:
         raise InvalidRequestError("this model's chat template has no tool-call format: tools are not supported",
                                   param="tools", code="tools_unsupported")
+    ending = _ending(continue_final, messages, forced)
     if forced and tokenizer.has_thinking:
         kwargs.setdefault("enable_thinking", False)   # the call starts the reply, unless thinking is asked for
     try:
         text = tokenizer.apply_chat_template(_template_messages(messages), tools=offered, tokenize=False,
-                                             add_generation_prompt=True, **kwargs)
+                                             **ending, **kwargs)
     except InvalidRequestError:
         raise
     except Exception as exc:  # jinja errors for shapes the template rejects
@@ -67,7 +100,7 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
         else ForcedCall("", None)
     prefix = call.prefix
     reply = ReplyFormat(tools=tuple(offered or ()), parse_tools=offered is not None,
-                        opens_in_reasoning=opens_in_reasoning and not prefix, prefix=prefix)
+                        opens_in_reasoning=opens_in_reasoning and not prefix, prefix=prefix, continues=continue_final)
     return text + prefix, reply, call.grammar
 
 
@@ -120,10 +153,12 @@ def _system_point(tokenizer: Any, ids: list[int], messages: list[dict], tools: l
 
 
 def chat_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
-                template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
-    text, reply, grammar = render_chat(tokenizer, messages, tools, tool_choice, template_kwargs)
+                template_kwargs: dict[str, Any] | None = None, continue_final: bool = False) -> ChatPrompt:
+    text, reply, grammar = render_chat(tokenizer, messages, tools, tool_choice, template_kwargs, continue_final)
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     offered = list(reply.tools) or None   # the tools the template was given (none for tool_choice "none")
+    # a continued reply: the conversation ends where the client's unfinished assistant turn begins
+    history = messages[:-1] if continue_final else messages
     points = {*_system_point(tokenizer, ids, messages, offered, template_kwargs),
-              *_history_point(tokenizer, ids, messages, offered, template_kwargs)}
+              *_history_point(tokenizer, ids, history, offered, template_kwargs)}
     return ChatPrompt(ids, reply, tuple(sorted(points)), grammar)

@@ -19,6 +19,7 @@ from mlx_lm.generate import TextStateMachine
 from contracts.chat import ReplyFormat, ToolCall
 from contracts.engine import GenerationChunk, Pause
 
+from .cut_call import cut_call, without_partial_marker
 from .forced_call import XML, parser_view, tool_call_style
 
 log = logging.getLogger("switchyard.reply")
@@ -58,7 +59,9 @@ class ReplySplitter:
         # the XML parser converts values by each property's type: given it through $refs and nullable unions
         tools = list(reply.tools)
         self.parse_tools = (parser_view(tools) if tool_call_style(tokenizer) == XML else tools) or None
-        self.answer_started = False   # the template puts blank lines after </think>: not part of the answer
+        # the template puts blank lines after </think>: not part of the answer, unless the reply continues
+        # the client's prefill, where a leading space is the next word's
+        self.answer_started = reply.continues
 
     def feed(self, text: str) -> ReplyPiece:
         if self.pending_prefix:  # the forced start of a tool call is part of the reply, not of its output
@@ -75,10 +78,28 @@ class ReplySplitter:
         self.state, rest, state = TextStateMachine.flush(self.state)
         piece = ReplyPiece()
         self._take(piece, state, rest, closed=False)
-        if self.tool_text:   # a call the generation never closed: give the text back as it was
-            piece.text += self.tokenizer.tool_call_start + self.tool_text
-            self.tool_text = ""
+        if self.tool_text:   # a call the generation never closed (max_tokens cut it)
+            text, self.tool_text = self.tool_text, ""
+            calls = self._unclosed(text)
+            if calls:
+                piece.tool_calls.extend(calls)
+            else:   # not known to be a call: give the text back as it was
+                piece.text += self.tokenizer.tool_call_start + text
         return piece
+
+    def _unclosed(self, text: str) -> list[ToolCall]:
+        """A call cut off: whole when only its closing marker was cut, else the offered tool it calls
+        with its arguments so far (engines.cut_call); [] when it names no offered tool."""
+        whole = self._parse(without_partial_marker(text, self.tokenizer.tool_call_end or ""), quiet=True)
+        if whole:
+            return whole
+        tools = self.parse_tools or []
+        cut = cut_call(text, tool_call_style(self.tokenizer), tools,
+                       lambda call: self.tokenizer.tool_parser(call.strip(), tools))
+        if cut is None:
+            return []
+        self.called += 1
+        return [ToolCall(id=_call_id(), name=cut.name, arguments=cut.arguments)]
 
     def _take(self, piece: ReplyPiece, state: str | None, segment: str, closed: bool) -> None:
         if state == "reasoning":
@@ -98,20 +119,25 @@ class ReplySplitter:
                 self.answer_started = bool(segment)
             piece.text += segment
 
-    def _parse(self, text: str) -> list[ToolCall]:
+    def _parse(self, text: str, quiet: bool = False) -> list[ToolCall]:
         try:
             parsed = self.tokenizer.tool_parser(text.strip(), self.parse_tools)
         except Exception as exc:  # noqa: BLE001 - a malformed call is not a server error: keep it as text
-            log.info("tool call did not parse (%s): kept as text", exc)
+            if not quiet:
+                log.info("tool call did not parse (%s): kept as text", exc)
             return []
         calls = parsed if isinstance(parsed, list) else [parsed]
         out = []
         for call in calls:
             arguments = call.get("arguments", {})
             self.called += 1
-            out.append(ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=str(call.get("name", "")),
+            out.append(ToolCall(id=_call_id(), name=str(call.get("name", "")),
                                 arguments=arguments if isinstance(arguments, str) else json.dumps(arguments)))
         return out
+
+
+def _call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 def split_reply(chunks: Iterator[GenerationChunk], splitter: ReplySplitter) -> Iterator[GenerationChunk]:

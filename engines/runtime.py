@@ -15,7 +15,13 @@ import mlx.core as mx
 from contracts.chat import ChatPrompt, ReplyFormat
 from contracts.engine import CancelToken, Engine, GenerationChunk, PrefixHint, StepResult, SwitchRule
 from contracts.names import SAMPLED_SUFFIX
-from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError, SwitchyardError
+from contracts.errors import (
+    ContextLengthExceeded,
+    EngineFailure,
+    EngineUnavailableError,
+    InvalidRequestError,
+    SwitchyardError,
+)
 from contracts.sampling import SamplingParams
 
 from .batch import DecodeBatch
@@ -80,8 +86,8 @@ class Runtime:
         return self.chat_prompt(messages).ids
 
     def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
-                    template_kwargs: dict[str, Any] | None = None) -> ChatPrompt:
-        return chat_prompt(self.bundle.tokenizer, messages, tools, tool_choice, template_kwargs)
+                    template_kwargs: dict[str, Any] | None = None, continue_final: bool = False) -> ChatPrompt:
+        return chat_prompt(self.bundle.tokenizer, messages, tools, tool_choice, template_kwargs, continue_final)
 
     def encode_prompt(self, prompt: str) -> list[int]:
         return list(self.bundle.tokenizer.encode(prompt, add_special_tokens=False))
@@ -103,11 +109,7 @@ class Runtime:
         if not prompt_ids:
             raise InvalidRequestError("the prompt is empty", param="prompt")
         if len(prompt_ids) + params.max_tokens > self.context_length:
-            raise InvalidRequestError(
-                f"prompt ({len(prompt_ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds the "
-                f"model's context length ({self.context_length})",
-                param="messages", code="context_length_exceeded",
-            )
+            raise ContextLengthExceeded(len(prompt_ids), self.context_length, params.max_tokens)
         peers = {name: e for name, e in self.engines.items() if name not in ("raw", engine)}
         plan = PrefixPlan(self.prefix_cache, prefix.scope, prefix.points) \
             if prefix is not None and self.prefix_cache is not None else None

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 
 from contracts.chat import ToolCall
 from contracts.engine import GenerationChunk
+from contracts.errors import ContextLengthExceeded
 
 from .anthropic_schemas import (
     AnthropicMessage,
@@ -27,7 +28,7 @@ from .anthropic_schemas import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from .errors import APIError, from_exception
+from .errors import APIError, ContextOverflowError, from_exception
 from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse, read_json_object
 from .record import ChoiceReply, RequestRecord
 from .request_spec import chat_spec
@@ -41,7 +42,19 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
 
 
 def error_body(err: APIError) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": ERROR_TYPES.get(err.status, "api_error"), "message": err.message}}
+    message = overflow_message(err.overflow) if isinstance(err, ContextOverflowError) else err.message
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(err.status, "api_error"), "message": message}}
+
+
+def overflow_message(overflow: ContextLengthExceeded) -> str:
+    """A prompt that does not fit, in Anthropic's words, which clients parse: "prompt is too long" is what
+    agents compact their conversation on (and litellm's ContextWindowExceededError), and "input length and
+    `max_tokens` exceed context limit: P + T > C" lets them retry with a max_tokens that fits."""
+    longest = overflow.context_length - 1   # the longest prompt that leaves room for one token
+    if overflow.max_tokens is None or overflow.prompt_tokens > longest:
+        return f"prompt is too long: {overflow.prompt_tokens} tokens > {longest} maximum"
+    return (f"input length and `max_tokens` exceed context limit: {overflow.prompt_tokens} + {overflow.max_tokens} "
+            f"> {overflow.context_length}, decrease input length or `max_tokens` and try again")
 
 
 def error_response(err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -92,6 +105,9 @@ def to_chat_request(req: MessagesRequest) -> dict[str, Any]:
     if not any(m["role"] != "system" for m in messages):
         raise APIError(400, "the conversation holds no text or tool result to answer.", param="messages",
                        code="empty_conversation")
+    final = messages[-1]
+    if req.messages[-1].role == "assistant" and final["role"] == "assistant" and "tool_calls" not in final:
+        final["prefix"] = True   # Anthropic's prefill: the reply continues this text (and holds only the rest)
     body: dict[str, Any] = {"model": req.model, "messages": messages, "max_tokens": req.max_tokens,
                             "stream": req.stream, "engine": req.engine}
     for name in ("temperature", "top_p", "top_k"):
@@ -115,6 +131,9 @@ def to_chat_request(req: MessagesRequest) -> dict[str, Any]:
             body["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[choice.type]
         if choice.disable_parallel_tool_use:
             body["parallel_tool_calls"] = False
+    output = req.output_config.format if req.output_config and req.output_config.format else req.output_format
+    if output is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": output.schema_}}
     if req.thinking is not None:   # absent: the template's default (Qwen3.6 thinks), as the model card says
         body["chat_template_kwargs"] = {"enable_thinking": req.thinking.type != "disabled"}
     return body
@@ -240,7 +259,7 @@ async def count_tokens(request: Request) -> Response:
         spec = chat_spec(parse(ChatCompletionRequest, to_chat_request(conversation)), None, state.config)
         # chat_prompt is the tokenizer and the template, no MLX: safe off the model's worker thread
         prompt = await run_in_threadpool(state.backend.chat_prompt, spec.messages, spec.tools, spec.tool_choice,
-                                         spec.template_kwargs)
+                                         spec.template_kwargs, spec.continue_final)
     except Exception as exc:  # noqa: BLE001 - every failure is an Anthropic error object
         err = from_exception(exc)
         state.metrics.count_request("messages", None, None, err.status)

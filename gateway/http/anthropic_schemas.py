@@ -113,9 +113,34 @@ class AnthropicToolChoice(_Anthropic):
 class ThinkingConfig(_Anthropic):
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: NonNegativeInt | None = None   # accepted; the thinking is not cut at a budget
+    display: str | None = None                    # accepted; the thinking is returned in full
 
 
-class CountTokensRequest(_Anthropic):
+class OutputFormat(_Anthropic):
+    """Anthropic's structured outputs: the reply is JSON matching `schema` (decoded against it)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(_Anthropic):
+    effort: str | None = None            # accepted; the template's thinking has no levels
+    format: OutputFormat | None = None
+
+
+# What Claude Code sends to any model it does not know (every alias served here), and the structured
+# outputs of Anthropic's API (`output_format` in beta, then `output_config.format`). Context editing
+# (`context_management`: clearing old tool results or thinking) is not done here: the whole conversation
+# is rendered, and one that outgrows the context is a "prompt is too long" 400, which Claude Code compacts.
+class _ClaudeCodeFields(_Anthropic):
+    context_management: dict[str, Any] | None = None
+    output_config: OutputConfig | None = None
+    output_format: OutputFormat | None = None
+
+
+class CountTokensRequest(_ClaudeCodeFields):
     """POST /v1/messages/count_tokens: the conversation part of a messages request."""
 
     model: str
@@ -126,7 +151,7 @@ class CountTokensRequest(_Anthropic):
     thinking: ThinkingConfig | None = None
 
 
-class MessagesRequest(_Anthropic):
+class MessagesRequest(_ClaudeCodeFields):
     model: str
     max_tokens: PositiveInt32
     messages: list[AnthropicMessage] = Field(min_length=1)

@@ -8,7 +8,13 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
-from contracts.errors import EngineFailure, EngineUnavailableError, InvalidRequestError, ModelLoadError
+from contracts.errors import (
+    ContextLengthExceeded,
+    EngineFailure,
+    EngineUnavailableError,
+    InvalidRequestError,
+    ModelLoadError,
+)
 from gateway.worker.errors import QueueFull, RequestTimedOut, WorkerUnavailable
 
 log = logging.getLogger("switchyard.gateway")
@@ -40,6 +46,15 @@ class APIError(Exception):
 
     def response(self, extra_headers: dict[str, str] | None = None) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers={**self.headers, **(extra_headers or {})})
+
+
+class ContextOverflowError(APIError):
+    """400 context_length_exceeded that keeps the numbers, so each API can say it in the words its
+    clients parse (gateway.http.anthropic)."""
+
+    def __init__(self, overflow: ContextLengthExceeded):
+        super().__init__(400, str(overflow), param=overflow.param, code=overflow.code)
+        self.overflow = overflow
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
@@ -94,6 +109,8 @@ def from_exception(exc: BaseException) -> APIError:
         return APIError(503, str(exc), type="server_error", code="worker_unavailable")
     if isinstance(exc, RequestTimedOut):
         return APIError(504, str(exc), type="server_error", code="request_timeout")
+    if isinstance(exc, ContextLengthExceeded):
+        return ContextOverflowError(exc)
     if isinstance(exc, InvalidRequestError):
         return APIError(400, str(exc), param=exc.param, code=exc.code)
     if isinstance(exc, EngineUnavailableError):

@@ -143,7 +143,8 @@ def _openai_chat(data: dict[str, Any], request: Request, state: GatewayState) ->
     req = parse(ChatCompletionRequest, data)
     check_model(req.model, state)
     spec = chat_spec(req, forced_engine(req.engine, request, state), state.config)
-    renderer = OpenAIRenderer(chat=True, model=state.backend.model_id, logprobs=spec.params.logprobs)
+    renderer = OpenAIRenderer(chat=True, model=state.backend.model_id, logprobs=spec.params.logprobs,
+                              call_only=bool(spec.tools) and spec.tool_choice not in (None, "none", "auto"))
     return Admitted(spec, req.stream, bool(req.stream_options and req.stream_options.include_usage), renderer)
 
 

@@ -79,6 +79,9 @@ class OpenAIRenderer:
     chat: bool
     model: str
     logprobs: bool = False
+    # a forced tool_choice: the reply is a call, so its stream opens with no content, as OpenAI's tool-call
+    # streams do (openai-agents turns an opening `content: ""` into an empty message beside the call)
+    call_only: bool = False
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -113,10 +116,12 @@ class OpenAIRenderer:
         return []
 
     def choice_started(self, choice: ChoiceReply) -> list[bytes]:
-        """Chat choices open with the assistant role (and empty content), as OpenAI's do."""
+        """Chat choices open with the assistant role (and empty content, unless the reply is a call), as
+        OpenAI's do."""
         if not self.chat:
             return []
-        return [event(self._chunk(choice.index, ChatDelta(role="assistant", content=""), None, None))]
+        opening = ChatDelta(role="assistant", content=None if self.call_only else "")
+        return [event(self._chunk(choice.index, opening, None, None))]
 
     def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
         has_output = chunk.text or chunk.reasoning or chunk.tool_calls or chunk.finish_reason is not None

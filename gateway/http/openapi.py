@@ -41,7 +41,9 @@ SEMANTIC_RULES = (
     "unknown_tool); two tools with one name (duplicate_tool_name); a forced tool call together with a JSON "
     "response_format (conflicting_constraints); a response schema, or under a forced tool_choice a callable "
     "tool's parameters, that the constraint library cannot compile (invalid_json_schema); a conversation "
-    "with nothing to answer (empty_conversation); a prompt plus max_tokens over the model's context "
+    "with nothing to answer (empty_conversation); an assistant prefix (`prefix: true`) that is not the last "
+    "message or holds tool_calls (invalid_prefix), or comes with a forced tool_choice or a JSON "
+    "response_format (conflicting_constraints); a prompt plus max_tokens over the model's context "
     "(context_length_exceeded)."
 )
 _READ_ERRORS = {"401": "Missing or wrong API key"}

@@ -17,6 +17,7 @@ from .schemas import (
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
+    JsonObjectFormat,
     JsonSchemaResponseFormat,
     NamedToolChoice,
     ResponseFormat,
@@ -160,10 +161,11 @@ def grammar_for(response_format: ResponseFormat | None) -> str | None:
     """The grammar of a JSON response_format: any object, or the given schema."""
     if response_format is None or response_format.type == "text":
         return None
-    schema: dict[str, Any] = {"type": "object"}
     if isinstance(response_format, JsonSchemaResponseFormat):
-        schema = response_format.json_schema.schema_ or {}
-    return json_grammar(schema)
+        return json_grammar(response_format.json_schema.schema_ or {})
+    if isinstance(response_format, JsonObjectFormat):
+        return json_grammar(response_format.schema_ or {"type": "object"}, param="response_format.schema")
+    return None
 
 
 def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, logprobs: bool = False,
@@ -259,13 +261,41 @@ def _template_kwargs(req: ChatCompletionRequest) -> dict[str, Any]:
     return kwargs
 
 
+def _prefilled(req: ChatCompletionRequest) -> tuple[list[ChatMessage], bool]:
+    """The messages to render, and whether the reply continues the last one (an assistant message
+    with `prefix: true`). An empty prefix starts nothing: the reply is a new turn, as without it."""
+    marked = [i for i, m in enumerate(req.messages) if isinstance(m, AssistantTurn) and m.prefix]
+    if not marked:
+        return req.messages, False
+    last = len(req.messages) - 1
+    if marked != [last]:
+        raise bad_request("only the last message may be an assistant prefix.", param=f"messages.{marked[0]}.prefix",
+                          code="invalid_prefix")
+    prefill = req.messages[last]
+    if isinstance(prefill, AssistantTurn) and prefill.tool_calls:
+        raise bad_request("an assistant prefix is text to continue; it cannot hold tool_calls.",
+                          param=f"messages.{last}.tool_calls", code="invalid_prefix")
+    if req.tool_choice not in (None, "none", "auto"):
+        raise bad_request("an assistant prefix cannot be combined with a forced tool_choice (the call would "
+                          "have to start where the prefix already stands).", param="tool_choice",
+                          code="conflicting_constraints")
+    if req.response_format is not None and req.response_format.type != "text":
+        raise bad_request("an assistant prefix cannot be combined with a JSON response_format (the JSON would "
+                          "have to start where the prefix already stands).", param="response_format",
+                          code="conflicting_constraints")
+    if not prefill.text().strip():   # templates trim it away: nothing to continue
+        return req.messages[:last], False
+    return req.messages, True
+
+
 def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: GatewayConfig) -> RequestSpec:
     _reject_chat(req, config)
     if len(req.messages) > config.max_messages:
         raise bad_request(f"At most {config.max_messages} messages are allowed per request.", param="messages")
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = _max_tokens(req.max_completion_tokens or req.max_tokens, param, config)
-    messages = one_system_message([template_message(m) for m in req.messages])
+    turns, continue_final = _prefilled(req)
+    messages = one_system_message([template_message(m) for m in turns])
     tool_choice = req.tool_choice.model_dump() if isinstance(req.tool_choice, NamedToolChoice) else req.tool_choice
     forcing = tool_choice not in (None, "none", "auto")
     response_format = req.response_format.type if req.response_format else ("json_object" if forcing else None)
@@ -285,6 +315,7 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
         n=req.n or 1,
         parallel_tool_calls=req.parallel_tool_calls is not False,
         priority=req.priority or 0,
+        continue_final=continue_final,
     )
 
 

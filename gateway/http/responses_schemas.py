@@ -127,6 +127,8 @@ class ResponsesTextFormat(_Responses):
     strict: bool | None = None
 
     def response_format(self) -> dict[str, Any]:
+        if self.type == "json_object" and self.schema_ is not None:   # as chat's json_object takes one
+            return {"type": "json_object", "schema": self.schema_}
         if self.type != "json_schema":
             return {"type": self.type}
         schema = JsonSchemaFormat(name=self.name or "response", schema=self.schema_ or {}, strict=self.strict)

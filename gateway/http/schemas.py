@@ -27,9 +27,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+# A prompt-caching breakpoint (Anthropic's, as OpenRouter and LiteLLM take it on chat messages): the AI
+# SDK's openai-compatible provider (opencode, ...) spreads `cache_control` onto messages, text parts and
+# tool calls. Prefix caching here is automatic and never changes a reply, so the hint is accepted and ignored.
+CacheControl = dict[str, Any] | None
+
+
 class TextPart(_Strict):
     type: Literal["text"]
     text: str
+    cache_control: CacheControl = None
 
 
 def only_kinds(value: Any, allowed: tuple[str, ...], what: str, why: str) -> Any:
@@ -95,10 +102,12 @@ class ToolCallIn(_Strict):
     type: Literal["function"] = "function"
     function: FunctionCall
     index: Int | None = None   # streaming clients keep the delta's index
+    cache_control: CacheControl = None
 
 
 class _Message(_Strict):
     name: str | None = None
+    cache_control: CacheControl = None
 
     @field_validator("content", mode="before", check_fields=False)
     @classmethod
@@ -142,6 +151,9 @@ class AssistantTurn(_Message):
     tool_calls: list[ToolCallIn] | None = None
     reasoning_content: str | None = None            # the thinking (vLLM / DeepSeek name)
     reasoning: str | None = None                    # the same (OpenRouter / Ollama name)
+    # DeepSeek's and Mistral's prefix completion: this last message is the start of the reply, which the
+    # generation continues (Aider sends it to resume a reply cut at max_tokens); the reply holds the rest
+    prefix: bool | None = None
     # what the openai SDK's message objects carry when a client sends them back unchanged
     refusal: str | None = None
     annotations: list[Any] | None = None
@@ -191,7 +203,12 @@ class TextFormat(_Strict):
 
 
 class JsonObjectFormat(_Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
     type: Literal["json_object"]
+    # llama.cpp's server, Together and Fireworks take a schema here (instructor's JSON_SCHEMA mode sends
+    # it): the object is then decoded against it, as json_schema would be
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
 
 
 class JsonSchemaResponseFormat(_Strict):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from contracts.chat import ReplyFormat
 from contracts.engine import Backend, CancelToken, GenerationChunk, Pause, PrefixHint
-from contracts.errors import InvalidRequestError
+from contracts.errors import ContextLengthExceeded, InvalidRequestError
 from gateway.routing.interface import RouteDecision, Router, RouteRequest
 
 from .spec import RequestSpec
@@ -36,7 +36,7 @@ def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[int], ReplyFormat
     imposes on the reply (a forced tool call's)."""
     if spec.messages is None:
         return backend.encode_prompt(spec.prompt or ""), None, PrefixHint(spec.cache_scope), None
-    prompt = backend.chat_prompt(spec.messages, spec.tools, spec.tool_choice, spec.template_kwargs)
+    prompt = backend.chat_prompt(spec.messages, spec.tools, spec.tool_choice, spec.template_kwargs, spec.continue_final)
     return prompt.ids, prompt.reply, PrefixHint(spec.cache_scope, prompt.cache_points), prompt.grammar
 
 
@@ -52,9 +52,7 @@ def run_request(
         params = replace(params, grammar=grammar)
     room = backend.context_length - len(prompt_ids)
     if spec.max_tokens_defaulted and room <= 0:   # the client set no max_tokens: do not blame one
-        raise InvalidRequestError(
-            f"prompt ({len(prompt_ids)} tokens) leaves no room to generate in the model's context length "
-            f"({backend.context_length})", param="messages", code="context_length_exceeded")
+        raise ContextLengthExceeded(len(prompt_ids), backend.context_length)
     if spec.max_tokens_defaulted and 0 < room < params.max_tokens:
         params = replace(params, max_tokens=room)   # unasked: stop at the context's end instead of refusing
     decision = router.choose(

@@ -26,3 +26,4 @@ class RequestSpec:
     parallel_tool_calls: bool = True     # False: at most one tool call per choice
     cache_scope: str = ""                # whose prefix-cache entries it may reuse (a tenant; "" = shared)
     priority: int = 0                    # higher leaves the queue first (FIFO within a priority)
+    continue_final: bool = False         # the last message is the assistant's unfinished reply: continue it
