@@ -350,3 +350,50 @@ def test_anthropic_structured_outputs_are_decoded_against_the_schema():
         for field in ({"output_config": {"format": shape}}, {"output_format": shape}):
             claude.messages.create(model="default", max_tokens=2, messages=ASK, extra_body=field)
             assert backend.calls[-1]["params"].grammar == expected
+
+
+def test_model_list_names_the_aliases_clients_pick_from():
+    """Open WebUI and Continue pick a model from /v1/models: it listed only the model's id, never the
+    --model-alias names the server was started with, and GET /v1/models/{alias} answered the id."""
+    config = GatewayConfig(model_aliases=("qwen3.6", "claude-sonnet-4-6"))
+    with live_server(create_app(FakeBackend(), config=config)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        assert [m.id for m in client.models.list()] == ["/models/fake-model", "qwen3.6", "claude-sonnet-4-6"]
+        assert client.models.retrieve("qwen3.6").id == "qwen3.6"
+
+
+def test_a_base_url_without_v1_or_with_a_trailing_slash_reaches_the_api():
+    """A base URL without `/v1` was a 404 on every call, and a trailing slash a 307 that SDKs do not
+    follow for a POST (llama.cpp's server answers both)."""
+    with live_server(create_app(FakeBackend())) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)   # no /v1
+        assert client.chat.completions.create(model="default", messages=ASK, max_tokens=4).choices[0].message.content
+        assert [m.id for m in client.models.list()] == ["/models/fake-model"]
+        claude = anthropic.Anthropic(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)   # /v1 twice
+        with pytest.raises(anthropic.NotFoundError):   # /v1/v1/messages is not an alias of anything
+            claude.messages.create(model="default", messages=ASK, max_tokens=4)
+        for path in ("/v1/chat/completions/", "/chat/completions/"):
+            response = httpx.post(srv.base_url + path, json={"messages": ASK, "max_tokens": 4})
+            assert response.status_code == 200, (path, response.text)
+        assert httpx.get(srv.base_url + "/health/").status_code == 200
+        assert httpx.get(srv.base_url + "/v1/models/default").json()["id"] == "default"
+        assert httpx.get(srv.base_url + "/chat").status_code == 404
+
+
+def test_openai_hints_a_text_model_cannot_act_on_are_accepted_and_a_refusal_turn_is_text(qwen_chat_tokenizer):
+    """`modalities: ["text"]`, `prediction` and `verbosity` (the openai SDK passes them through from
+    agents' settings) were 400s on chat completions; an assistant turn sent back as the API returned
+    it, with a `refusal` content part, was a 400 "text-only model"."""
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply="done\n</think>\n\nok")
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(
+            model="default", max_tokens=4, modalities=["text"], verbosity="low",
+            prediction={"type": "content", "content": "ok"},
+            messages=[{"role": "user", "content": "say something rude"},
+                      {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't help with that."}]},
+                      {"role": "user", "content": "then say ok"}])
+        assert reply.choices[0].message.content == "ok"
+        assert "I can't help with that." in backend.encoded[-1]
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(model="default", max_tokens=4, messages=ASK, modalities=["text", "audio"])

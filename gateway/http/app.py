@@ -26,6 +26,7 @@ from .auth import ApiKeyMiddleware
 from .errors import APIError, from_exception
 from .generate import chat_completions, completions
 from .openapi import build_openapi
+from .paths import CanonicalPaths
 from .responses_api import responses
 from .state import GatewayState, model_names
 from .views import admin_reload, get_model, health, list_models, metrics, openapi_schema, router_stats
@@ -120,6 +121,7 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
     if config.api_keys:  # a request without a valid key never reaches a handler
         app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, protect_metrics=config.protect_metrics,
                            protect_admin=config.protect_admin)
+    app.add_middleware(CanonicalPaths)   # before the key check and the routes: both see /v1/... paths
     if config.allowed_origins:  # outermost: browsers' preflights are answered before the key check
         app.add_middleware(CORSMiddleware, allow_origins=list(config.allowed_origins), allow_methods=["GET", "POST"],
                            allow_headers=["*"], expose_headers=list(EXPOSED_HEADERS), max_age=600)

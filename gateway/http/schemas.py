@@ -160,6 +160,16 @@ class AssistantTurn(_Message):
     audio: None = None
     function_call: None = None
 
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts(cls, value: Any) -> Any:
+        # the API's assistant content parts are text or refusal; a refusal's words are the turn's text
+        if isinstance(value, list):
+            value = [{"type": "text", "text": part["refusal"]}
+                     if isinstance(part, dict) and part.get("type") == "refusal" and isinstance(part.get("refusal"), str)
+                     else part for part in value]
+        return _text_parts_only(value)
+
 
 class ToolMessage(_Message):
     role: Literal["tool"]
@@ -278,6 +288,11 @@ class ChatCompletionRequest(_SamplingFields):
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None   # vLLM / SGLang: e.g. {"enable_thinking": false}
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    # OpenAI hints that cannot change what a text model returns here: the output is text anyway, a
+    # predicted output only speeds OpenAI's decoding up, and verbosity is accepted as on /v1/responses
+    modalities: list[Literal["text"]] | None = None
+    prediction: dict[str, Any] | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
     functions: list[Any] | None = None         # deprecated by OpenAI: rejected with a pointer to `tools`
     function_call: Any = None
 

@@ -53,14 +53,17 @@ async def health(request: Request) -> Response:
     )
 
 
-def _card(state: GatewayState) -> ModelCard:
-    return ModelCard(id=state.backend.model_id, created=state.created)
+def _card(state: GatewayState, name: str | None = None) -> ModelCard:
+    return ModelCard(id=name or state.backend.model_id, created=state.created)
 
 
 async def list_models(request: Request) -> Response:
+    """The served model under each name a request may use: clients that pick a model from this list
+    (Open WebUI, Continue) find the aliases the server was started with."""
     state = _state(request)
     state.metrics.count_request("models", None, None, 200)
-    return JSONResponse(ModelList(data=[_card(state)]).model_dump())
+    aliases = [a for a in dict.fromkeys(state.config.model_aliases) if a != state.backend.model_id]
+    return JSONResponse(ModelList(data=[_card(state, name) for name in (state.backend.model_id, *aliases)]).model_dump())
 
 
 async def get_model(request: Request) -> Response:
@@ -70,7 +73,7 @@ async def get_model(request: Request) -> Response:
         state.metrics.count_request("models", None, None, 404)
         raise APIError(404, f"The model {name!r} does not exist.", param="model", code="model_not_found")
     state.metrics.count_request("models", None, None, 200)
-    return JSONResponse(_card(state).model_dump())
+    return JSONResponse(_card(state, name).model_dump())
 
 
 async def metrics(request: Request) -> Response:
