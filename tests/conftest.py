@@ -99,3 +99,13 @@ def qwen_chat_tokenizer(tiny_qwen_chat_target):
     from mlx_lm.utils import load_tokenizer
 
     return load_tokenizer(tiny_qwen_chat_target)
+
+
+@pytest.fixture(scope="session")
+def demo_tokenizer():
+    """The embedded demo model's tokenizer and template (Hermes-style JSON tool calls)."""
+    from mlx_lm.utils import load_tokenizer
+
+    from tests.ops_helpers import REPO
+
+    return load_tokenizer(REPO / "models" / "switchyard-demo" / "target")

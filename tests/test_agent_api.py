@@ -247,15 +247,10 @@ def test_tools_on_a_model_without_a_tool_format_are_a_clear_400():
         assert response.json()["error"]["code"] == "tools_unsupported"
 
 
-def test_json_style_tool_calls_on_the_demo_template():
+def test_json_style_tool_calls_on_the_demo_template(demo_tokenizer):
     """The embedded model's template writes Hermes-style JSON calls (mlx-lm's json_tools parser)."""
-    from mlx_lm.utils import load_tokenizer
-
-    from tests.ops_helpers import REPO
-
-    demo = load_tokenizer(REPO / "models" / "switchyard-demo" / "target")
     reply = 'Checking. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>'
-    backend = FakeBackend(tokenizer=demo, reply=reply)
+    backend = FakeBackend(tokenizer=demo_tokenizer, reply=reply)
     with live_server(create_app(backend)) as srv:
         client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
         message = client.chat.completions.create(model="default", messages=ASK, tools=[WEATHER]).choices[0].message

@@ -258,15 +258,10 @@ def test_a_call_cut_by_max_tokens_is_a_call_with_its_arguments_so_far(qwen_chat_
         assert calls == [] and content.startswith("<tool_call>\n<function=launch_rockets>") and finish == "length"
 
 
-def test_a_json_style_call_cut_by_max_tokens():
+def test_a_json_style_call_cut_by_max_tokens(demo_tokenizer):
     """The demo model's syntax (JSON in <tool_call>): the arguments so far are the JSON text written."""
-    from mlx_lm.utils import load_tokenizer
-
-    from tests.ops_helpers import REPO
-
-    demo = load_tokenizer(REPO / "models" / "switchyard-demo" / "target")
     reply = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "New York City", "days": 3}}\n </tool_call>'
-    backend = FakeBackend(tokenizer=demo, reply=reply)
+    backend = FakeBackend(tokenizer=demo_tokenizer, reply=reply)
     with live_server(create_app(backend)) as srv:
         client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
         for stream in (False, True):

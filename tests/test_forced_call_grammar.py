@@ -14,7 +14,6 @@ import pytest
 from contracts.errors import InvalidRequestError
 from engines.chat import chat_prompt
 from engines.forced_call import forced_call
-from tests.ops_helpers import REPO
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
@@ -33,12 +32,6 @@ TOOLS = [WEATHER, EDIT, NOW]
 ASK = [{"role": "user", "content": "hi"}]
 _LLG: dict[int, object] = {}
 
-
-@pytest.fixture(scope="module")
-def demo_tokenizer():
-    from mlx_lm.utils import load_tokenizer
-
-    return load_tokenizer(REPO / "models" / "switchyard-demo" / "target")
 
 
 def _matcher(tokenizer, grammar: str) -> llguidance.LLMatcher:
