@@ -260,3 +260,19 @@ def test_count_tokens_as_claude_code_calls_it(server):
         client.messages.count_tokens(model="sonnet-local", messages=[])
     with pytest.raises(anthropic.NotFoundError):
         client.messages.count_tokens(model="nope", messages=[{"role": "user", "content": "x"}])
+
+
+def test_the_item_max_output_tokens_cut_is_incomplete(server):
+    """A response cut by max_output_tokens said "incomplete" while its cut message item said "completed"
+    (OpenAI marks that item incomplete too); streamed, the item's done event and the final body agree."""
+    client = _openai(server)
+    response = client.responses.create(model="default", input="Weather?", max_output_tokens=2)
+    assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+    assert [item.status for item in response.output][-1] == "incomplete"
+    assert all(item.status == "completed" for item in response.output[:-1])
+    events = list(client.responses.create(model="default", input="Weather?", max_output_tokens=2, stream=True))
+    assert events[-1].type == "response.incomplete"
+    done_items = [e.item for e in events if e.type == "response.output_item.done"]
+    assert done_items[-1].status == "incomplete" and events[-1].response.output[-1].status == "incomplete"
+    full = client.responses.create(model="default", input="Weather?", max_output_tokens=64)
+    assert full.status == "completed" and {item.status for item in full.output} == {"completed"}

@@ -165,7 +165,9 @@ class ResponsesRenderer:
             items.append(_Item("message", _new_id("msg"), len(items), choice.content))
         for call in choice.tool_calls:
             items.append(_Item("function_call", _new_id("fc"), len(items), call=call))
-        return self._response("completed", [self._item_body(i, True) for i in items], record)
+        last = _last_status(record)
+        return self._response("completed", [self._item_body(i, True, last if i is items[-1] else None) for i in items],
+                              record)
 
     # ---- stream ----
     def _event(self, kind: str, **payload: Any) -> bytes:
@@ -218,7 +220,7 @@ class ResponsesRenderer:
                                       part={"type": "output_text", "text": "", "annotations": []}))
         return frames
 
-    def _close(self) -> list[bytes]:
+    def _close(self, status: str | None = None) -> list[bytes]:
         item, self._open = self._open, None
         if item is None:
             return []
@@ -235,12 +237,14 @@ class ResponsesRenderer:
             frames.append(self._event("response.function_call_arguments.done", **where,
                                       arguments=item.call.arguments))
         frames.append(self._event("response.output_item.done", output_index=item.output_index,
-                                  item=self._item_body(item, True)))
+                                  item=self._item_body(item, True, status)))
         return frames
 
     def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
-        frames = self._close()
-        body = self._response("completed", [self._item_body(i, True) for i in self._items], record)
+        last = _last_status(record)
+        frames = self._close(last)
+        body = self._response("completed", [self._item_body(i, True, last if i is self._items[-1] else None)
+                                            for i in self._items], record)
         kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
         return [*frames, self._event(kind, response=body)]
 
@@ -267,3 +271,9 @@ RESPONSES = Endpoint("responses", _translate, lambda err: err.response())
 
 async def responses(request: Request) -> Response:
     return await generate(request, RESPONSES)
+
+
+def _last_status(record: RequestRecord) -> str | None:
+    """The last output item's status: "incomplete" when max_output_tokens cut it, as OpenAI marks the
+    item it cut (agents read an item's status, not only the response's)."""
+    return "incomplete" if record.finish_reason == "length" else None
