@@ -285,15 +285,6 @@ def cue_values(request: RequestText, outside: str | None = None) -> np.ndarray:
     return cues.TABLE.values(cue_text(request, outside).lower())
 
 
-def lexicon_values(request: RequestText, spec: FeatureSpec, ask: str | None = None,
-                   tokens: hashing.Tokens | None = None) -> np.ndarray:  # fmt: skip
-    """The ask's mean word vector (empty when the spec has no lexicon block). `ask`: lower-cased cue_text."""
-    if not spec.lexicon_dim:
-        return np.zeros(0)
-    ask = cue_text(request).lower() if ask is None else ask
-    return lexicon.for_digest(spec.lexicon_digest).mean_vector(ask, tokens) * spec.lexicon_weight
-
-
 @dataclass(frozen=True)
 class _Layout:
     """What featurize needs from a spec beyond its numbers, derived once per spec object."""
