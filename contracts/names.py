@@ -21,3 +21,8 @@ STRUCTURED_RESPONSE_FORMATS: frozenset[str] = frozenset({"json_object", "json_sc
 
 def forces_structured(response_format: str | None) -> bool:
     return response_format in STRUCTURED_RESPONSE_FORMATS
+
+
+def forces_tool_call(tool_choice: object) -> bool:
+    """OpenAI tool_choice "required" or a named function: the reply must be a call."""
+    return tool_choice not in (None, "none", "auto")

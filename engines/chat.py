@@ -11,6 +11,7 @@ from pydantic_core import from_json
 
 from contracts.chat import ChatPrompt, ReplyFormat
 from contracts.errors import InvalidRequestError
+from contracts.names import forces_tool_call
 
 from .forced_call import ForcedCall, forced_call
 
@@ -77,7 +78,7 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
     `continue_final`: the prompt ends inside the last (assistant) message, and the reply continues it."""
     kwargs = dict(template_kwargs or {})
     offered = tools if tools and tool_choice != "none" else None
-    forced = offered is not None and tool_choice not in (None, "auto")
+    forced = offered is not None and forces_tool_call(tool_choice)
     if offered and not tokenizer.has_tool_calling:
         raise InvalidRequestError("this model's chat template has no tool-call format: tools are not supported",
                                   param="tools", code="tools_unsupported")

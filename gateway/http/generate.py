@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from contracts.engine import GenerationChunk
+from contracts.names import forces_tool_call
 from gateway.routing.interface import RouteDecision
 from gateway.worker.errors import QueueFull, WorkerError, WorkerUnavailable
 from gateway.worker.pipeline import ChoiceStart, run_request
@@ -144,7 +145,7 @@ def _openai_chat(data: dict[str, Any], request: Request, state: GatewayState) ->
     check_model(req.model, state)
     spec = chat_spec(req, forced_engine(req.engine, request, state), state.config)
     renderer = OpenAIRenderer(chat=True, model=state.backend.model_id, logprobs=spec.params.logprobs,
-                              call_only=bool(spec.tools) and spec.tool_choice not in (None, "none", "auto"))
+                              call_only=bool(spec.tools) and forces_tool_call(spec.tool_choice))
     return Admitted(spec, req.stream, bool(req.stream_options and req.stream_options.include_usage), renderer)
 
 

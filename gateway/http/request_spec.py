@@ -6,6 +6,7 @@ import functools
 import json
 from typing import Any
 
+from contracts.names import forces_tool_call
 from contracts.request_text import from_messages, from_prompt
 from contracts.sampling import SamplingParams
 from gateway.config import GatewayConfig
@@ -58,7 +59,7 @@ def _reject_chat(req: ChatCompletionRequest, config: GatewayConfig) -> None:
         if getattr(req, name) not in (None, []):
             raise bad_request(f"{name} is deprecated by OpenAI and not supported; send `tools` / `tool_choice`.",
                               param=name, code="unsupported_parameter")
-    if req.tool_choice not in (None, "none", "auto") and not req.tools:
+    if forces_tool_call(req.tool_choice) and not req.tools:
         raise bad_request("a forced tool_choice needs `tools`.", param="tool_choice")
     names = [tool.function.name for tool in req.tools or []]
     if len(set(names)) != len(names):
@@ -68,7 +69,7 @@ def _reject_chat(req: ChatCompletionRequest, config: GatewayConfig) -> None:
         if chosen not in names:
             raise bad_request(f"tool_choice names {chosen!r}, which is not among the tools ({', '.join(names)}).",
                               param="tool_choice", code="unknown_tool")
-    forcing = req.tool_choice not in (None, "none", "auto")
+    forcing = forces_tool_call(req.tool_choice)
     if forcing and req.response_format is not None and req.response_format.type != "text":
         raise bad_request("a forced tool call and a JSON response_format cannot both shape the reply.",
                           param="response_format", code="conflicting_constraints")
@@ -275,7 +276,7 @@ def _prefilled(req: ChatCompletionRequest) -> tuple[list[ChatMessage], bool]:
     if isinstance(prefill, AssistantTurn) and prefill.tool_calls:
         raise bad_request("an assistant prefix is text to continue; it cannot hold tool_calls.",
                           param=f"messages.{last}.tool_calls", code="invalid_prefix")
-    if req.tool_choice not in (None, "none", "auto"):
+    if forces_tool_call(req.tool_choice):
         raise bad_request("an assistant prefix cannot be combined with a forced tool_choice (the call would "
                           "have to start where the prefix already stands).", param="tool_choice",
                           code="conflicting_constraints")
@@ -297,7 +298,7 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
     turns, continue_final = _prefilled(req)
     messages = one_system_message([template_message(m) for m in turns])
     tool_choice = req.tool_choice.model_dump() if isinstance(req.tool_choice, NamedToolChoice) else req.tool_choice
-    forcing = tool_choice not in (None, "none", "auto")
+    forcing = forces_tool_call(tool_choice)
     response_format = req.response_format.type if req.response_format else ("json_object" if forcing else None)
     logprobs = bool(req.logprobs or req.top_logprobs)   # asking for alternatives implies the tokens' own
     params = _sampling(req, max_tokens, config, logprobs=logprobs, top_logprobs=req.top_logprobs or 0,
