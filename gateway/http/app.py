@@ -121,7 +121,8 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
     if config.api_keys:  # a request without a valid key never reaches a handler
         app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, protect_metrics=config.protect_metrics,
                            protect_admin=config.protect_admin)
-    app.add_middleware(CanonicalPaths)   # before the key check and the routes: both see /v1/... paths
+    # before the key check and the routes: both see /v1/... paths
+    app.add_middleware(CanonicalPaths, routes=[route.path for route in routes])
     if config.allowed_origins:  # outermost: browsers' preflights are answered before the key check
         app.add_middleware(CORSMiddleware, allow_origins=list(config.allowed_origins), allow_methods=["GET", "POST"],
                            allow_headers=["*"], expose_headers=list(EXPOSED_HEADERS), max_age=600)

@@ -4,30 +4,35 @@ both; here they were a 404 and a 307 redirect that SDKs do not follow for a POST
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-# the OpenAI / Anthropic API endpoints (gateway.http.app), as a client without `/v1` writes them
-API_PATHS = ("/chat/completions", "/completions", "/messages", "/messages/count_tokens", "/responses", "/models")
-
-
-def canonical_path(path: str) -> str:
-    """`/chat/completions/` -> `/v1/chat/completions`; every other path as it is."""
-    if len(path) > 1 and path.endswith("/"):
-        path = path.rstrip("/") or "/"
-    if path in API_PATHS or path.startswith("/models/"):
-        path = "/v1" + path
-    return path
+API_PREFIX = "/v1"
 
 
 class CanonicalPaths:
-    """ASGI middleware: routes (and the key check) see the canonical path."""
+    """ASGI middleware: routes (and the key check) see the canonical path. `routes` are the app's
+    route paths; those under `/v1` are also reached without it (a `{parameter}` matches any rest)."""
 
-    def __init__(self, app: ASGIApp):
+    def __init__(self, app: ASGIApp, routes: Iterable[str]):
         self.app = app
+        api = [path for path in routes if path.startswith(API_PREFIX + "/")]
+        self._exact = frozenset(path for path in api if "{" not in path)
+        self._prefixes = tuple(path.split("{", 1)[0] for path in api if "{" in path)
+
+    def canonical(self, path: str) -> str:
+        """`/chat/completions/` -> `/v1/chat/completions`; every other path as it is."""
+        if len(path) > 1 and path.endswith("/"):
+            path = path.rstrip("/") or "/"
+        prefixed = API_PREFIX + path
+        if not path.startswith(API_PREFIX + "/") and (prefixed in self._exact or prefixed.startswith(self._prefixes)):
+            return prefixed
+        return path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            path = canonical_path(scope["path"])
+            path = self.canonical(scope["path"])
             if path != scope["path"]:
                 scope = {**scope, "path": path, "raw_path": path.encode()}
         await self.app(scope, receive, send)
