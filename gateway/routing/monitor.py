@@ -189,10 +189,11 @@ class Monitor:
             self._dirty = True
 
     def _time_locked(self, table: dict[str, Ewma], key: str, seconds: float) -> None:
-        """Fold one step's seconds into table[key], past this process's first uses and clipped at a stall."""
-        use = f"{id(table)}:{key}"
-        if self._first_use.get(use, 0) < self._first_use_steps:
-            self._first_use[use] = self._first_use.get(use, 0) + 1
+        """Fold one step's seconds into table[key], past this process's first uses and clipped at a stall.
+        (The tables' keys never meet: engines and modes, "mtp/sampled", against batch sizes, "2".)"""
+        skipped = self._first_use.get(key, 0)
+        if skipped < self._first_use_steps:
+            self._first_use[key] = skipped + 1
             return
         stat = table.setdefault(key, Ewma())
         if stat.n:
