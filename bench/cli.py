@@ -43,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", action="store_true",
                    help="route with the workload's own class labels instead of the classifier")
     p.add_argument("--no-anchor", action="store_true", help="skip mlx-lm stream_generate")
+    p.add_argument("--fixed-path", choices=("gateway", "engine"), default="gateway",
+                   help="fixed engines through the gateway's worker path, as auto (default), or Runtime.generate alone")
     p.add_argument("--no-http-raw", action="store_true", help="skip raw through the HTTP gateway")
     p.add_argument("--no-http-auto", action="store_true",
                    help="skip auto through the HTTP gateway (auto in process, on the fixed engines' footing, stays)")
@@ -108,7 +110,8 @@ def bench(args: argparse.Namespace) -> int:
         seed=args.seed, anchor=not args.no_anchor, http_raw=not args.no_http_raw, http_auto=not args.no_http_auto, policy=args.policy,
         use_labels=args.labels, warmup_study=args.warmup_study, warmup_passes=args.warmup_passes,
         warm_router=args.warm_router,
-        plots=not args.no_plots, blas_probe=args.blas_probe, sampled_defaults=args.sampled_defaults, command="switchyard " + shlex.join(sys.argv[1:]),
+        plots=not args.no_plots, blas_probe=args.blas_probe, sampled_defaults=args.sampled_defaults,
+        fixed_path=args.fixed_path, command="switchyard " + shlex.join(sys.argv[1:]),
     )
     results = run_bench(config)
     print(f"wrote {Path(args.out) / 'report.md'} and results.json"

@@ -7,6 +7,7 @@
 #                                                                #   cycles), verify costs, fp32 losslessness
 #   bash bench/device_run.sh serveprof [profile_serving options]  # py-spy of `serve` under N clients (.whl/py_spy)
 #   bash bench/device_run.sh hostprof [profile_host options]     # only profile_host, both cycle modes
+#   bash bench/device_run.sh consumer [profile_consumer options] # the gateway's per-step work vs the engine alone
 #   bash bench/device_run.sh multiturn                           # prefix cache: TTFT per turn vs mlx_lm.server
 #   bash bench/device_run.sh clients                             # 1/2/4/8 concurrent clients: serial, batched, mlx_lm
 # SWITCHYARD_PIPELINED=0 before any of them runs the host cycle instead of the pipelined one (A/B).
@@ -83,8 +84,13 @@ case "$task" in
     timeout "${PROF_TIMEOUT:-120}" python3 -m bench.profile_host --cycles pipelined,host "$@" \
       --json "$OUT/host.json" 2>&1 | quiet | tee "$OUT/host.txt"
     ;;
+  consumer)
+    # engine alone vs the gateway's worker path, per engine and mode (what a served step pays on top)
+    timeout "${PROF_TIMEOUT:-300}" python3 -m bench.profile_consumer --json "$OUT/consumer.json" "$@" 2>&1 \
+      | quiet | tee "$OUT/consumer.txt"
+    ;;
   *)
-    echo "unknown task $task (bench | verify | engines | profile | hostprof | multiturn | clients | batchprof)" >&2
+    echo "unknown task $task (bench | verify | engines | profile | hostprof | consumer | multiturn | clients | batchprof)" >&2
     exit 2
     ;;
 esac

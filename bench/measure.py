@@ -49,6 +49,9 @@ class RequestRecord:
     route_engine: str | None = None
     route_reason: str | None = None
     engines_used: dict[str, int] = field(default_factory=dict)  # engine -> steps (mid-request fallback shows here)
+    # engine -> mean seconds of its steps after the first, as the monitor would time them (probing and
+    # batch-interleaved steps left out): a request that changed engine shows each engine's own step cost
+    engine_step_s: dict[str, float] = field(default_factory=dict)
     error: str | None = None
 
     @property
@@ -124,6 +127,11 @@ class Arrivals:
         for s in self.steps:
             used[s.engine] = used.get(s.engine, 0) + 1
         record.engines_used = used
+        seconds: dict[str, list[float]] = {}
+        for s in timed:
+            if not s.probing and not s.interleaved and s.batch_rows <= 1:
+                seconds.setdefault(s.engine, []).append(s.seconds)
+        record.engine_step_s = {engine: sum(v) / len(v) for engine, v in seconds.items()}
         record.digest = digest(self.tokens) if self.tokens else ""
         return record
 

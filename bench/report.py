@@ -8,6 +8,14 @@ import math
 from pathlib import Path
 
 
+_FIXED_ON_GATEWAY = ("`raw`, `mtp`, `ddtree`, `ddtree1` (= DFlash) take the same path with the engine forced "
+                     "(through a router of their own, so they teach auto's monitor nothing): every lane pays the "
+                     "gateway's per-step work, as served requests do; ")
+_FIXED_ON_ENGINE = ("`raw`, `mtp`, `ddtree`, `ddtree1` (= DFlash) run through Runtime.generate alone (`--fixed-path "
+                    "engine`): their lanes leave out the gateway's per-step work (reply parser, the router's "
+                    "bookkeeping) that auto's pays; ")
+
+
 def _clean(value):
     """JSON has no NaN/inf: write null (strict parsers reject NaN)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -76,10 +84,9 @@ def markdown(results: dict, images: dict[str, str]) -> str:
         "Decode tok/s excludes the prefill (tokens after the first / time after the first token); "
         "cells are median [IQR] over requests. Speedup and cost ratio are per-prompt pairwise vs raw "
         "(same prompt, mode, repeat), then the median. `agg` = total tokens / total seconds. "
-        "`anchor` = mlx-lm `stream_generate`; `raw`, `mtp`, `ddtree`, `ddtree1` (= DFlash) run through "
-        "Runtime.generate (the gateway's backend path, in process); `auto` runs the gateway worker's own "
-        "request path in process (OpenAI body validated, classified, routed, generated, monitor fed: "
-        "gateway.pipeline.run_request), so it is compared with the fixed engines on the same footing; "
+        "`anchor` = mlx-lm `stream_generate`; `auto` runs the gateway worker's own request path in process "
+        "(OpenAI body validated, classified, routed, generated, monitor fed: gateway.worker.pipeline.run_request); "
+        + (_FIXED_ON_ENGINE if cfg.get("fixed_path") == "engine" else _FIXED_ON_GATEWAY) +
         "`raw@http` and `auto@http` go through the real HTTP gateway (loopback uvicorn, SSE) whose router "
         "is a second one, warmed the same way; forced raw@http requests also feed that router's monitor, as forced "
         "traffic does in production (the warm-up study sends auto traffic only).",

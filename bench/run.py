@@ -1,9 +1,12 @@
 """`switchyard bench`: every engine on the same workload in ONE process and one run.
 
 For each prompt the lanes run round-robin (the starting lane rotates per prompt, to cancel drift
-and order effects): mlx-lm's `stream_generate` (anchor), each fixed engine through
-Runtime.generate (the gateway's backend path), raw through the real HTTP gateway (loopback
-uvicorn), and `auto` through the same HTTP gateway with the adaptive router (fresh monitor).
+and order effects): mlx-lm's `stream_generate` (anchor), each fixed engine and `auto` through the
+gateway's worker path (`run_request`: chat template, reply parser, the router's per-step
+bookkeeping — what a served request runs, less HTTP; `--fixed-path engine`: fixed engines through
+Runtime.generate alone, which leaves that per-step work out of their lanes but not out of auto's),
+raw and auto through the real HTTP gateway (loopback uvicorn). Auto routes with its own router
+(fresh monitor); the fixed lanes' forced requests go through another one, so they teach auto nothing.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class BenchConfig:
     plots: bool = True
     blas_probe: bool = False
     sampled_defaults: bool = False     # sampled mode at the model's generation_config (what clients get)
+    fixed_path: str = "gateway"        # fixed lanes through run_request ("gateway") or Runtime.generate ("engine")
     command: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -95,10 +99,11 @@ class LaneRunner:
     """Runs one (prompt, lane) and returns its RequestRecord. `auto` routes in process with its own
     router; `auto@http` and `raw@http` go through the HTTP gateway (whose router is another one)."""
 
-    def __init__(self, model: BenchModel, port: int | None, router=None):
+    def __init__(self, model: BenchModel, port: int | None, router=None, lanes_router=None):
         self.model = model
         self.port = port
         self.router = router
+        self.lanes_router = lanes_router   # forced engines through the worker path (None: Runtime.generate)
         self.sequence = 0
 
     def run(self, lane: str, prompt: Prompt, ids: list[int], params: SamplingParams, mode: str,
@@ -117,6 +122,8 @@ class LaneRunner:
                     record.error = "gateway unavailable"
                 else:
                     time_http(self.port, list(prompt.messages), params, "raw" if lane == RAW_HTTP else "auto", record)
+            elif self.lanes_router is not None:
+                time_pipeline(self.model.timed, self.lanes_router, request_body(list(prompt.messages), params, lane), record)
             else:
                 time_runtime(self.model.timed, ids, params, lane, record)
         except Exception as exc:  # noqa: BLE001 - one failing lane is reported, the run goes on
@@ -184,7 +191,9 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
     config.extra["sampled_params"] = sampled
     records: list[RequestRecord] = []
     with LoopbackGateway(app) as gateway:
-        runner = LaneRunner(model, gateway.port, router)
+        lanes_router = (fresh_router(model.timed.engine_names, classifier, config.policy, config.seed)
+                        if config.fixed_path == "gateway" else None)
+        runner = LaneRunner(model, gateway.port, router, lanes_router)
         warm_up(runner, lanes, prompts[0], ids[prompts[0].id])
         warm_routers(runner, lanes, warm, ids, config, sampled)
         for mode in config.modes:
@@ -243,7 +252,7 @@ def _config_json(config: BenchConfig, classifier_name: str, lanes: list[str]) ->
     return {
         "workload": config.workload, "engines": list(config.engines), "lanes": lanes,
         "dtype": config.dtype or "checkpoint", "max_tokens": config.max_tokens, "repeats": config.repeats,
-        "modes": list(config.modes),
+        "modes": list(config.modes), "fixed_path": config.fixed_path,
         "per_class": config.per_class, "warm_router": config.warm_router, "seed": config.seed,
         "sampled_params": SAMPLED,  # extra overrides
         "policy": config.policy or "<built-in defaults>", "classifier": classifier_name,

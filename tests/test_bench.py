@@ -83,6 +83,11 @@ def test_bench_run_writes_json_markdown_and_plots(family, tmp_path):
     assert results["config"]["warm_router"] == 1 and "warmed by 1 held-out prompts per class" in (out / "report.md").read_text()
     for stats in (results["router_stats"], results["http_router_stats"]):
         assert sum(d["count"] for d in stats["decisions"] if d["reason"] != "forced") == (3 + 3) * 2
+    # the fixed lanes run the gateway's worker path too (as served requests do), through a router of
+    # their own: auto's in-process router never saw a forced request
+    assert results["config"]["fixed_path"] == "gateway"
+    assert not [d for d in results["router_stats"]["decisions"] if d["reason"] == "forced"]
+    assert "take the same path with the engine forced" in (out / "report.md").read_text()
     greedy = results["summary"]["modes"]["greedy"]
     assert set(greedy["table"]) == {"code", "prose", "structured", "all"}
     assert set(greedy["table"]["all"]) == set(lanes)
@@ -169,3 +174,26 @@ def test_a_stream_that_ends_in_an_error_event_is_a_failed_request(monkeypatch, f
             multiturn.stream_once("http://server", ask)
     else:
         assert multiturn.stream_once("http://server", ask)[2] == "hi"
+
+
+def test_consumer_clock_counts_the_callers_work_on_each_item_not_the_producers():
+    """bench/profile_consumer.py: the time charged to a step is what the caller spends on its item."""
+    import time
+
+    from bench.profile_consumer import ConsumerClock
+
+    def busy(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    def producer():
+        for i in range(3):
+            busy(0.02)   # the engine's step
+            yield i
+
+    clock = ConsumerClock()
+    for _ in clock.wrap(producer()):
+        busy(0.005)      # the gateway's work on the step's tokens
+    assert len(clock.per_step) == 3
+    assert all(4_000 <= us < 15_000 for us in clock.per_step), clock.per_step

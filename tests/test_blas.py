@@ -63,7 +63,7 @@ def test_blas_in_use_names_the_reason(monkeypatch):
     assert ("opted out" in text) if sys.platform == "linux" else ("Accelerate" in text)
 
 
-PROFILES = ("profile_step", "profile_verify", "profile_host", "profile_batch", "profile_mtp_cycle")
+PROFILES = ("profile_step", "profile_verify", "profile_host", "profile_batch", "profile_mtp_cycle", "profile_consumer")
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="LD_PRELOAD re-exec is Linux-only (macOS uses Accelerate)")
