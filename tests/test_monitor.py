@@ -307,3 +307,29 @@ def test_step_cost_replaces_its_prior_after_cost_warmup_steps_while_alpha_still_
     assert quick.tokens_per_second == pytest.approx(100.0 * quick.speedup)
     slow = monitor.predict("code", "mtp", **common)                  # cost_warmup defaults to warmup
     assert slow.cost == pytest.approx(8 / 50 * 2.5 + 42 / 50 * 1.15)
+
+
+def test_step_seconds_remember_longer_than_acceptance_across_a_machine_slowdown():
+    """Each engine is timed only while it runs: after raw's 300 steps at 10 ms, the machine slows 30 %
+    for a minute in which only ddtree runs (26 ms instead of 20). With the acceptance's short memory
+    its cost ratio read 2.6 (the slow minute against raw's fast one); with the cost weight's long
+    memory it stays near the true 2.0. Acceptance keeps its own, short memory."""
+    def run(monitor: Monitor) -> tuple[float, float]:
+        for _ in range(300):
+            monitor.observe("code", _raw_step(0.010))
+        for _ in range(300):
+            monitor.observe("code", _spec_step(1, seconds=0.020))
+        for _ in range(200):
+            monitor.observe("code", _spec_step(3, seconds=0.026))
+        cost, _ = monitor.measured_cost("ddtree")
+        return cost, _predict(monitor).accepted
+
+    short_cost, short_accepted = run(Monitor(None, ewma_alpha=0.02, first_use_steps=0))
+    long_cost, long_accepted = run(Monitor(None, ewma_alpha=0.02, first_use_steps=0, cost_ewma_alpha=0.002))
+    assert short_cost > 2.5
+    assert 2.0 <= long_cost < 2.3
+    assert short_accepted == long_accepted > 2.9   # acceptance follows its last 100 steps either way
+    reloaded = Monitor(None, first_use_steps=0)
+    reloaded.set_ewma_alpha(0.02, 0.002)
+    assert run(reloaded)[0] == pytest.approx(long_cost)
+    assert reloaded.snapshot()["cost_ewma_alpha"] == 0.002

@@ -583,7 +583,8 @@ def test_an_engine_whose_prior_is_wrong_here_is_tried_and_then_wins():
         trapped = simulate(Policy.model_validate({"exploration": {"try_untested": False}}), world,
                            requests_per_class=60, burn_in=20, seed=seed)
         assert trapped["prose"].accuracy == 0.0   # the trap this avoids: prose never leaves mtp
-        assert trapped["prose"].regret_fraction > 0.10
+        # ... and pays about the whole gap, 1 - 1.27 / 1.38 = 8 % (more where noise hides it further)
+        assert trapped["prose"].regret_fraction > 0.075
 
 
 def test_untested_arms_are_tried_only_after_the_predicted_best_is_measured():
@@ -599,3 +600,14 @@ def test_untested_arms_are_tried_only_after_the_predicted_best_is_measured():
     for _ in range(50):
         off.observe(decision, StepResult(tokens=[1, 2], drafted=1, accepted=1, seconds=0.01, engine="mtp"))
     assert off.choose(_request("prose")).engine == "mtp"
+
+
+def test_the_policy_sets_the_monitor_weights_at_start_and_on_reload(tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text("monitor: {ewma_alpha: 0.02, cost_ewma_alpha: 0.004}\n")
+    monitor = Monitor(None)
+    router = AdaptiveRouter(PolicyStore(path), monitor, ("raw", "mtp", "ddtree"), LabelFromUserText())
+    assert (monitor.snapshot()["ewma_alpha"], monitor.snapshot()["cost_ewma_alpha"]) == (0.02, 0.004)
+    path.write_text("monitor: {ewma_alpha: 0.05}\n")
+    assert router.reload().ok
+    assert (monitor.snapshot()["ewma_alpha"], monitor.snapshot()["cost_ewma_alpha"]) == (0.05, 0.003)   # the default

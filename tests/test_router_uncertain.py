@@ -23,15 +23,18 @@ def _total_regret(policy: Policy, seed: int) -> float:
     return (spent - oracle) / oracle
 
 
-@pytest.mark.parametrize("seed", [3, 4])
-def test_uncertain_aware_router_bounds_regret_under_40_percent_mislabels(seed):
-    # the uncertain band alone (trying untested arms, which also softens a wrong class, is its own test)
+def test_uncertain_aware_router_bounds_regret_under_40_percent_mislabels():
+    # the uncertain band alone (trying untested arms, which also softens a wrong class, is its own test);
+    # four noisy worlds, since one seed's gap between the two moves by +-0.03 with the monitor's noise
     only = {"exploration": {"try_untested": False}}
-    aware = _total_regret(Policy.model_validate({**only, "classifier": {"uncertain_below": 0.6}}), seed)
-    trusting = _total_regret(Policy.model_validate({**only, "classifier": {"uncertain_below": 0.0}}), seed)
-    print(f"seed {seed}: regret aware {aware:.1%}, trusting every label {trusting:.1%}")
-    assert aware < 0.13, aware  # bounded: about 9-10 % of oracle time here
-    assert aware < trusting - 0.03, (aware, trusting)  # and clearly below trusting a wrong class
+    seeds = (3, 4, 5, 6)
+    aware = [_total_regret(Policy.model_validate({**only, "classifier": {"uncertain_below": 0.6}}), s) for s in seeds]
+    trusting = [_total_regret(Policy.model_validate({**only, "classifier": {"uncertain_below": 0.0}}), s) for s in seeds]
+    print(f"regret aware {aware}, trusting every label {trusting}")
+    assert max(aware) < 0.13, aware  # bounded: about 9-10 % of oracle time here
+    mean_aware, mean_trusting = sum(aware) / len(aware), sum(trusting) / len(trusting)
+    assert mean_aware < mean_trusting - 0.03, (aware, trusting)  # and clearly below trusting a wrong class
+    assert sum(a < t for a, t in zip(aware, trusting)) == len(seeds)
 
 
 @pytest.mark.parametrize("seed", [3, 4])

@@ -128,9 +128,11 @@ class Monitor:
     """Thread-safe online statistics, persisted to an optional state file."""
 
     def __init__(self, state_path: str | Path | None = None, ewma_alpha: float = 0.01,
-                 first_use_steps: int = FIRST_USE_STEPS, stall_factor: float = STALL_FACTOR):
+                 first_use_steps: int = FIRST_USE_STEPS, stall_factor: float = STALL_FACTOR,
+                 cost_ewma_alpha: float | None = None):
         self._lock = threading.Lock()
         self._weight = ewma_alpha
+        self._cost_weight = ewma_alpha if cost_ewma_alpha is None else cost_ewma_alpha
         self._first_use_steps = first_use_steps
         self._stall_factor = stall_factor
         self._state_path = Path(state_path) if state_path is not None else None
@@ -146,11 +148,14 @@ class Monitor:
     def state_path(self) -> Path | None:
         return self._state_path
 
-    def set_ewma_alpha(self, weight: float) -> None:
-        if not 0.0 < weight <= 1.0:
-            raise ValueError(f"ewma alpha must be in (0, 1], got {weight}")
+    def set_ewma_alpha(self, weight: float, cost_weight: float | None = None) -> None:
+        """EWMA weights of the newest step: `weight` for acceptance and the per-arm means,
+        `cost_weight` (default: `weight`) for the step seconds behind the cost ratios."""
+        cost_weight = weight if cost_weight is None else cost_weight
+        if not (0.0 < weight <= 1.0 and 0.0 < cost_weight <= 1.0):
+            raise ValueError(f"ewma alphas must be in (0, 1], got {weight}, {cost_weight}")
         with self._lock:
-            self._weight = weight
+            self._weight, self._cost_weight = weight, cost_weight
 
     def set_timing(self, first_use_steps: int, stall_factor: float) -> None:
         """Step timing guards: `first_use_steps` timed steps skipped per (engine, mode) in this process
@@ -202,7 +207,7 @@ class Monitor:
             stat = table[key] = Ewma()
         if stat.n:
             seconds = min(seconds, self._stall_factor * stat.mean)
-        stat.update(seconds, self._weight)
+        stat.update(seconds, self._cost_weight)
 
     def _arm_locked(self, key: str) -> ArmStats:
         arm = self._state.arms.get(key)
@@ -278,7 +283,7 @@ class Monitor:
         # uncertainty shrinks from the prior's as data arrives (a variance from 1-2 samples means nothing)
         accepted_sd = _blend(prior_accepted_sd, self._sd(arm.accepted if arm else None, prior_accepted_sd), n_acc, warmup)
         # before any timing, a step's relative cost is taken as known to ~10% (it is mostly arithmetic)
-        cost_n_eff = min(float(n_cost), (2.0 - self._weight) / self._weight)
+        cost_n_eff = min(float(n_cost), (2.0 - self._cost_weight) / self._cost_weight)
         measured_cost_sd = math.sqrt(cost_var / max(1.0, cost_n_eff)) if n_cost else 0.1 * prior_cost
         cost_sd = _blend(0.1 * prior_cost, measured_cost_sd, n_cost, cost_warmup)
         # per-step spread: measured once there are two observations, else the prior's sd stands in
@@ -363,7 +368,8 @@ class Monitor:
                        "cost_ratio": stat.mean / raw.mean if raw and raw.n and raw.mean > 0 else None}
                 for rows, stat in sorted(self._state.batch_seconds.items(), key=lambda kv: int(kv[0]))
             }
-            return {"arms": arms, "engines": engines, "batches": batches, "ewma_alpha": self._weight}
+            return {"arms": arms, "engines": engines, "batches": batches, "ewma_alpha": self._weight,
+                    "cost_ewma_alpha": self._cost_weight}
 
     # --- persistence ------------------------------------------------------------------------
     def _load(self, path: Path) -> MonitorState:

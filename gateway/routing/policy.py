@@ -80,6 +80,11 @@ class Prior(_Strict):
 
 class MonitorPolicy(_Strict):
     ewma_alpha: float = Field(0.01, gt=0, le=1)  # per verify step: remembers ~200 steps
+    # Step seconds (the cost ratios): a machine's speed drifts by 10-30 % over minutes (the H200's
+    # raw step ran 2.3 ms for a while, then 3.3 ms), alike for every engine, but each engine is timed
+    # only while it runs: remembering ~200 steps compared one engine's slow minute with another's fast
+    # one. Remembers ~670 steps; a ratio of two machine properties changes rarely.
+    cost_ewma_alpha: float = Field(0.003, gt=0, le=1)
     warmup: int = Field(50, ge=0)
     # A step's cost is a property of this machine, measured directly: a few timed steps pin it, and a
     # wrong prior_cost (it differs several-fold between machines) must not steer many requests.

@@ -97,6 +97,7 @@ class AdaptiveRouter:
         self._autosaver: Autosaver | None = None
         self._previous_sighup = None
         self._remember(store.current())
+        monitor.set_ewma_alpha(store.policy.monitor.ewma_alpha, store.policy.monitor.cost_ewma_alpha)
         monitor.set_timing(store.policy.monitor.first_use_steps, store.policy.monitor.stall_factor)
         store.subscribe(self._on_reload)
         self._warn_unloaded(store.policy)
@@ -114,7 +115,8 @@ class AdaptiveRouter:
         shipped classifier unless one (or None) is given."""
         store = PolicyStore(path)
         policy = store.policy
-        monitor = Monitor(state_path or policy.state.resolved_path(), policy.monitor.ewma_alpha)
+        monitor = Monitor(state_path or policy.state.resolved_path(), policy.monitor.ewma_alpha,
+                          cost_ewma_alpha=policy.monitor.cost_ewma_alpha)
         if classifier == "auto":
             classifier = load_classifier()
         return cls(store, monitor, loaded_engines, classifier)
@@ -149,7 +151,7 @@ class AdaptiveRouter:
         return self.store.reload(trigger)
 
     def _on_reload(self, snapshot: PolicySnapshot) -> None:
-        self.monitor.set_ewma_alpha(snapshot.policy.monitor.ewma_alpha)
+        self.monitor.set_ewma_alpha(snapshot.policy.monitor.ewma_alpha, snapshot.policy.monitor.cost_ewma_alpha)
         self.monitor.set_timing(snapshot.policy.monitor.first_use_steps, snapshot.policy.monitor.stall_factor)
         if self._autosaver is not None:
             self._autosaver.set_interval(snapshot.policy.state.persist_interval_seconds)
