@@ -58,6 +58,8 @@ class SwitchRule:
     probe_every: int = 1                              # DDTree probe interval within that phase (its drafter is dearer)
     batch_costs: tuple[float, ...] = ()               # c(B), B = 1, 2, ...: a raw step shared by B requests
     raw_cost_now: float = 1.0                         # what a raw token costs this request now (see batched)
+    expected: Mapping[str, float] = field(default_factory=dict)     # the arm's alpha per engine (class, decoding)
+    persistence: Mapping[str, float] = field(default_factory=dict)  # share of a window's deviation from it that lasts
 
     def cost(self, engine: str) -> float:
         return self.raw_cost_now if engine == "raw" else float(self.costs.get(engine, 1.0))
@@ -76,15 +78,33 @@ class SwitchRule:
         """Per-step sd of an engine's accepted tokens (raw accepts nothing, exactly)."""
         return 0.0 if engine == "raw" else float(self.step_sd.get(engine, 0.5))
 
+    def carry(self, engine: str) -> float:
+        """How much of a window's deviation from the arm's mean the next window keeps (0..1); 1 (the
+        window at face value) for an engine without an arm mean."""
+        if engine == "raw" or engine not in self.expected:
+            return 1.0
+        return min(1.0, max(0.0, float(self.persistence.get(engine, 1.0))))
+
+    def projected(self, engine: str, window_mean: float) -> float:
+        """The engine's alpha over the rest of the request, from its last window: the arm's mean plus
+        the share of the window's deviation that persists (learned per engine and decoding mode: on the
+        demo family a greedy dip is mostly gone a window later, a sampled one lasts), else the window."""
+        if engine == "raw" or engine not in self.expected:
+            return window_mean
+        mean = float(self.expected[engine])
+        return mean + self.carry(engine) * (window_mean - mean)
+
     def break_even(self, engine: str, other: str, other_accepted: float = 0.0) -> float:
         """alpha at which `engine` and `other` (with alpha `other_accepted`) decode equally fast."""
         return self.cost(engine) * (1.0 + other_accepted) / self.cost(other) - 1.0
 
     def threshold(self, engine: str, other: str, other_accepted: float = 0.0) -> float:
-        """The window mean of `engine`'s accepted tokens below which the request moves to `other`:
-        break-even, minus the margin, minus evidence_z standard errors of the two window means."""
+        """The projected alpha of `engine` below which the request moves to `other` (whose projected
+        alpha is `other_accepted`): break-even, minus the margin, minus evidence_z standard errors of
+        the two projections (a window's noise enters a projection scaled by its carry)."""
         scale = self.cost(engine) / self.cost(other)  # break-even moves by this per token of the other's alpha
-        noise = self.evidence_z * math.sqrt((self.spread(engine) ** 2 + (scale * self.spread(other)) ** 2) / self.window)
+        mine, theirs = self.carry(engine) * self.spread(engine), scale * self.carry(other) * self.spread(other)
+        noise = self.evidence_z * math.sqrt((mine**2 + theirs**2) / self.window)
         return self.break_even(engine, other, other_accepted) - self.margin - noise
 
 

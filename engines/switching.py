@@ -42,12 +42,16 @@ class SwitchWatch:
         values = self._windows.get(engine, ())
         return sum(values) / len(values) if self.rule and len(values) == self.rule.window else None
 
+    def _projected(self, engine: str) -> float | None:
+        mean = self._mean(engine)
+        return None if mean is None or self.rule is None else self.rule.projected(engine, mean)
+
     def gain(self, other: str) -> float | None:
-        """How far the running engine's window mean is below its threshold against `other`
+        """How far the running engine's projected alpha is below its threshold against `other`
         (> 0: moving pays, beyond margin and noise), None until both windows are full."""
         if self.rule is None:
             return None
-        mine, theirs = self._mean(self.running), self._mean(other)
+        mine, theirs = self._projected(self.running), self._projected(other)
         if mine is None or theirs is None:
             return None
         return self.rule.threshold(self.running, other, theirs) - mine
@@ -63,4 +67,4 @@ class SwitchWatch:
         if not gains:
             return None
         # the fastest alternative is the one with the highest break-even for the running engine
-        return max(gains, key=lambda e: self.rule.break_even(self.running, e, self._mean(e) or 0.0))
+        return max(gains, key=lambda e: self.rule.break_even(self.running, e, self._projected(e) or 0.0))

@@ -333,3 +333,37 @@ def test_step_seconds_remember_longer_than_acceptance_across_a_machine_slowdown(
     reloaded.set_ewma_alpha(0.02, 0.002)
     assert run(reloaded)[0] == pytest.approx(long_cost)
     assert reloaded.snapshot()["cost_ewma_alpha"] == 0.002
+
+
+def test_window_persistence_is_learned_per_engine_and_mode_and_one_until_warm():
+    """Pairs of consecutive windows in a request: a request-level level plus window noise. When the
+    level varies little against the noise (transient dips) the next window keeps little of a window's
+    deviation; when requests differ and windows agree (lasting dips) it keeps most of it."""
+    import random
+
+    rng = random.Random(0)
+    monitor = Monitor(None, ewma_alpha=0.01, first_use_steps=0)
+    for _ in range(400):
+        level = 2.0 + rng.gauss(0, 0.1)                  # greedy-like: requests alike, windows noisy
+        monitor.observe_windows("ddtree", level + rng.gauss(0, 0.8), level + rng.gauss(0, 0.8))
+        level = 1.0 + rng.gauss(0, 0.8)                  # sampled-like: requests differ, windows agree
+        monitor.observe_windows("ddtree", level + rng.gauss(0, 0.1), level + rng.gauss(0, 0.1), sampled=True)
+    assert monitor.persistence("ddtree", False, warmup=30) < 0.15     # ~0.02 = 0.1^2 / (0.1^2 + 0.8^2)
+    assert monitor.persistence("ddtree", True, warmup=30) > 0.9       # ~0.98
+    assert monitor.persistence("mtp", False, warmup=30) == 1.0        # never measured: the window as it is
+    assert monitor.persistence("ddtree", False, warmup=1000) == 1.0   # not warm yet
+    fresh = Monitor(None)
+    fresh.observe_windows("ddtree", 1.0, 3.0)
+    assert fresh.persistence("ddtree", True, warmup=1) == 1.0         # one mode's pairs are not the other's
+    assert monitor.snapshot()["persistence"]["ddtree/sampled"]["pairs"] == 400
+
+
+def test_window_pairs_persist_in_the_state_file(tmp_path):
+    path = tmp_path / "state.json"
+    monitor = Monitor(path)
+    for previous, following in ((1.0, 2.0), (3.0, 2.0), (2.0, 2.5)):
+        monitor.observe_windows("mtp", previous, following)
+    assert monitor.save()
+    again = Monitor(path)
+    assert again.load_error is None
+    assert again.persistence("mtp", False, warmup=3) == monitor.persistence("mtp", False, warmup=3) < 1.0

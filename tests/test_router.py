@@ -3,6 +3,7 @@ rules, persistence across restarts, stats and Prometheus export."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -611,3 +612,27 @@ def test_the_policy_sets_the_monitor_weights_at_start_and_on_reload(tmp_path):
     path.write_text("monitor: {ewma_alpha: 0.05}\n")
     assert router.reload().ok
     assert (monitor.snapshot()["ewma_alpha"], monitor.snapshot()["cost_ewma_alpha"]) == (0.05, 0.003)   # the default
+
+
+def test_the_router_cuts_windows_learns_their_persistence_and_hands_it_to_the_rule():
+    """Each request's verifies are cut into consecutive fallback windows per running engine; their
+    pairs teach the monitor how much of a dip lasts (per engine and decoding mode), and the next
+    request's rule projects with it. A forced request teaches it too (it is the same engine)."""
+    policy = {**NO_EXPLORE, "fallback": {"window": 4, "persistence_warmup": 20}}
+    router = _router(policy)
+    rng = random.Random(1)
+    for _ in range(40):
+        decision = router.choose(_request(forced="ddtree"))
+        for _ in range(16):   # 4 windows; each verify accepts 0..4 at random around the same level
+            accepted = rng.choice((0, 1, 2, 3, 4))
+            router.observe(decision, StepResult([1] * (accepted + 1), drafted=4, accepted=accepted, seconds=0.02,
+                                                engine="ddtree"))
+        router.finished(decision, None)
+    pairs = router.monitor.snapshot()["persistence"]["ddtree"]
+    assert pairs["pairs"] == 40 * 3 and pairs["persistence"] < 0.3      # windows independent: ~0
+    rule = router.choose(_request()).switch
+    assert rule.persistence["ddtree"] == pytest.approx(pairs["persistence"])
+    assert rule.expected["ddtree"] == pytest.approx(router.predict("code", "ddtree", router.store.policy, False).accepted)
+    sampled = dataclasses.replace(_request(), sampled=True)
+    assert router.choose(sampled).switch.persistence["ddtree"] == 1.0   # sampled: not measured
+    assert not router._windows   # finished() let go of every request's window

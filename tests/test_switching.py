@@ -266,3 +266,26 @@ def test_a_steps_seconds_include_the_consumers_time_as_raw_steps_do(engines, eng
         if len(seconds) == 3:
             break
     assert min(seconds) >= 0.03
+
+
+def test_a_window_is_projected_through_its_learned_persistence():
+    """The rest of a request is the arm's mean plus the share of the window's dip that lasts: with
+    the dip mostly transient, a bad window no longer hands a good engine's request to raw; with it
+    lasting (or unlearned: 1.0), the same window does."""
+    base = dict(window=4, margin=0.1, evidence_z=1.645, costs={"ddtree": 2.4}, step_sd={"ddtree": 1.0},
+                targets=("raw",), expected={"ddtree": 2.5})
+    transient, lasting = SwitchRule(**base, persistence={"ddtree": 0.2}), SwitchRule(**base, persistence={"ddtree": 0.95})
+    unlearned = SwitchRule(**base)
+    assert transient.projected("ddtree", 0.25) == pytest.approx(2.5 + 0.2 * (0.25 - 2.5))
+    assert unlearned.projected("ddtree", 0.25) == 0.25 and transient.projected("raw", 0.0) == 0.0
+    # a projection carries the window's noise scaled by its carry
+    assert transient.threshold("ddtree", "raw") == pytest.approx(1.4 - 0.1 - 1.645 * 0.2 * 1.0 / 2)
+
+    def hands_off(rule: SwitchRule) -> bool:
+        watch = SwitchWatch(rule, "ddtree")
+        for accepted in (0.0, 1.0, 0.0, 0.0):   # a bad window: 0.25 tokens per verify
+            watch.record(accepted)
+        return watch.choice(("raw",)) == "raw"
+
+    assert not hands_off(transient)
+    assert hands_off(lasting) and hands_off(unlearned)

@@ -73,6 +73,34 @@ class ArmStats:
     accepted_total: int = 0
 
 
+@pydantic_dataclass(config=ConfigDict(extra="forbid"), slots=True)
+class WindowPairs:
+    """Consecutive windows of one engine's accepted tokens within a request, (previous, next) mean:
+    EWMAs of the moments behind the regression slope of next on previous."""
+
+    previous: float = 0.0
+    following: float = 0.0
+    previous_sq: float = 0.0
+    product: float = 0.0
+    n: int = Field(0, ge=0)
+
+    def update(self, previous: float, following: float, weight: float) -> None:
+        self.n += 1
+        w = max(weight, 1.0 / self.n)
+        self.previous += w * (previous - self.previous)
+        self.following += w * (following - self.following)
+        self.previous_sq += w * (previous * previous - self.previous_sq)
+        self.product += w * (previous * following - self.product)
+
+    def slope(self) -> float | None:
+        """Share of a window's deviation from the mean that the next window keeps, in [0, 1]; None
+        while the windows have not varied."""
+        var = self.previous_sq - self.previous * self.previous
+        if var <= 1e-9:
+            return None
+        return min(1.0, max(0.0, (self.product - self.previous * self.following) / var))
+
+
 class MonitorState(BaseModel):
     """What the state file holds."""
 
@@ -83,6 +111,7 @@ class MonitorState(BaseModel):
     arms: dict[str, ArmStats] = Field(default_factory=dict)             # "class/engine" -> stats
     engine_seconds: dict[str, Ewma] = Field(default_factory=dict)       # "mtp", "mtp/sampled" -> seconds per step
     batch_seconds: dict[str, Ewma] = Field(default_factory=dict)        # rows ("2", "3", ...) -> seconds per batched raw step
+    window_pairs: dict[str, WindowPairs] = Field(default_factory=dict)  # "ddtree", "ddtree/sampled" -> consecutive windows
 
 
 @dataclass(frozen=True)
@@ -194,6 +223,28 @@ class Monitor:
             if timed and step.seconds > 0 and math.isfinite(step.seconds) and step.tokens:
                 self._time_locked(self._state.engine_seconds, _seconds_key(step.engine, sampled), step.seconds)
             self._dirty = True
+
+    def observe_windows(self, engine: str, previous: float, following: float, sampled: bool = False) -> None:
+        """Two consecutive windows' mean accepted tokens of `engine` in one request (router.observe
+        cuts them): how much of a window's dip or peak lasts into the next one."""
+        if engine not in ENGINE_NAMES or engine == "raw":
+            return
+        with self._lock:
+            key = _seconds_key(engine, sampled)
+            pairs = self._state.window_pairs.get(key)
+            if pairs is None:
+                pairs = self._state.window_pairs[key] = WindowPairs()
+            pairs.update(previous, following, self._weight)
+            self._dirty = True
+
+    def persistence(self, engine: str, sampled: bool, warmup: int) -> float:
+        """The measured share of a window's deviation that the next window keeps, once `warmup` pairs
+        of windows of this engine and decoding mode are in (the modes differ most here: not borrowed);
+        until then 1.0, the window at face value."""
+        with self._lock:
+            pairs = self._state.window_pairs.get(_seconds_key(engine, sampled))
+            slope = pairs.slope() if pairs is not None and pairs.n >= max(warmup, 1) else None
+            return 1.0 if slope is None else slope
 
     def _time_locked(self, table: dict[str, Ewma], key: str, seconds: float) -> None:
         """Fold one step's seconds into table[key], past this process's first uses and clipped at a stall.
@@ -368,7 +419,10 @@ class Monitor:
                        "cost_ratio": stat.mean / raw.mean if raw and raw.n and raw.mean > 0 else None}
                 for rows, stat in sorted(self._state.batch_seconds.items(), key=lambda kv: int(kv[0]))
             }
-            return {"arms": arms, "engines": engines, "batches": batches, "ewma_alpha": self._weight,
+            persistence = {key: {"pairs": pairs.n, "persistence": pairs.slope()}
+                           for key, pairs in sorted(self._state.window_pairs.items())}
+            return {"arms": arms, "engines": engines, "batches": batches, "persistence": persistence,
+                    "ewma_alpha": self._weight,
                     "cost_ewma_alpha": self._cost_weight}
 
     # --- persistence ------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import signal
 import threading
 import time
 from collections import Counter, OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Mapping, Protocol, Sequence
 
@@ -36,6 +37,26 @@ from .policy_watch import PolicySnapshot, PolicyStore, ReloadResult
 log = logging.getLogger(__name__)
 
 _MAX_OPEN_REQUESTS = 4096   # bound on per-request step counters if finished() is ever skipped
+
+
+@dataclass(slots=True)
+class _WindowTrack:
+    """One request's verifies on its running engine, cut into consecutive windows."""
+
+    engine: str
+    size: int
+    total: float = 0.0
+    count: int = 0
+    previous: float | None = None
+
+    def add(self, accepted: float) -> tuple[float, float] | None:
+        self.total += accepted
+        self.count += 1
+        if self.count < self.size:
+            return None
+        mean, previous = self.total / self.count, self.previous
+        self.total, self.count, self.previous = 0.0, 0, mean
+        return None if previous is None else (previous, mean)
 _KEPT_SNAPSHOTS = 16        # policy versions remembered for requests still running
 
 
@@ -90,6 +111,7 @@ class AdaptiveRouter:
         self._quarantine_until: dict[str, float] = {}
         self._incumbent: dict[tuple[str, bool], str] = {}  # (class, sampled) -> engine last chosen by the monitor
         self._open_steps: OrderedDict[int, int] = OrderedDict()  # id(decision) -> steps seen
+        self._windows: dict[int, _WindowTrack] = {}   # id(decision) -> its running engine's current window
         self._snapshots: OrderedDict[int, PolicySnapshot] = OrderedDict()
         self._decisions: Counter[tuple[str, str, str]] = Counter()  # (class, engine, reason)
         self._classifier_errors = 0
@@ -239,7 +261,7 @@ class AdaptiveRouter:
             if batching.enabled else ()
 
         def decide(engine: str, reason: str, with_switch: bool = True, probe: bool = True) -> RouteDecision:
-            rule = self._switch_rule(engine, predictions, policy, healthy, probe, batch_costs) if with_switch else None
+            rule = self._switch_rule(engine, predictions, policy, healthy, mode, probe, batch_costs) if with_switch else None
             decision = RouteDecision(engine, klass, reason, rule, predicted, snapshot.version, mode, uncertain)
             with self._lock:  # bounded labels: a forced engine name is whatever the client sent
                 self._decisions[(klass, engine if engine in ENGINE_NAMES else "other", reason)] += 1
@@ -351,7 +373,7 @@ class AdaptiveRouter:
 
     def _switch_rule(
         self, engine: str, predictions: Mapping[str, ArmPrediction], policy: Policy, healthy: Sequence[str],
-        probe: bool = True, batch_costs: Sequence[float] = (),
+        sampled: bool, probe: bool = True, batch_costs: Sequence[float] = (),
     ) -> SwitchRule | None:
         """The request's switching rule: raw is always a target of a speculative engine (the
         hand-off); other healthy speculative engines are targets while probed."""
@@ -369,6 +391,9 @@ class AdaptiveRouter:
             step_sd={e: p.accepted_step_sd for e, p in predictions.items()},
             targets=targets, probe_steps=switching.probe_steps if speculative else 0,
             probe_every=switching.probe_every, batch_costs=tuple(batch_costs),
+            expected={e: p.accepted for e, p in predictions.items() if e != "raw"},
+            persistence={e: self.monitor.persistence(e, sampled, evidence.persistence_warmup)
+                         for e in predictions if e != "raw"},
         )
 
     def observe(self, decision: RouteDecision, step: StepResult) -> None:
@@ -378,13 +403,28 @@ class AdaptiveRouter:
             self._open_steps[key] = seen + 1
             if len(self._open_steps) > _MAX_OPEN_REQUESTS:
                 self._open_steps.popitem(last=False)
+            pair = self._next_window(key, decision, step) if step.drafted > 0 else None
         # the first step's wall time includes the prefill: count its tokens, not its time
         klass = POOLED_CLASS if decision.pooled else decision.klass
         self.monitor.observe(klass, step, timed=seen > 0, sampled=decision.sampled)
+        if pair is not None:
+            self.monitor.observe_windows(step.engine, *pair, sampled=decision.sampled)
+
+    def _next_window(self, key: int, decision: RouteDecision, step: StepResult) -> tuple[float, float] | None:
+        """Cut the request's verifies into consecutive windows of the fallback's size, per running engine;
+        returns (previous, this) window means when one completes after another."""
+        track = self._windows.get(key)
+        if track is None or track.engine != step.engine:
+            snapshot = self._snapshots.get(decision.policy_version) or self.store.current()
+            track = self._windows[key] = _WindowTrack(step.engine, snapshot.policy.fallback.window)
+            if len(self._windows) > _MAX_OPEN_REQUESTS:   # oldest first (insertion order), as _open_steps
+                self._windows.pop(next(iter(self._windows)))
+        return track.add(float(step.accepted))
 
     def finished(self, decision: RouteDecision, error: BaseException | None) -> None:
         with self._lock:
             self._open_steps.pop(id(decision), None)
+            self._windows.pop(id(decision), None)
         if error is None or isinstance(error, (InvalidRequestError, EngineUnavailableError)):
             return
         if not isinstance(error, Exception):  # cancellation / shutdown is not the engine's fault
