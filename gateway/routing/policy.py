@@ -141,8 +141,8 @@ class FallbackPolicy(_Strict):
     # learns per engine and decoding mode how much of a window's deviation from the arm's mean the
     # next window keeps (regression of consecutive windows), and the rule projects the rest from the
     # arm's mean plus that share. Until this many pairs of windows are in, the window is taken at
-    # face value. On the demo family greedy hand-offs lost (0.60-0.98x the engine kept, 16 bench
-    # runs on the CPU and the H200) and sampled ones won (1.00-1.19x).
+    # face value. On the demo family greedy hand-offs lost (0.60-0.98x the engine kept, in all 14
+    # bench runs with any, CPU and H200) and sampled ones won (1.00-1.17x).
     persistence_warmup: int = Field(30, ge=1)
 
 

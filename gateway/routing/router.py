@@ -37,6 +37,7 @@ from .policy_watch import PolicySnapshot, PolicyStore, ReloadResult
 log = logging.getLogger(__name__)
 
 _MAX_OPEN_REQUESTS = 4096   # bound on per-request step counters if finished() is ever skipped
+_KEPT_SNAPSHOTS = 16        # policy versions remembered for requests still running
 
 
 @dataclass(slots=True)
@@ -57,7 +58,6 @@ class _WindowTrack:
         mean, previous = self.total / self.count, self.previous
         self.total, self.count, self.previous = 0.0, 0, mean
         return None if previous is None else (previous, mean)
-_KEPT_SNAPSHOTS = 16        # policy versions remembered for requests still running
 
 
 class PredictionLike(Protocol):
