@@ -24,6 +24,7 @@ import json
 import statistics
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from .environment import mapped_blas
 
@@ -122,8 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {engine} | {mode} | {path} | {row['requests']} | {row['decode_tps']:.1f} | "
                       f"{row['vs_engine']:.3f} | {row['step_ms']:.2f} | {row['consumer_us']:.0f} |", flush=True)
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(rows, handle, indent=1)
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 
 
