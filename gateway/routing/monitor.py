@@ -19,8 +19,10 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.dataclasses import dataclass as pydantic_dataclass
@@ -31,6 +33,7 @@ from contracts.names import CLASSES, ENGINE_NAMES
 from .policy import POOLED_CLASS
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 STATE_FORMAT_VERSION = 1
 # Defaults of the policy's monitor.first_use_steps / monitor.stall_factor (gateway/routing/policy.py).
@@ -38,7 +41,12 @@ FIRST_USE_STEPS = 16
 STALL_FACTOR = 8.0
 
 
-# The two records below are updated on every engine step (on the GPU the host's time per step is the
+def _warm_weight(weight: float, n: int) -> float:
+    """The newest of n samples' weight: a plain mean for the first 1/weight samples, then `weight`."""
+    return max(weight, 1.0 / n)
+
+
+# The records below are updated on every engine step (on the GPU the host's time per step is the
 # step's time): pydantic dataclasses validate the state file like models do, while assigning an
 # attribute is a plain slot write (a BaseModel's __setattr__ costs ~1 us, ~40 us a step in all).
 @pydantic_dataclass(config=ConfigDict(extra="forbid"), slots=True)
@@ -51,7 +59,7 @@ class Ewma:
 
     def update(self, value: float, weight: float) -> None:
         self.n += 1
-        w = max(weight, 1.0 / self.n)
+        w = _warm_weight(weight, self.n)
         delta = value - self.mean
         self.mean += w * delta
         self.var = (1.0 - w) * (self.var + w * delta * delta)
@@ -86,7 +94,7 @@ class WindowPairs:
 
     def update(self, previous: float, following: float, weight: float) -> None:
         self.n += 1
-        w = max(weight, 1.0 / self.n)
+        w = _warm_weight(weight, self.n)
         self.previous += w * (previous - self.previous)
         self.following += w * (following - self.following)
         self.previous_sq += w * (previous * previous - self.previous_sq)
@@ -145,8 +153,16 @@ def _arm_key(klass: str, engine: str, sampled: bool = False) -> str:
     return f"{klass}/{engine}/sampled" if sampled else f"{klass}/{engine}"
 
 
-def _seconds_key(engine: str, sampled: bool = False) -> str:
-    """Sampled steps cost more than greedy ones, by an engine-dependent amount (the sampler runs on
+def _record(table: dict[str, T], key: str, make: Callable[[], T]) -> T:
+    """table[key], made on first use (not setdefault(key, make()): that builds a record on every step)."""
+    record = table.get(key)
+    if record is None:
+        record = table[key] = make()
+    return record
+
+
+def _mode_key(engine: str, sampled: bool = False) -> str:
+    """Step seconds and window pairs are kept per engine and decoding mode. Sampled steps cost more than greedy ones, by an engine-dependent amount (the sampler runs on
     1 row for raw, 2 for mtp, a whole tree for ddtree: on the CPU +11 %, +22 %, +12 % per step), so
     a ratio is taken within one mode: raw's sampled steps against ddtree's greedy ones read ddtree 10 %
     cheaper than it is, and the router sent sampled requests to it where mtp was faster."""
@@ -221,7 +237,7 @@ class Monitor:
             for key in keys:
                 self._fold_locked(key, step, timed, sampled)
             if timed and step.seconds > 0 and math.isfinite(step.seconds) and step.tokens:
-                self._time_locked(self._state.engine_seconds, _seconds_key(step.engine, sampled), step.seconds)
+                self._time_locked(self._state.engine_seconds, _mode_key(step.engine, sampled), step.seconds)
             self._dirty = True
 
     def observe_windows(self, engine: str, previous: float, following: float, sampled: bool = False) -> None:
@@ -230,11 +246,8 @@ class Monitor:
         if engine not in ENGINE_NAMES or engine == "raw":
             return
         with self._lock:
-            key = _seconds_key(engine, sampled)
-            pairs = self._state.window_pairs.get(key)
-            if pairs is None:
-                pairs = self._state.window_pairs[key] = WindowPairs()
-            pairs.update(previous, following, self._weight)
+            _record(self._state.window_pairs, _mode_key(engine, sampled), WindowPairs).update(
+                previous, following, self._weight)
             self._dirty = True
 
     def persistence(self, engine: str, sampled: bool, warmup: int) -> float:
@@ -242,7 +255,7 @@ class Monitor:
         of windows of this engine and decoding mode are in (the modes differ most here: not borrowed);
         until then 1.0, the window at face value."""
         with self._lock:
-            pairs = self._state.window_pairs.get(_seconds_key(engine, sampled))
+            pairs = self._state.window_pairs.get(_mode_key(engine, sampled))
             slope = pairs.slope() if pairs is not None and pairs.n >= max(warmup, 1) else None
             return 1.0 if slope is None else slope
 
@@ -253,26 +266,18 @@ class Monitor:
         if skipped < self._first_use_steps:
             self._first_use[key] = skipped + 1
             return
-        stat = table.get(key)
-        if stat is None:
-            stat = table[key] = Ewma()
+        stat = _record(table, key, Ewma)
         if stat.n:
             seconds = min(seconds, self._stall_factor * stat.mean)
         stat.update(seconds, self._cost_weight)
 
-    def _arm_locked(self, key: str) -> ArmStats:
-        arm = self._state.arms.get(key)
-        if arm is None:   # not setdefault(key, ArmStats()): that builds a record on every step
-            arm = self._state.arms[key] = ArmStats()
-        return arm
-
     def _fold_locked(self, klass: str, step: StepResult, timed: bool, sampled: bool) -> None:
         for engine, probed in step.probes.items():
             if engine in ENGINE_NAMES and engine != step.engine:
-                probed_arm = self._arm_locked(_arm_key(klass, engine, sampled))
+                probed_arm = _record(self._state.arms, _arm_key(klass, engine, sampled), ArmStats)
                 for accepted in probed:
                     probed_arm.accepted.update(float(accepted), self._weight)
-        arm = self._arm_locked(_arm_key(klass, step.engine, sampled))
+        arm = _record(self._state.arms, _arm_key(klass, step.engine, sampled), ArmStats)
         arm.steps += 1
         if step.drafted > 0:
             arm.accepted.update(float(step.accepted), self._weight)
@@ -351,7 +356,7 @@ class Monitor:
     def _raw_seconds_locked(self, sampled: bool = False) -> Ewma | None:
         """Raw's step seconds in this mode, or in the other one while this mode has none."""
         for mode in (sampled, not sampled):
-            stat = self._state.engine_seconds.get(_seconds_key("raw", mode))
+            stat = self._state.engine_seconds.get(_mode_key("raw", mode))
             if stat and stat.n and stat.mean > 0:
                 return stat
         return None
@@ -360,8 +365,8 @@ class Monitor:
         """(c_e, variance of c_e, observations) from mean step seconds against raw's in the same
         mode; the other mode's ratio while this mode lacks either side; (1, 0, 0) with no timing."""
         for mode in (sampled, not sampled):
-            mine = self._state.engine_seconds.get(_seconds_key(engine, mode))
-            raw = self._state.engine_seconds.get(_seconds_key("raw", mode))
+            mine = self._state.engine_seconds.get(_mode_key(engine, mode))
+            raw = self._state.engine_seconds.get(_mode_key("raw", mode))
             if not mine or not raw or mine.n == 0 or raw.n == 0 or raw.mean <= 0:
                 continue
             ratio = mine.mean / raw.mean
