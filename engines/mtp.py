@@ -19,7 +19,7 @@ from contracts.sampling import SamplingParams
 from .bundle import ModelBundle
 from .mtp_head import MTPHead
 from .prefill import PrefixPlan, PrefixUse, chunk_slices
-from .sampling import log_probs
+from .sampling import candidates, log_probs
 from .speculative import (
     Committed,
     Cycle,
@@ -116,17 +116,17 @@ class _MTPDrafting:
         # proposals inside the constraint (the verify alone would keep the output exact either way)
         draft_logits = processor.apply(self.draft_logits[None], [[]])[0] if processor.active else self.draft_logits
         if cfg.greedy:
-            draft_lp, draft = None, mx.argmax(draft_logits)
+            draft_dist, draft = None, mx.argmax(draft_logits)
         else:
-            draft_lp = log_probs(draft_logits, cfg)
-            draft = rng.categorical(draft_lp)
+            draft_dist = candidates(draft_logits, cfg)
+            draft = rng.sample(draft_dist)
         mx.async_eval(draft)  # the device runs the head while the host builds the verify graph
         verify_ids = mx.stack([mx.array(pending, dtype=mx.uint32), draft.astype(mx.uint32)])
         out = forward_tree(bundle, verify_ids, _VERIFY, self.cache, capture=self.capture if sync else ())
         target_logits = bundle.lm_head(out.hidden)
         if processor.active:  # row 1 continues the history by the draft (a host read of the draft)
             target_logits = processor.apply(target_logits, [[], [int(draft.item())]])
-        verdict = verify_one(draft, draft_lp, target_logits, cfg, rng)
+        verdict = verify_one(draft, draft_dist, target_logits, cfg, rng)
         # the cycle's one host sync
         accepted, drafted, bonus = (int(v) for v in mx.stack(
             [verdict.accepted.astype(mx.int64), draft.astype(mx.int64), verdict.bonus.astype(mx.int64)]).tolist())
@@ -152,15 +152,15 @@ class _MTPDrafting:
             self.head_cursor = Cursor.at(self.head_cache.offset)
         undo = self._undo()
         if cfg.greedy:
-            draft_lp, draft = None, mx.argmax(self.draft_logits)
+            draft_dist, draft = None, mx.argmax(self.draft_logits)
         else:
-            draft_lp = log_probs(self.draft_logits, cfg)
-            draft = rng.categorical(draft_lp)
+            draft_dist = candidates(self.draft_logits, cfg)
+            draft = rng.sample(draft_dist)
         verify_ids = mx.stack([pending.reshape(()).astype(mx.uint32), draft.astype(mx.uint32)])
         tree = DeviceTree.of(_VERIFY, 1)   # a chain: the forwards use its layout (the kernel size is unused)
         out = forward_device(bundle, verify_ids, tree, self.cache, self.cursor)
         logits = bundle.lm_head(out.hidden)
-        verdict = verify_one(draft, draft_lp, logits, cfg, rng)
+        verdict = verify_one(draft, draft_dist, logits, cfg, rng)
         accepted = verdict.accepted.astype(mx.int32)
         commit_device(bundle, self.cache, out, tree, _CHAIN_PATH, accepted, accepted + 1, self.cursor)
         emitted = mx.stack([mx.where(verdict.accepted, draft, verdict.bonus), verdict.bonus]).astype(mx.uint32)

@@ -1,7 +1,8 @@
 """The one sampler: temperature, top-k, top-p, min-p and seeded draws.
 
-Every engine and every verify rule goes through `log_probs`, so the draft distribution q and the
-target distribution p always carry the same truncation (docs/design.md "Sampling and losslessness").
+Every engine and every verify rule goes through `candidates` (or its dense form `log_probs`), so the
+draft distribution q and the target distribution p always carry the same truncation (docs/design.md
+"Sampling and losslessness").
 """
 
 from __future__ import annotations
@@ -56,18 +57,67 @@ def resolve(params: SamplingParams, defaults: GenerationDefaults) -> SamplerConf
 def log_probs(logits: mx.array, cfg: SamplerConfig) -> mx.array:
     """Normalised log-probabilities after temperature and truncation (-inf outside the support).
 
-    Works on any leading shape (..., V). Order: temperature, top-k, top-p (over the renormalised
-    top-k distribution), min-p.
-    Not for greedy configs: greedy decoding uses argmax of the raw logits.
+    Works on any leading shape (..., V): the dense form of `candidates`. Not for greedy configs:
+    greedy decoding uses argmax of the raw logits.
     """
+    return candidates(logits, cfg).dense(logits.shape[-1])
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """A processed distribution on the tokens that can carry mass: with top-k, the k candidate
+    tokens and their normalised log-probabilities (-inf where top-p or min-p dropped one); without
+    it, the whole vocabulary in id order (`tokens` is None). Draws and verify rules work on these
+    columns: on a CPU each dense pass over a vocabulary costs ~0.1-0.2 ms, and a sampled verify
+    made a dozen of them."""
+
+    tokens: mx.array | None   # (..., K) token ids, or None: column i is token i
+    logprobs: mx.array        # (..., K) float32
+
+    def dense(self, vocab: int) -> mx.array:
+        """(..., vocab) log-probabilities, -inf off the candidates."""
+        if self.tokens is None:
+            return self.logprobs
+        out = mx.full((*self.tokens.shape[:-1], vocab), -float("inf"), dtype=mx.float32)
+        return mx.put_along_axis(out, self.tokens.astype(mx.int32), self.logprobs, axis=-1)
+
+    def token_at(self, column: mx.array) -> mx.array:
+        """The token of a column per leading row."""
+        if self.tokens is None:
+            return column
+        return mx.take_along_axis(self.tokens, column[..., None].astype(mx.int32), axis=-1)[..., 0]
+
+    def probs_at(self, tokens: mx.array, vocab: int, dense: bool | None = None) -> mx.array:
+        """p at each of `tokens` (..., N), 0 off the support: a compare of the two short lists, or
+        one dense pass when they are long (`dense` forces one way)."""
+        if dense is None:
+            dense = self.tokens is None or self.tokens.shape[-1] * tokens.shape[-1] > vocab
+        if not dense:
+            hit = tokens.astype(self.tokens.dtype)[..., :, None] == self.tokens[..., None, :]
+            return mx.sum(mx.where(hit, mx.exp(self.logprobs)[..., None, :], 0.0), axis=-1)
+        return mx.take_along_axis(mx.exp(self.dense(vocab)), tokens.astype(mx.int32), axis=-1)
+
+    def prob_of(self, token: mx.array, vocab: int) -> mx.array:
+        """p(token) for one token per leading row (shape (...)), 0 off the support."""
+        return self.probs_at(token[..., None], vocab)[..., 0]
+
+
+def candidates(logits: mx.array, cfg: SamplerConfig) -> Candidates:
+    """The processed distribution of `logits` (..., V): temperature, top-k, top-p (over the
+    renormalised top-k distribution, as HF/vLLM), min-p.
+
+    Top-k keeps exactly k tokens (a tie at the k-th value is broken by the partition, as
+    torch.topk breaks it); top-p and min-p keep every token at or above their threshold value.
+    """
+    vocab = logits.shape[-1]
+    tokens = None
+    if 0 < cfg.top_k < vocab:
+        # a positive temperature keeps the order, so the k largest logits are the k most likely tokens
+        tokens = mx.argpartition(-logits, kth=cfg.top_k - 1, axis=-1)[..., : cfg.top_k]
+        logits = mx.take_along_axis(logits, tokens, axis=-1)
     x = logits.astype(mx.float32) / cfg.temperature
     x = x - mx.logsumexp(x, axis=-1, keepdims=True)
-    vocab = x.shape[-1]
     neg_inf = mx.array(-float("inf"), dtype=mx.float32)
-    if 0 < cfg.top_k < vocab:
-        kth = mx.min(mx.topk(x, cfg.top_k, axis=-1), axis=-1, keepdims=True)
-        x = mx.where(x >= kth, x, neg_inf)
-        x = x - mx.logsumexp(x, axis=-1, keepdims=True)  # top-p then measures the top-k mass (as HF/vLLM)
     if cfg.top_p < 1.0:
         ordered = -mx.sort(-x, axis=-1)
         probs = mx.exp(ordered)
@@ -77,7 +127,7 @@ def log_probs(logits: mx.array, cfg: SamplerConfig) -> mx.array:
     if cfg.min_p > 0.0:
         top = mx.max(x, axis=-1, keepdims=True)
         x = mx.where(x >= top + math.log(cfg.min_p), x, neg_inf)
-    return x - mx.logsumexp(x, axis=-1, keepdims=True)
+    return Candidates(tokens, x - mx.logsumexp(x, axis=-1, keepdims=True))
 
 
 def probs(logits: mx.array, cfg: SamplerConfig) -> mx.array:
@@ -97,6 +147,10 @@ class Rng:
     def categorical(self, logprobs: mx.array) -> mx.array:
         return mx.random.categorical(logprobs, key=self.next_key())
 
+    def sample(self, dist: Candidates) -> mx.array:
+        """One token per leading row of a processed distribution."""
+        return dist.token_at(mx.random.categorical(dist.logprobs, key=self.next_key()))
+
     def uniform(self, shape: tuple[int, ...] = ()) -> mx.array:
         return mx.random.uniform(shape=shape, key=self.next_key())
 
@@ -105,4 +159,4 @@ def choose(logits: mx.array, cfg: SamplerConfig, rng: Rng) -> mx.array:
     """One token per row: argmax when greedy, else a draw from the processed distribution."""
     if cfg.greedy:
         return mx.argmax(logits, axis=-1)
-    return rng.categorical(log_probs(logits, cfg))
+    return rng.sample(candidates(logits, cfg))

@@ -31,7 +31,7 @@ from .bundle import ModelBundle
 from .prefill import PrefixPlan, PrefixUse, prefill_stepwise
 from .processing import TargetProcessor
 from .raw import decode
-from .sampling import Rng, SamplerConfig, choose, log_probs, resolve
+from .sampling import Candidates, Rng, SamplerConfig, candidates, choose, resolve
 from .switching import SwitchWatch
 from .target import ForwardOutput, forward_causal
 
@@ -46,34 +46,34 @@ class ChainVerdict:
 
 def verify_one(
     draft: mx.array,
-    draft_logprobs: mx.array | None,
+    draft_dist: Candidates | None,
     target_logits: mx.array,
     cfg: SamplerConfig,
     rng: Rng,
 ) -> ChainVerdict:
     """Verify one draft token d against target logits for [pos of d, pos after d].
 
-    Shapes: draft (...), draft_logprobs (..., V), target_logits (..., 2, V); leading axes batch
+    Shapes: draft (...), draft_dist over (..., K), target_logits (..., 2, V); leading axes batch
     independent verifies. Greedy: accept iff d is the target's argmax; the bonus is the target's
     argmax where the chain stops. Sampled: accept with min(1, p(d)/q(d)), else draw from
     normalize(max(p - q, 0)); p and q come from the same sampler settings, so the output has the
-    target's distribution.
+    target's distribution. Everything after the target's truncation runs on its candidates: the
+    residual max(p - q, 0) is zero wherever p is.
     """
     if cfg.greedy:
         choice = mx.argmax(target_logits, axis=-1)
         accepted = choice[..., 0] == draft
         return ChainVerdict(accepted, mx.where(accepted, choice[..., 1], choice[..., 0]))
-    p = mx.exp(log_probs(target_logits, cfg))
-    q = mx.exp(draft_logprobs)
-    index = draft[..., None].astype(mx.int32)
-    q_draft = mx.take_along_axis(q, index, axis=-1)[..., 0]
-    p_draft = mx.take_along_axis(p[..., 0, :], index, axis=-1)[..., 0]
-    accepted = rng.uniform(draft.shape) * q_draft < p_draft
-    residual = mx.maximum(p[..., 0, :] - q, 0.0)
+    vocab = target_logits.shape[-1]
+    p = candidates(target_logits, cfg)
+    now, following = (Candidates(None if p.tokens is None else p.tokens[..., i, :], p.logprobs[..., i, :]) for i in (0, 1))
+    accepted = rng.uniform(draft.shape) * draft_dist.prob_of(draft, vocab) < now.prob_of(draft, vocab)
+    columns = mx.broadcast_to(mx.arange(vocab), now.logprobs.shape) if now.tokens is None else now.tokens
+    residual = mx.maximum(mx.exp(now.logprobs) - draft_dist.probs_at(columns, vocab), 0.0)
     total = residual.sum(axis=-1, keepdims=True)
-    residual = mx.where(total > 0, residual / mx.maximum(total, 1e-30), p[..., 0, :])
-    rejected_bonus = rng.categorical(mx.log(residual))
-    accepted_bonus = rng.categorical(mx.log(p[..., 1, :]))
+    residual_lp = mx.where(total > 0, mx.log(residual) - mx.log(mx.maximum(total, 1e-30)), now.logprobs)
+    rejected_bonus = rng.sample(Candidates(now.tokens, residual_lp))
+    accepted_bonus = rng.sample(following)
     return ChainVerdict(accepted, mx.where(accepted, accepted_bonus, rejected_bonus))
 
 

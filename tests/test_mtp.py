@@ -18,7 +18,7 @@ from engines.mtp import MTPEngine
 from engines.mtp_head import _zero_centred, load_mtp_head, read_mtp_tensors
 from engines.prefill import prefill
 from engines.raw import RawEngine
-from engines.sampling import Rng, SamplerConfig, log_probs
+from engines.sampling import Candidates, Rng, SamplerConfig, candidates, log_probs
 from engines.speculative import verify_one
 from engines.target import commit, forward_causal, forward_tree
 from engines.tree import TreeLayout
@@ -103,7 +103,8 @@ def _mtp_first_two_draws(bundle, head, prompt, cfg, n, *, biased=False):
         c = bundle.make_cache()
         pre = prefill(bundle, c, prompt, last_alone=True)
         draft_logits = engine.bundle.lm_head(engine.head_rows(mx.array(prompt[1:] + [int(x1)], dtype=mx.uint32), pre.hidden, KVCache())[-1])
-        q_lp = log_probs(draft_logits, cfg)
+        q = candidates(draft_logits, cfg)
+        q_lp = q.dense(bundle.vocab_size)
         verify_logits = {}
         for d in np.nonzero(np.array(mx.exp(q_lp)))[0]:
             out = forward_tree(bundle, mx.array([int(x1), int(d)], dtype=mx.uint32), TreeLayout.chain(2), c)
@@ -111,12 +112,14 @@ def _mtp_first_two_draws(bundle, head, prompt, cfg, n, *, biased=False):
             for layer_cache in c:  # drop the verify's KV rows: every d sees the same context
                 if isinstance(layer_cache, KVCache):
                     layer_cache.offset -= 2
-        drafts = rng.categorical(mx.broadcast_to(q_lp, (rows, q_lp.shape[-1])))
+        q_rows = Candidates(None if q.tokens is None else mx.broadcast_to(q.tokens, (rows, q.tokens.shape[-1])),
+                            mx.broadcast_to(q.logprobs, (rows, q.logprobs.shape[-1])))
+        drafts = rng.sample(q_rows)
         if biased:  # negative control: always accept the draft (what a broken verify does)
             x2s = drafts
         else:
             logits = mx.stack([verify_logits[int(d)] for d in drafts.tolist()])
-            verdict = verify_one(drafts, mx.broadcast_to(q_lp, (rows, q_lp.shape[-1])), logits, cfg, rng)
+            verdict = verify_one(drafts, q_rows, logits, cfg, rng)
             x2s = mx.where(verdict.accepted, drafts, verdict.bonus)
         counts.update((int(x1), int(x2)) for x2 in x2s.tolist())
     return counts

@@ -16,7 +16,7 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from engines.sampling import SamplerConfig, log_probs
+from engines.sampling import Candidates, SamplerConfig, candidates, log_probs
 from engines.speculative import verify_one
 
 SETTINGS = settings(max_examples=150, deadline=None)
@@ -129,8 +129,8 @@ class ScriptedRng:
     """Stands in for engines.sampling.Rng: uniform() returns `u`; categorical() records the
     distribution it was asked to sample from and returns its most likely token."""
 
-    def __init__(self, u: float):
-        self.u = u
+    def __init__(self, u: float, vocab: int = 0):
+        self.u, self.vocab = u, vocab
         self.asked: list[np.ndarray] = []
 
     def uniform(self, shape=()):
@@ -140,10 +140,16 @@ class ScriptedRng:
         self.asked.append(np.exp(np.array(logprobs, dtype=np.float64)))
         return mx.argmax(logprobs, axis=-1)
 
+    def sample(self, dist: Candidates) -> mx.array:
+        """Records the distribution over the whole vocabulary (the candidates scattered back)."""
+        vocab = self.vocab if dist.tokens is not None else dist.logprobs.shape[-1]
+        self.asked.append(np.exp(np.array(dist.dense(vocab), dtype=np.float64)))
+        return dist.token_at(mx.argmax(dist.logprobs, axis=-1))
 
-def _verify(draft: int, q_lp: mx.array, target: mx.array, cfg: SamplerConfig, u: float) -> tuple[bool, ScriptedRng]:
-    rng = ScriptedRng(u)
-    verdict = verify_one(mx.array(draft), q_lp, target, cfg, rng)
+
+def _verify(draft: int, q: Candidates, target: mx.array, cfg: SamplerConfig, u: float) -> tuple[bool, ScriptedRng]:
+    rng = ScriptedRng(u, target.shape[-1])
+    verdict = verify_one(mx.array(draft), q, target, cfg, rng)
     return bool(verdict.accepted.item()), rng
 
 
@@ -156,7 +162,8 @@ def _verify(draft: int, q_lp: mx.array, target: mx.array, cfg: SamplerConfig, u:
 def test_chain_verify_accepts_with_min_1_p_over_q_and_emits_p(vectors, temperature, top_k, top_p):
     draft_logits, target_now, target_next = vectors
     cfg = SamplerConfig(temperature=temperature, top_p=top_p, top_k=top_k, min_p=0.0)
-    q_lp = log_probs(mx.array(draft_logits, dtype=mx.float32), cfg)
+    q_dist = candidates(mx.array(draft_logits, dtype=mx.float32), cfg)
+    q_lp = q_dist.dense(len(draft_logits))
     target = mx.array([target_now, target_next], dtype=mx.float32)
     q = np.exp(np.array(q_lp, dtype=np.float64))
     p = np.exp(np.array(log_probs(target[0], cfg), dtype=np.float64))
@@ -167,13 +174,13 @@ def test_chain_verify_accepts_with_min_1_p_over_q_and_emits_p(vectors, temperatu
         accept = min(1.0, p[d] / q[d])
         # the acceptance threshold of the rule is exactly min(1, p/q): just below accepts, just above rejects
         if accept > 1e-6:
-            accepted, rng = _verify(int(d), q_lp, target, cfg, u=accept * (1 - 1e-3))
+            accepted, rng = _verify(int(d), q_dist, target, cfg, u=accept * (1 - 1e-3))
             assert accepted
             assert np.allclose(rng.asked[1], p_next, atol=1e-6)   # the bonus after an accept comes from p(next)
         if accept < 1 - 1e-6:
-            accepted, rng = _verify(int(d), q_lp, target, cfg, u=accept * (1 + 1e-3) + 1e-9)
+            accepted, rng = _verify(int(d), q_dist, target, cfg, u=accept * (1 + 1e-3) + 1e-9)
             assert not accepted
-        _, rng = _verify(int(d), q_lp, target, cfg, u=0.5)
+        _, rng = _verify(int(d), q_dist, target, cfg, u=0.5)
         residual = rng.asked[0]          # what a rejection resamples from
         emitted[d] += q[d] * accept
         emitted += q[d] * (1.0 - accept) * residual
@@ -199,9 +206,10 @@ def test_greedy_verify_accepts_iff_the_draft_is_the_argmax(data):
 def test_identical_draft_and_target_always_accept():
     cfg = SamplerConfig(temperature=0.8, top_p=0.9, top_k=0, min_p=0.0)
     logits = mx.array([0.1, 2.0, -1.0, 0.7], dtype=mx.float32)
-    q_lp = log_probs(logits, cfg)
+    q = candidates(logits, cfg)
+    q_lp = q.dense(logits.shape[-1])
     for d in np.flatnonzero(np.exp(np.array(q_lp)) > 0):
-        accepted, _ = _verify(int(d), q_lp, mx.stack([logits, logits]), cfg, u=1.0 - 1e-7)
+        accepted, _ = _verify(int(d), q, mx.stack([logits, logits]), cfg, u=1.0 - 1e-7)
         assert accepted and math.isfinite(float(q_lp[int(d)]))
 
 
@@ -216,3 +224,51 @@ def test_top_p_is_measured_after_top_k():
     # top-2 renormalised = [0.615, 0.385]: its 0.6-nucleus is the first token alone (measured on the
     # full distribution, 0.4 < 0.6 would have kept both)
     assert p[0] == 1.0 and sum(p[1:]) == 0.0
+
+
+# ---- candidates: the columns every draw and verify works on -------------------------------------
+
+
+@SETTINGS
+@given(vocab_logits, temperatures, st.integers(0, 12), st.floats(0.05, 1.0), st.floats(0.0, 0.95))
+def test_candidates_are_the_dense_distribution_on_its_support(logits, temperature, top_k, top_p, min_p):
+    """The candidate columns hold exactly the mass of the dense form, each token once, and p at any
+    token reads the same from the short lists (compare) as from the dense form."""
+    cfg = SamplerConfig(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p)
+    vocab = len(logits)
+    dist = candidates(mx.array(logits, dtype=mx.float32), cfg)
+    dense = np.exp(np.array(dist.dense(vocab), dtype=np.float64))
+    if dist.tokens is not None:
+        tokens = np.array(dist.tokens).tolist()
+        assert len(set(tokens)) == len(tokens) == top_k
+        assert dense[[t for t in range(vocab) if t not in tokens]].sum() == 0.0
+    every = mx.arange(vocab)
+    compare = np.array(dist.probs_at(every, vocab, dense=dist.tokens is None), dtype=np.float64)   # a short-list compare
+    through_dense = np.array(dist.probs_at(every, vocab, dense=True), dtype=np.float64)           # one dense pass
+    assert np.allclose(compare, dense, atol=1e-7) and np.allclose(through_dense, dense, atol=1e-7)
+    for token in range(vocab):
+        assert abs(float(dist.prob_of(mx.array(token), vocab).item()) - dense[token]) < 1e-7
+
+
+def test_top_k_keeps_exactly_k_tokens_when_the_kth_value_ties():
+    """Top-k breaks a tie at the k-th value (as torch.topk does): k tokens, the rest of the tie dropped."""
+    logits = mx.array([2.0, 1.0, 1.0, 1.0, 0.0], dtype=mx.float32)
+    p = np.exp(np.array(log_probs(logits, SamplerConfig(temperature=1.0, top_p=1.0, top_k=2, min_p=0.0))))
+    assert p[0] > 0 and (p > 0).sum() == 2 and p[4] == 0.0 and (p[1:4] > 0).sum() == 1
+
+
+def test_draws_from_candidates_follow_the_dense_distribution():
+    """Rng.sample draws a candidate column and maps it to its token: the empirical distribution of
+    many draws matches the dense one (top-k, top-p and plain temperature)."""
+    from engines.sampling import Rng
+
+    logits = mx.array(np.random.default_rng(3).normal(0, 1.5, 40).astype(np.float32))
+    for cfg in (SamplerConfig(0.8, 0.9, 6, 0.0), SamplerConfig(1.0, 0.8, 0, 0.0), SamplerConfig(1.3, 1.0, 0, 0.05)):
+        dist = candidates(logits, cfg)
+        want = np.exp(np.array(dist.dense(40), dtype=np.float64))
+        rows = 20000
+        many = type(dist)(None if dist.tokens is None else mx.broadcast_to(dist.tokens, (rows, dist.tokens.shape[-1])),
+                          mx.broadcast_to(dist.logprobs, (rows, dist.logprobs.shape[-1])))
+        got = np.bincount(np.array(Rng(11).sample(many)), minlength=40) / rows
+        assert np.all(got[want == 0] == 0)
+        assert 0.5 * np.abs(got - want).sum() < 0.02, (cfg, got, want)
