@@ -326,6 +326,46 @@ def _programming_question(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask)}
 
 
+# Math written in notation (equations, f(x), a_n, matrices, coordinates, limits, LaTeX): the reply is a
+# worked solution in sentences and formulas, not a program. Written for the kinds of request that read
+# as code to the model (symbols, brackets, underscores): a probe set of 30 math asks of my own had 4 such
+# misses (a recurrence a_n, a matrix [[2, 1], [1, 2]], a circle's equation, a triangle's vertices);
+# no prompt of any source or benchmark was used.
+MATH_TAILS = ("", "", "", " Show your work.", " Explain each step.", " Give the answer with a short justification.",
+              " Please show the steps.", " Just the final answer, with one line of reasoning.", " Prove your answer.")
+
+
+def _math_notation(rng: random.Random, corpus: Corpus) -> dict:
+    a, b, c, d = rng.randint(1, 9), rng.randint(2, 12), rng.randint(1, 20), rng.randint(2, 7)
+    n, m = rng.randint(3, 12), rng.randint(2, 9)
+    x1, y1, x2, y2, x3, y3 = (rng.randint(-6, 9) for _ in range(6))
+    var = rng.choice(("x", "x", "t", "z"))
+    ask = phrase(rng, (
+        f"Solve {a}{var}^2 - {b}{var} + {c} = 0.", f"Solve the system {a}x + y = {b}, x - {d}y = {c}.",
+        f"Factor {var}^2 - {b + d}{var} + {b * d}.", f"Simplify ({var}^2 - {d * d})/({var} + {d}).",
+        f"Find all real {var} such that |{a}{var} - {c}| < {b}.", f"If f(x) = {a}x^2 + {c}, what is f(f({d}))?",
+        f"Find the inverse of f(x) = ({a}x + {c})/(x - {d}).", f"Differentiate f(x) = x^{d} * ln(x).",
+        f"What is d/dx of sin({a}x) * e^({d}x)?", f"Evaluate the integral of x^{d} e^x dx from 0 to 1.",
+        f"Compute \\int_0^{{\\pi}} \\sin^{d}(x)\\,dx.", f"Find lim_{{x->0}} (1 - cos({a}x))/x^2.",
+        f"Find the maximum of f(x) = -{a}x^2 + {b}x + {c} on [0, {n}].",
+        f"Let a_1 = {a} and a_n = {d}a_{{n-1}} - {c}. Find a_{n}.", f"Find a closed form for the sum of k^{m % 3 + 1} for k = 1..n.",
+        f"What is the next term of {a}, {a + b}, {a + 3 * b}, {a + 6 * b}, ...?", f"Find the determinant of [[{a}, {b}], [{c}, {d}]].",
+        f"Compute the eigenvalues of the matrix [[{a}, {d}], [{d}, {a}]].", f"Find A^{{-1}} for A = [[{a}, {b}], [{c}, {d + a}]].",
+        f"Are the vectors ({x1}, {y1}, {a}), ({x2}, {y2}, {b}) and ({x3}, {y3}, {c}) linearly independent?",
+        f"Find the area of the triangle with vertices ({x1}, {y1}), ({x2}, {y2}) and ({x3}, {y3}).",
+        f"A circle has equation x^2 + y^2 - {2 * a}x + {2 * d}y = {c}. Find its centre and radius.",
+        f"Find the distance between ({x1}, {y1}) and ({x2}, {y2}), and the midpoint.",
+        f"What is the slope of the line through ({x1}, {y1}) and ({x2}, {y2 + 10})?", f"Find gcd({a * 12}, {d * 18}) and lcm of the same.",
+        f"What is {d}^{{{n * 100 + c}}} mod {b + 1}?", f"Show that n^3 - n is divisible by 6 for every integer n.",
+        f"Prove by induction that 1 + 2 + ... + n = n(n + 1)/2.", f"Prove that sqrt({rng.choice((2, 3, 5, 7))}) is irrational.",
+        f"P(A) = 0.{a}, P(B) = 0.{d}, P(A ∩ B) = 0.0{a}. Find P(A ∪ B) and P(A | B).",
+        f"X ~ Binomial({n}, 0.{d}). Find P(X = {m % n}) and E[X].", f"Let X ~ N(0, 1). What is P(-{a % 3 + 1} < X < {a % 3 + 1})?",
+        f"Solve the recurrence T(n) = {d}T(n/2) + n.", f"For which real k does k{var}^2 + {b}{var} + {c} = 0 have two real roots?",
+        f"Compute $\\sum_{{k=1}}^{{{n}}} k^2$ and explain the formula you used.", f"Solve $\\frac{{{a}}}{{x}} + \\frac{{{d}}}{{x+1}} = 1$.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask + rng.choice(MATH_TAILS))}
+
+
 TEMPLATES: tuple[Template, ...] = (
     Template("prose/summarise", "prose", _summarise, 130),
     Template("prose/explain_code", "prose", _explain_code, 110),
@@ -348,4 +388,5 @@ TEMPLATES: tuple[Template, ...] = (
     Template("prose/multilingual", "prose", _multilingual_prose, 60),
     Template("prose/programming_question", "prose", _programming_question, 100),
     Template("prose/writing_brief", "prose", _writing_brief, 80),
+    Template("prose/math_notation", "prose", _math_notation, 100),
 )
