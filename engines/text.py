@@ -38,6 +38,25 @@ class StopMatcher:
         return held
 
 
+def untrimmed_detokenizer(tokenizer: Any) -> Any:
+    """A fresh streaming detokenizer that keeps the first token's leading space. mlx-lm's BPE and
+    SentencePiece detokenizers drop it (a habit from decoding whole prompts), but a generation continues
+    text: /v1/completions of "Rome is" would read "a city" (prompt + text = "Rome isa city") and a
+    prefilled reply would lose the space after the prefill. Chat answers trim their start themselves
+    (engines/reply.py), after the template's blank lines."""
+    detok = tokenizer.detokenizer
+    detok.reset()
+    if hasattr(detok, "trim_space"):          # SPMStreamingDetokenizer's own switch
+        detok.trim_space = False
+    if hasattr(detok, "_maybe_trim_space"):   # BPEStreamingDetokenizer has no switch: the identity instead
+        detok._maybe_trim_space = _keep
+    return detok
+
+
+def _keep(text: str) -> str:
+    return text
+
+
 def stream_text(
     steps: Iterator[StepResult],
     tokenizer: Any,
@@ -49,8 +68,7 @@ def stream_text(
     cancelled: Any,
 ) -> Iterator[GenerationChunk]:
     """Wraps an engine's steps; closes the engine generator when the request is finished."""
-    detok = tokenizer.detokenizer
-    detok.reset()
+    detok = untrimmed_detokenizer(tokenizer)
     matcher = StopMatcher(stops)
     produced = 0
     try:

@@ -1,0 +1,62 @@
+"""A second agent sweep: what coding agents, agent libraries (litellm, openai-agents) and chat UIs send,
+against served models. Each test is a defect the sweep found, reproduced with the SDKs or httpx."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from contracts.engine import StepResult
+from engines.text import stream_text
+from gateway.http.app import create_app
+from tests.fakes import FakeBackend, live_server
+from tests.ops_helpers import REPO
+
+DEMO = REPO / "models" / "switchyard-demo"
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+THINK_THEN_CALL = ("Let me check.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\n東京 🌧\n"
+                   "</parameter>\n</function>\n</tool_call>")
+
+
+@pytest.fixture(scope="module")
+def demo_server():
+    from engines.runtime import load_runtime
+
+    runtime = load_runtime(str(DEMO / "target"), draft_dir=str(DEMO / "drafter"))
+    runtime.set_prefix_cache(256 << 20)   # as `serve` runs it
+    with live_server(create_app(runtime)) as srv:
+        yield srv, runtime
+
+
+def test_the_first_token_keeps_its_leading_space(qwen_chat_tokenizer):
+    """mlx-lm's streaming detokenizer dropped the first token's leading space: every engine's text
+    started one character short of what the model wrote."""
+    ids = qwen_chat_tokenizer.encode(" a city", add_special_tokens=False)
+    steps = (StepResult(tokens=[token]) for token in ids)
+    chunks = list(stream_text(steps, qwen_chat_tokenizer, eos_token_ids=frozenset(), max_tokens=len(ids), stops=(),
+                              prompt_tokens=1, cancelled=lambda: False))
+    assert "".join(chunk.text for chunk in chunks) == " a city"
+
+
+def test_completions_and_prefills_continue_the_text(demo_server):
+    """/v1/completions of "Rome is" answered "a room..." (prompt + text = "Rome isa room", the logprobs'
+    tokens " a" ... and text_offset disagreeing with the text), and an Anthropic prefill "Rome is" was
+    continued as "a room": the space the model wrote was lost, under every engine."""
+    srv, runtime = demo_server
+    client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+    claude = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+    prefill = [{"role": "user", "content": "Write a sentence about Rome."}, {"role": "assistant", "content": "Rome is"}]
+    for engine in runtime.engine_names:
+        choice = client.completions.create(model="default", prompt="Rome is", max_tokens=4, temperature=0, logprobs=0,
+                                           extra_body={"engine": engine}).choices[0]
+        assert choice.logprobs.tokens[0].startswith(" ")   # the demo model's next word
+        assert choice.text == "".join(choice.logprobs.tokens), engine
+        streamed = "".join(c.choices[0].text for c in client.completions.create(
+            model="default", prompt="Rome is", max_tokens=4, temperature=0, stream=True, extra_body={"engine": engine}))
+        assert streamed == choice.text
+        message = claude.messages.create(model="default", max_tokens=4, messages=prefill,
+                                         extra_body={"engine": engine, "temperature": 0})
+        assert message.content[0].text.startswith(" "), (engine, message.content[0].text)
