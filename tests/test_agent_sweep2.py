@@ -60,3 +60,27 @@ def test_completions_and_prefills_continue_the_text(demo_server):
         message = claude.messages.create(model="default", max_tokens=4, messages=prefill,
                                          extra_body={"engine": engine, "temperature": 0})
         assert message.content[0].text.startswith(" "), (engine, message.content[0].text)
+
+
+def test_litellm_sends_its_provider_specific_fields_back(qwen_chat_tokenizer):
+    """litellm's tool loop (`messages.append(response.choices[0].message)`, its documented pattern) sends
+    the assistant turn back with `provider_specific_fields` (where it keeps the reply's `reasoning`): every
+    second turn through litellm's openai/ and hosted_vllm/ providers was a 400 "Unrecognized request
+    argument supplied: messages.1.provider_specific_fields". The body below is what litellm sent."""
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply=THINK_THEN_CALL)
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        message = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Weather?"}],
+                                                 tools=[WEATHER], max_tokens=64).choices[0].message
+        call = message.tool_calls[0]
+        turn = {"role": "assistant", "reasoning_content": message.reasoning_content,
+                "provider_specific_fields": {"reasoning": message.reasoning_content},
+                "tool_calls": [{"function": {"arguments": call.function.arguments, "name": "get_weather"},
+                                "id": call.id, "type": "function"}]}
+        backend.reply = "done\n</think>\n\nRainy."
+        response = httpx.post(srv.base_url + "/v1/chat/completions", json={
+            "model": "default", "max_tokens": 8, "tools": [WEATHER],
+            "messages": [{"role": "user", "content": "Weather?"}, turn,
+                         {"role": "tool", "tool_call_id": call.id, "content": "rain"}]})
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "Rainy."

@@ -159,6 +159,9 @@ class AssistantTurn(_Message):
     annotations: list[Any] | None = None
     audio: None = None
     function_call: None = None
+    # litellm's Message keeps the reply's fields it does not know (here `reasoning`) in this dict, and its
+    # tool loop (`messages.append(response.choices[0].message)`) sends it back: metadata, not the turn's
+    provider_specific_fields: dict[str, Any] | None = None
 
     @field_validator("content", mode="before")
     @classmethod
