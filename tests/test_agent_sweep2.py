@@ -84,3 +84,20 @@ def test_litellm_sends_its_provider_specific_fields_back(qwen_chat_tokenizer):
                          {"role": "tool", "tool_call_id": call.id, "content": "rain"}]})
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["message"]["content"] == "Rainy."
+
+
+def test_anthropic_streams_report_the_cache_hit(demo_server):
+    """A streamed /v1/messages (Claude Code streams every turn) reported `cache_read_input_tokens: 0` and
+    the whole prompt as `input_tokens` on a prefix-cache hit, where the same request unstreamed said
+    what the cache served: message_start was written before the first chunk was read."""
+    srv, _ = demo_server
+    claude = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+    ask = [{"role": "user", "content": "Tell me about the history of Rome, in some detail."}]
+    claude.messages.create(model="default", max_tokens=2, messages=ask)   # the prompt is now cached
+    whole = claude.messages.create(model="default", max_tokens=2, messages=ask).usage
+    assert whole.cache_read_input_tokens > 0
+    with claude.messages.stream(model="default", max_tokens=2, messages=ask) as stream:
+        started = next(event for event in stream if event.type == "message_start").message.usage
+        streamed = stream.get_final_message().usage
+    for usage in (started, streamed):
+        assert (usage.input_tokens, usage.cache_read_input_tokens) == (whole.input_tokens, whole.cache_read_input_tokens)

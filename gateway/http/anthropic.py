@@ -203,7 +203,8 @@ class AnthropicRenderer:
 
     def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
         choice = record.choices[-1] if record.choices else ChoiceReply(0)
-        delta = {"type": "message_delta", "delta": _stop(choice), "usage": {"output_tokens": record.completion_tokens}}
+        # the whole usage, as Anthropic's message_delta carries it (the SDK's stream takes each count given)
+        delta = {"type": "message_delta", "delta": _stop(choice), "usage": _usage(record, record.completion_tokens)}
         return [*self._close(), event(delta, "message_delta"), event({"type": "message_stop"}, "message_stop")]
 
     def stream_error(self, err: APIError) -> list[bytes]:
