@@ -101,3 +101,22 @@ def test_anthropic_streams_report_the_cache_hit(demo_server):
         streamed = stream.get_final_message().usage
     for usage in (started, streamed):
         assert (usage.input_tokens, usage.cache_read_input_tokens) == (whole.input_tokens, whole.cache_read_input_tokens)
+
+
+def test_non_ascii_tool_arguments_come_back_as_written(qwen_chat_tokenizer):
+    """A call's arguments came back ASCII-escaped ('{"city": "\\u6771\\u4eac \\ud83c\\udf27"}', the emoji
+    as a surrogate pair), where OpenAI writes the text itself and a max_tokens-cut call here already did;
+    Anthropic streams carried the escapes in `partial_json`."""
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply=THINK_THEN_CALL)
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        for stream in (False, True):
+            reply = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Weather?"}],
+                                                   tools=[WEATHER], max_tokens=64, stream=stream)
+            calls = ([c.function.arguments for chunk in reply for c in chunk.choices[0].delta.tool_calls or []]
+                     if stream else [c.function.arguments for c in reply.choices[0].message.tool_calls])
+            assert calls == ['{"city": "東京 🌧"}']
+        events = httpx.post(srv.base_url + "/v1/messages", json={
+            "model": "default", "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "Weather?"}],
+            "tools": [{"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}]}).text
+        assert '"partial_json":"{\\"city\\": \\"東京 🌧\\"}"' in events, events
