@@ -120,3 +120,19 @@ def test_non_ascii_tool_arguments_come_back_as_written(qwen_chat_tokenizer):
             "model": "default", "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "Weather?"}],
             "tools": [{"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}]}).text
         assert '"partial_json":"{\\"city\\": \\"東京 🌧\\"}"' in events, events
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2}),
+    ("/v1/responses", {"input": "hi", "max_output_tokens": 2}),
+    ("/v1/messages", {"model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+])
+def test_stream_null_is_no_stream(path, body):
+    """`"stream": null` (OpenAI's spec: `boolean | null`, defaulting to false; sent by clients that write out
+    every optional field) was a 400 "Invalid value for 'stream': Input should be a valid boolean" on every
+    endpoint, while every other optional field took its null."""
+    with live_server(create_app(FakeBackend())) as srv:
+        response = httpx.post(srv.base_url + path, json={**body, "stream": None})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/json")
