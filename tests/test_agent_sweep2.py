@@ -10,6 +10,7 @@ import pytest
 
 from contracts.engine import StepResult
 from engines.text import stream_text
+from gateway.config import GatewayConfig
 from gateway.http.app import create_app
 from tests.fakes import FakeBackend, live_server
 from tests.ops_helpers import REPO
@@ -136,3 +137,17 @@ def test_stream_null_is_no_stream(path, body):
         response = httpx.post(srv.base_url + path, json={**body, "stream": None})
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("application/json")
+
+
+def test_an_anthropic_timeout_is_a_timeout_error():
+    """The per-request timeout (a 504, or an error event mid-stream) was typed "api_error" on /v1/messages,
+    Anthropic's type for its own internal errors; Anthropic's 504 is a "timeout_error"."""
+    backend = FakeBackend(step_seconds=0.05, poll_cancel=False)
+    with live_server(create_app(backend, config=GatewayConfig(request_timeout_seconds=0.3))) as srv:
+        ask = {"model": "default", "max_tokens": 1000, "messages": [{"role": "user", "content": "hi"}]}
+        backend.reply = " ".join(["word"] * 1000)   # far more steps than the deadline allows
+        response = httpx.post(srv.base_url + "/v1/messages", json=ask, timeout=30)
+        assert response.status_code == 504
+        assert response.json()["error"]["type"] == "timeout_error"
+        streamed = httpx.post(srv.base_url + "/v1/messages", json={**ask, "stream": True}, timeout=30).text
+        assert 'event: error\ndata: {"type":"error","error":{"type":"timeout_error"' in streamed, streamed[-300:]

@@ -38,7 +38,8 @@ from .state import GatewayState
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "cancelled": "end_turn"}
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
+               504: "timeout_error"}
 
 
 def error_body(err: APIError) -> dict[str, Any]:
