@@ -151,3 +151,12 @@ def test_an_anthropic_timeout_is_a_timeout_error():
         assert response.json()["error"]["type"] == "timeout_error"
         streamed = httpx.post(srv.base_url + "/v1/messages", json={**ask, "stream": True}, timeout=30).text
         assert 'event: error\ndata: {"type":"error","error":{"type":"timeout_error"' in streamed, streamed[-300:]
+
+
+def test_anthropic_client_errors_are_never_api_errors():
+    """A 415 (a body sent as text/plain) or a 408 (a body too slow to arrive) on /v1/messages was typed
+    "api_error", Anthropic's type for a failure on its side, which clients report as a server fault."""
+    with live_server(create_app(FakeBackend())) as srv:
+        wrong_type = httpx.post(srv.base_url + "/v1/messages", content=b"{}", headers={"content-type": "text/plain"})
+        assert wrong_type.status_code == 415
+        assert wrong_type.json()["error"]["type"] == "invalid_request_error"

@@ -44,7 +44,10 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
 
 def error_body(err: APIError) -> dict[str, Any]:
     message = overflow_message(err.overflow) if isinstance(err, ContextOverflowError) else err.message
-    return {"type": "error", "error": {"type": ERROR_TYPES.get(err.status, "api_error"), "message": message}}
+    # Anthropic has no type for the other 4xx (408, 415): they are the request's fault, not "api_error",
+    # its type for a failure on the server's side
+    fallback = "invalid_request_error" if err.status < 500 else "api_error"
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(err.status, fallback), "message": message}}
 
 
 def overflow_message(overflow: ContextLengthExceeded) -> str:
