@@ -76,26 +76,31 @@ def stream_text(
             if isinstance(step, Pause):   # between prefill pieces: nothing to emit, the worker steps others
                 yield step
                 continue
+            # token by token, as raw emits them: a stop string ends the reply at the token that completes
+            # it, so a speculative step's tokens past it are neither counted nor given logprobs
             kept: list[int] = []
             finish: str | None = None
+            text, stopped = "", False
             for token in step.tokens:
                 if token in eos_token_ids:
                     finish = "stop"
                     break
                 kept.append(token)
                 produced += 1
+                detok.add_token(token)
+                piece, stopped = matcher.feed(detok.last_segment)
+                text += piece
+                if stopped:
+                    finish = "stop"
+                    break
                 if produced >= max_tokens:
                     finish = "length"
                     break
-            for token in kept:
-                detok.add_token(token)
-            if finish is not None:
-                detok.finalize()
-            text, stopped = matcher.feed(detok.last_segment)
-            if stopped:
-                finish = "stop"
-            elif finish is not None:
-                text += matcher.flush()
+            if finish is not None and not stopped:
+                detok.finalize()   # the text held back for a next token that will not come
+                piece, stopped = matcher.feed(detok.last_segment)
+                text += piece if stopped else piece + matcher.flush()
+                finish = "stop" if stopped else finish
             yield GenerationChunk(
                 text=text, token_ids=kept, finish_reason=finish, step=step,
                 prompt_tokens=prompt_tokens, completion_tokens=produced, logprobs=step.logprobs[: len(kept)],

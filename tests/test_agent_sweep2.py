@@ -160,3 +160,37 @@ def test_anthropic_client_errors_are_never_api_errors():
         wrong_type = httpx.post(srv.base_url + "/v1/messages", content=b"{}", headers={"content-type": "text/plain"})
         assert wrong_type.status_code == 415
         assert wrong_type.json()["error"]["type"] == "invalid_request_error"
+
+
+def _generate(tokenizer, steps: list[list[int]], stops: tuple[str, ...]) -> tuple[str, int, list[int], str | None]:
+    chunks = list(stream_text((StepResult(tokens=tokens) for tokens in steps), tokenizer, eos_token_ids=frozenset(),
+                              max_tokens=100, stops=stops, prompt_tokens=1, cancelled=lambda: False))
+    return ("".join(c.text for c in chunks), chunks[-1].completion_tokens, [t for c in chunks for t in c.token_ids],
+            chunks[-1].finish_reason)
+
+
+def test_a_stop_string_ends_a_speculative_step_where_raw_would_stop(qwen_chat_tokenizer):
+    """A stop string inside a speculative step (several tokens at once) ended the text there but counted,
+    and gave logprobs for, every token of the step: usage.completion_tokens of the same greedy reply was 3
+    under raw and 5 under ddtree."""
+    ids = qwen_chat_tokenizer.encode("def add(a, b):\n    return a + b\n", add_special_tokens=False)
+    one_by_one = _generate(qwen_chat_tokenizer, [[t] for t in ids], ("\n",))
+    assert one_by_one[0] == "def add(a, b):" and one_by_one[3] == "stop"
+    for width in (2, 3, len(ids)):
+        steps = [ids[i:i + width] for i in range(0, len(ids), width)]
+        assert _generate(qwen_chat_tokenizer, steps, ("\n",)) == one_by_one, width
+
+
+def test_engines_count_the_same_tokens_when_a_stop_string_ends_the_reply(demo_server):
+    """The same greedy reply, cut by a stop string, counted different usage (and logprobs) per engine."""
+    srv, runtime = demo_server
+    client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+    ask = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+    seen = set()
+    for engine in runtime.engine_names:
+        reply = client.chat.completions.create(model="default", messages=ask, max_tokens=40, temperature=0, stop=["\n"],
+                                               logprobs=True, extra_body={"engine": engine})
+        choice = reply.choices[0]
+        assert choice.finish_reason == "stop"
+        seen.add((choice.message.content, reply.usage.completion_tokens, len(choice.logprobs.content)))
+    assert len(seen) == 1, seen
