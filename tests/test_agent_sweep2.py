@@ -3,6 +3,8 @@ against served models. Each test is a defect the sweep found, reproduced with th
 
 from __future__ import annotations
 
+import time
+
 import anthropic
 import httpx
 import openai
@@ -194,3 +196,53 @@ def test_engines_count_the_same_tokens_when_a_stop_string_ends_the_reply(demo_se
         assert choice.finish_reason == "stop"
         seen.add((choice.message.content, reply.usage.completion_tokens, len(choice.logprobs.content)))
     assert len(seen) == 1, seen
+
+
+@pytest.fixture(scope="module")
+def tiny_runtime(tiny_target, tiny_drafter):
+    from engines.runtime import load_runtime
+
+    return load_runtime(str(tiny_target), draft_dir=str(tiny_drafter))
+
+
+def test_a_long_prompt_alone_gives_the_worker_back_between_pieces(tiny_runtime):
+    """A request alone prefilled its whole prompt in one step: a client that hung up (Esc in an agent, a
+    client timeout) kept the worker busy until the end of the prompt (17 s for 7k tokens of the demo model
+    here, minutes for a long agent context on a large model), and the next request waited behind it."""
+    from contracts.engine import CancelToken, Pause
+    from contracts.sampling import SamplingParams
+    from engines.prefill import PREFILL_CHUNK
+
+    prompt = [5 + i % 200 for i in range(PREFILL_CHUNK + 64)]
+    for engine in tiny_runtime.engine_names:
+        cancel = CancelToken()
+        chunks = tiny_runtime.generate(prompt, SamplingParams(max_tokens=2, temperature=0.0), engine, cancel)
+        assert isinstance(next(chunks), Pause), engine   # the worker can see the cancel here
+        cancel.cancel()
+        chunks.close()
+
+
+class _EndlessPrefill(FakeBackend):
+    """A prompt whose prefill gives the worker back between pieces, many times."""
+
+    pauses: int = 0
+
+    def _generate(self, prompt_ids, params, engine, cancel, switch, reply):
+        from contracts.engine import Pause
+
+        for _ in range(200):
+            time.sleep(0.05)
+            self.pauses += 1
+            yield Pause(0, 1)
+        yield from super()._generate(prompt_ids, params, engine, cancel, switch, reply)
+
+
+def test_the_deadline_stops_a_long_prefill():
+    """The per-request timeout was checked only after a chunk of output: a prompt whose prefill outlived
+    the deadline ran to its end before the 504 (here all 200 pieces, 10 s past a 0.3 s deadline)."""
+    backend = _EndlessPrefill()
+    with live_server(create_app(backend, config=GatewayConfig(request_timeout_seconds=0.3))) as srv:
+        response = httpx.post(srv.base_url + "/v1/chat/completions", timeout=60,
+                              json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    assert response.status_code == 504, response.text
+    assert backend.pauses < 200
