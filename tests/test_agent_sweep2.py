@@ -102,8 +102,9 @@ def test_anthropic_streams_report_the_cache_hit(demo_server):
     with claude.messages.stream(model="default", max_tokens=2, messages=ask) as stream:
         started = next(event for event in stream if event.type == "message_start").message.usage
         streamed = stream.get_final_message().usage
+    expected = (whole.input_tokens, whole.cache_read_input_tokens)
     for usage in (started, streamed):
-        assert (usage.input_tokens, usage.cache_read_input_tokens) == (whole.input_tokens, whole.cache_read_input_tokens)
+        assert (usage.input_tokens, usage.cache_read_input_tokens) == expected
 
 
 def test_non_ascii_tool_arguments_come_back_as_written(qwen_chat_tokenizer):
