@@ -104,10 +104,15 @@ def prefill_stepwise(
     is the same whichever engine prefills, so one entry serves raw, mtp and ddtree.
 
     Yields a Pause after every `pause_every` computed rows (None: INTERLEAVED_CHUNK while other
-    requests share the worker, else never; 0: never), computing in pieces of that size then."""
+    requests share the worker, else PREFILL_CHUNK; 0: never), computing in pieces of that size then."""
+    pause_rows = 0   # rows computed before a pause is due (0: after every piece)
     if pause_every is None:
         batch = bundle.decode_batch
-        pause_every = INTERLEAVED_CHUNK if batch is not None and batch.active > 1 else 0
+        shared = batch is not None and batch.active > 1
+        # alone too, after each whole PREFILL_CHUNK: the worker sees a cancel (the client hung up, the deadline
+        # passed) within one piece, not after the whole prompt (minutes of a long agent context on a large
+        # model); a prompt of one piece still runs without a pause
+        pause_every, pause_rows = (INTERLEAVED_CHUNK, 0) if shared else (PREFILL_CHUNK, PREFILL_CHUNK)
     size = pause_every or PREFILL_CHUNK
     ids = [int(t) for t in tokens]
     body = len(ids) - 1 if last_alone and ids else len(ids)
@@ -123,12 +128,13 @@ def prefill_stepwise(
             parts.append(ForwardOutput(entry.hidden, dict(entry.layers)))
             start = len(entry.tokens)
     bounds = sorted({p for p in (plan.points if plan else ()) if start < p < body} | {body})
-    done = start
+    done = paused_at = start
     for bound in bounds:
         for rows in chunk_slices(bound - done, size=size):
             parts.append(forward_causal(bundle, array[done + rows.start : done + rows.stop], cache, keep))
             mx.eval(parts[-1].hidden, [c.state for c in cache])
-            if pause_every and done + rows.stop < len(ids):
+            if pause_every and done + rows.stop < len(ids) and done + rows.stop - paused_at >= pause_rows:
+                paused_at = done + rows.stop
                 yield Pause(done + rows.stop - start, len(ids) - start)
         if plan is not None and bound > done:
             out = parts[0] = _concat(parts, keep)

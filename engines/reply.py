@@ -132,8 +132,14 @@ class ReplySplitter:
             arguments = call.get("arguments", {})
             self.called += 1
             out.append(ToolCall(id=_call_id(), name=str(call.get("name", "")),
-                                arguments=arguments if isinstance(arguments, str) else json.dumps(arguments)))
+                                arguments=arguments if isinstance(arguments, str) else _json(arguments)))
         return out
+
+
+def _json(arguments: Any) -> str:
+    """Arguments as OpenAI writes them: non-ASCII text as itself ("東京", not "\\u6771\\u4eac"), like the
+    arguments so far of a cut call (engines/cut_call.py), which are the model's own text."""
+    return json.dumps(arguments, ensure_ascii=False)
 
 
 def _call_id() -> str:

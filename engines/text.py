@@ -38,6 +38,25 @@ class StopMatcher:
         return held
 
 
+def untrimmed_detokenizer(tokenizer: Any) -> Any:
+    """A fresh streaming detokenizer that keeps the first token's leading space. mlx-lm's BPE and
+    SentencePiece detokenizers drop it (a habit from decoding whole prompts), but a generation continues
+    text: /v1/completions of "Rome is" would read "a city" (prompt + text = "Rome isa city") and a
+    prefilled reply would lose the space after the prefill. Chat answers trim their start themselves
+    (engines/reply.py), after the template's blank lines."""
+    detok = tokenizer.detokenizer
+    detok.reset()
+    if hasattr(detok, "trim_space"):          # SPMStreamingDetokenizer's own switch
+        detok.trim_space = False
+    if hasattr(detok, "_maybe_trim_space"):   # BPEStreamingDetokenizer has no switch: the identity instead
+        detok._maybe_trim_space = _keep
+    return detok
+
+
+def _keep(text: str) -> str:
+    return text
+
+
 def stream_text(
     steps: Iterator[StepResult],
     tokenizer: Any,
@@ -49,8 +68,7 @@ def stream_text(
     cancelled: Any,
 ) -> Iterator[GenerationChunk]:
     """Wraps an engine's steps; closes the engine generator when the request is finished."""
-    detok = tokenizer.detokenizer
-    detok.reset()
+    detok = untrimmed_detokenizer(tokenizer)
     matcher = StopMatcher(stops)
     produced = 0
     try:
@@ -58,26 +76,31 @@ def stream_text(
             if isinstance(step, Pause):   # between prefill pieces: nothing to emit, the worker steps others
                 yield step
                 continue
+            # token by token, as raw emits them: a stop string ends the reply at the token that completes
+            # it, so a speculative step's tokens past it are neither counted nor given logprobs
             kept: list[int] = []
             finish: str | None = None
+            text, stopped = "", False
             for token in step.tokens:
                 if token in eos_token_ids:
                     finish = "stop"
                     break
                 kept.append(token)
                 produced += 1
+                detok.add_token(token)
+                piece, stopped = matcher.feed(detok.last_segment)
+                text += piece
+                if stopped:
+                    finish = "stop"
+                    break
                 if produced >= max_tokens:
                     finish = "length"
                     break
-            for token in kept:
-                detok.add_token(token)
-            if finish is not None:
-                detok.finalize()
-            text, stopped = matcher.feed(detok.last_segment)
-            if stopped:
-                finish = "stop"
-            elif finish is not None:
-                text += matcher.flush()
+            if finish is not None and not stopped:
+                detok.finalize()   # the text held back for a next token that will not come
+                piece, stopped = matcher.feed(detok.last_segment)
+                text += piece if stopped else piece + matcher.flush()
+                finish = "stop" if stopped else finish
             yield GenerationChunk(
                 text=text, token_ids=kept, finish_reason=finish, step=step,
                 prompt_tokens=prompt_tokens, completion_tokens=produced, logprobs=step.logprobs[: len(kept)],

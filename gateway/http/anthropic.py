@@ -38,12 +38,16 @@ from .state import GatewayState
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "cancelled": "end_turn"}
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
+               504: "timeout_error"}
 
 
 def error_body(err: APIError) -> dict[str, Any]:
     message = overflow_message(err.overflow) if isinstance(err, ContextOverflowError) else err.message
-    return {"type": "error", "error": {"type": ERROR_TYPES.get(err.status, "api_error"), "message": message}}
+    # Anthropic has no type for the other 4xx (408, 415): they are the request's fault, not "api_error",
+    # its type for a failure on the server's side
+    fallback = "invalid_request_error" if err.status < 500 else "api_error"
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(err.status, fallback), "message": message}}
 
 
 def overflow_message(overflow: ContextLengthExceeded) -> str:
@@ -203,7 +207,8 @@ class AnthropicRenderer:
 
     def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
         choice = record.choices[-1] if record.choices else ChoiceReply(0)
-        delta = {"type": "message_delta", "delta": _stop(choice), "usage": {"output_tokens": record.completion_tokens}}
+        # the whole usage, as Anthropic's message_delta carries it (the SDK's stream takes each count given)
+        delta = {"type": "message_delta", "delta": _stop(choice), "usage": _usage(record, record.completion_tokens)}
         return [*self._close(), event(delta, "message_delta"), event({"type": "message_stop"}, "message_stop")]
 
     def stream_error(self, err: APIError) -> list[bytes]:

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from .schemas import TOOL_NAME, FunctionDefinition, NonNegativeInt, PositiveInt32, only_kinds
+from .schemas import TOOL_NAME, FunctionDefinition, NonNegativeInt, PositiveInt32, Stream, only_kinds
 
 
 class _Anthropic(BaseModel):
@@ -157,7 +157,7 @@ class MessagesRequest(_ClaudeCodeFields):
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: str | list[TextBlock] | None = None
     stop_sequences: list[str] | None = None
-    stream: bool = False
+    stream: Stream = False
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: NonNegativeInt | None = None

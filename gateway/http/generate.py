@@ -202,6 +202,7 @@ async def _start(
         headers = route_headers(routed.decision)
         while not early or isinstance(early[-1], ChoiceStart):
             early.append(await ticket.next())
+        record.prefilled(early)
     except StopAsyncIteration:
         pass  # cancelled (client gone, server stopping) or nothing generated
     except Exception as exc:

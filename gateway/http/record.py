@@ -67,6 +67,13 @@ class RequestRecord:
         self.prompt_tokens = item.prompt_tokens
         self.meter = self.state.metrics.start_generation(item.decision, time.perf_counter() - self.started)
 
+    def prefilled(self, early: list[ChoiceStart | GenerationChunk]) -> None:
+        """The prompt's cache hit, from the first chunk before it is taken: a stream's opening frame
+        (Anthropic's message_start, which carries the usage of the prompt) is rendered before it."""
+        for item in early:
+            if isinstance(item, GenerationChunk):
+                self.cached_tokens = max(self.cached_tokens, item.cached_tokens)
+
     def take(self, item: ChoiceStart | GenerationChunk) -> ChoiceReply:
         """Record a worker item; returns the choice it belongs to."""
         if isinstance(item, ChoiceStart):

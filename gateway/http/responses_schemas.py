@@ -7,7 +7,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from .schemas import TOOL_NAME, FunctionDefinition, JsonSchemaFormat, Penalty, PositiveInt32, TopLogprobs, only_kinds
+from .schemas import (
+    TOOL_NAME,
+    FunctionDefinition,
+    JsonSchemaFormat,
+    Penalty,
+    PositiveInt32,
+    Stream,
+    TopLogprobs,
+    only_kinds,
+)
 
 
 class _Responses(BaseModel):
@@ -156,7 +165,7 @@ class ResponsesRequest(_Responses):
     top_logprobs: TopLogprobs | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    stream: bool = False
+    stream: Stream = False
     tools: list[FunctionTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
     parallel_tool_calls: bool | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
 INT32_MAX = 2**31 - 1
 
@@ -21,6 +21,15 @@ Int = Annotated[int, BeforeValidator(_whole_number)]
 # constraints before the validator, or pydantic writes them into the JSON schema as "ge"/"le"
 PositiveInt32 = Annotated[int, Field(ge=1, le=INT32_MAX), BeforeValidator(_whole_number)]
 NonNegativeInt = Annotated[int, Field(ge=0, le=INT32_MAX), BeforeValidator(_whole_number)]
+
+
+def _null_is_false(value: bool | None) -> bool:
+    return bool(value)
+
+
+# OpenAI's `stream` is `boolean | null` (null: the default, no stream); clients that write out every optional
+# field send the null, which was a 400 "Input should be a valid boolean"
+Stream = Annotated[bool | None, AfterValidator(_null_is_false)]
 
 
 class _Strict(BaseModel):
@@ -159,6 +168,9 @@ class AssistantTurn(_Message):
     annotations: list[Any] | None = None
     audio: None = None
     function_call: None = None
+    # litellm's Message keeps the reply's fields it does not know (here `reasoning`) in this dict, and its
+    # tool loop (`messages.append(response.choices[0].message)`) sends it back: metadata, not the turn's
+    provider_specific_fields: dict[str, Any] | None = None
 
     @field_validator("content", mode="before")
     @classmethod
@@ -255,7 +267,7 @@ class _SamplingFields(_Strict):
     min_p: float | None = Field(None, ge=0.0, lt=1.0)   # the sampler needs p_max * min_p < p_max
     seed: Annotated[int, Field(ge=0, le=2**63 - 1), BeforeValidator(_whole_number)] | None = None
     stop: str | list[str] | None = None
-    stream: bool = False
+    stream: Stream = False
     stream_options: StreamOptions | None = None
     engine: str | None = None                # Switchyard: raw | mtp | ddtree | auto
     # vLLM's field: higher runs first when requests wait for a running slot (also X-Switchyard-Priority)

@@ -313,17 +313,23 @@ class Scheduler:
                 return False
             self._note_step(ticket, item)
             if isinstance(item, Pause):   # the request gave the worker back mid-prefill: nothing to send
-                return True
+                return not self._stop_if_expired(ticket)
             ticket._post(_ITEM, item)
-            if ticket.expired() and getattr(item, "finish_reason", None) is None:
-                # stop within one step of the deadline (a final chunk already ended the request)
-                ticket.cancel_token.cancel()
-                ticket._post(_ERROR, RequestTimedOut(ticket.timeout or 0.0))
-                return False
-            return True
+            # a final chunk already ended the request
+            return getattr(item, "finish_reason", None) is not None or not self._stop_if_expired(ticket)
         except Exception as exc:  # a request's failure, not the worker's
             ticket._post(_ERROR, exc)
             return False
+
+    @staticmethod
+    def _stop_if_expired(ticket: Ticket) -> bool:
+        """Past its deadline: cancelled and told why. Checked after every item, so a request stops within
+        one step (or one piece of a long prompt's prefill) of it."""
+        if not ticket.expired():
+            return False
+        ticket.cancel_token.cancel()
+        ticket._post(_ERROR, RequestTimedOut(ticket.timeout or 0.0))
+        return True
 
     @staticmethod
     def _note_step(ticket: Ticket, item: Any) -> None:
