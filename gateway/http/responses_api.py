@@ -171,8 +171,9 @@ class ResponsesRenderer:
 
     # ---- stream ----
     def _event(self, kind: str, **payload: Any) -> bytes:
-        self._sequence += 1
-        return event({"type": kind, "sequence_number": self._sequence, **payload}, kind)
+        # numbered from 0, as OpenAI numbers a stream's events (response.created is 0)
+        number, self._sequence = self._sequence, self._sequence + 1
+        return event({"type": kind, "sequence_number": number, **payload}, kind)
 
     def opening(self, record: RequestRecord) -> list[bytes]:
         start = self._response("in_progress", [], None)
