@@ -212,6 +212,18 @@ def test_responses_unsupported_input_items_say_why(server):
         assert "not supported" in error["message"] and "_item_kind" not in error["message"]
 
 
+def test_responses_required_tool_choice_without_tools_is_a_400(server):
+    """As on chat completions (and OpenAI's Responses API): a forced call with nothing to call is refused,
+    not silently answered as plain text."""
+    response = httpx.post(server.base_url + "/v1/responses", headers={"authorization": f"Bearer {KEY}"},
+                          json={"model": "sonnet-local", "input": "hi", "tool_choice": "required"})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "tool_choice"
+    fine = httpx.post(server.base_url + "/v1/responses", headers={"authorization": f"Bearer {KEY}"},
+                      json={"model": "sonnet-local", "input": "hi", "tool_choice": "auto"})
+    assert fine.status_code == 200, fine.text
+
+
 def test_responses_structured_output_and_refusals(server):
     client = _openai(server)
     client.responses.create(model="default", input="Give JSON", text={"format": {

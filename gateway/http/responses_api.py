@@ -90,8 +90,8 @@ def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
                          for t in req.tools]
     if isinstance(req.tool_choice, NamedFunction):
         body["tool_choice"] = {"type": "function", "function": {"name": req.tool_choice.name}}
-    elif req.tool_choice is not None and (req.tools or req.tool_choice == "none"):
-        body["tool_choice"] = req.tool_choice
+    elif req.tool_choice is not None and (req.tools or req.tool_choice in ("none", "required")):
+        body["tool_choice"] = req.tool_choice   # "required" without tools: the chat pipeline's 400, as OpenAI's
     if req.text is not None and req.text.format is not None:
         body["response_format"] = req.text.format.response_format()
     if req.reasoning is not None and req.reasoning.effort is not None:
