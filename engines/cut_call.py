@@ -28,6 +28,11 @@ _FUNCTION_END = "\n</function>"
 _TEXT_TYPES = {"string", "str", "text", "varchar", "char", "enum"}
 
 
+def json_text(value: Any) -> str:
+    """JSON as OpenAI writes tool arguments: non-ASCII text as itself ("東京", not "\\u6771\\u4eac")."""
+    return json.dumps(value, ensure_ascii=False)
+
+
 @dataclass(frozen=True)
 class CutCall:
     name: str
@@ -78,14 +83,13 @@ def _xml_call(text: str, tools: Sequence[dict], parse: Callable[[str], Any]) -> 
             complete = dict(parse(text[:closed] + _FUNCTION_END).get("arguments") or {})
         except Exception:  # noqa: BLE001 - not a readable call after all
             return None
-    arguments = json.dumps(complete, ensure_ascii=False)[:-1]   # the object so far, left open
+    arguments = json_text(complete)[:-1]   # the object so far, left open
     opened = _XML_PARAMETER.search(text, closed)
     if opened is not None:
         value = without_partial_marker(text[opened.end():], _PARAMETER_END)
         key = opened.group(1)
         as_text = _is_text(_properties(tools, name).get(key))
-        arguments += (", " if complete else "") + json.dumps(key, ensure_ascii=False) + ": " + (
-            json.dumps(value, ensure_ascii=False)[:-1] if as_text else value)
+        arguments += (", " if complete else "") + json_text(key) + ": " + (json_text(value)[:-1] if as_text else value)
     return CutCall(name, arguments)
 
 

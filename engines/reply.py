@@ -7,7 +7,6 @@ holds back text that may be the start of a marker), so every engine's reply is r
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from mlx_lm.generate import TextStateMachine
 from contracts.chat import ReplyFormat, ToolCall
 from contracts.engine import GenerationChunk, Pause
 
-from .cut_call import cut_call, without_partial_marker
+from .cut_call import cut_call, json_text, without_partial_marker
 from .forced_call import XML, parser_view, tool_call_style
 
 log = logging.getLogger("switchyard.reply")
@@ -132,14 +131,8 @@ class ReplySplitter:
             arguments = call.get("arguments", {})
             self.called += 1
             out.append(ToolCall(id=_call_id(), name=str(call.get("name", "")),
-                                arguments=arguments if isinstance(arguments, str) else _json(arguments)))
+                                arguments=arguments if isinstance(arguments, str) else json_text(arguments)))
         return out
-
-
-def _json(arguments: Any) -> str:
-    """Arguments as OpenAI writes them: non-ASCII text as itself ("東京", not "\\u6771\\u4eac"), like the
-    arguments so far of a cut call (engines/cut_call.py), which are the model's own text."""
-    return json.dumps(arguments, ensure_ascii=False)
 
 
 def _call_id() -> str:

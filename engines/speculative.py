@@ -66,10 +66,12 @@ def verify_one(
         return ChainVerdict(accepted, mx.where(accepted, choice[..., 1], choice[..., 0]))
     vocab = target_logits.shape[-1]
     p = candidates(target_logits, cfg)
-    now, following = (Candidates(None if p.tokens is None else p.tokens[..., i, :], p.logprobs[..., i, :]) for i in (0, 1))
+    now, following = (Candidates(None if p.tokens is None else p.tokens[..., i, :], p.logprobs[..., i, :])
+                      for i in (0, 1))
     accepted = rng.uniform(draft.shape) * draft_dist.prob_of(draft, vocab) < now.prob_of(draft, vocab)
-    columns = mx.broadcast_to(mx.arange(vocab), now.logprobs.shape) if now.tokens is None else now.tokens
-    residual = mx.maximum(mx.exp(now.logprobs) - draft_dist.probs_at(columns, vocab), 0.0)
+    # q at p's columns: without top-k both are the whole vocabulary in id order, column for column
+    q_at_p = mx.exp(draft_dist.logprobs) if now.tokens is None else draft_dist.probs_at(now.tokens, vocab)
+    residual = mx.maximum(mx.exp(now.logprobs) - q_at_p, 0.0)
     total = residual.sum(axis=-1, keepdims=True)
     residual_lp = mx.where(total > 0, mx.log(residual) - mx.log(mx.maximum(total, 1e-30)), now.logprobs)
     rejected_bonus = rng.sample(Candidates(now.tokens, residual_lp))
