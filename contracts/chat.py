@@ -42,6 +42,7 @@ class ReplyFormat:
     prefix: str = ""                         # reply text the prompt already holds (a forced tool call's start)
     continues: bool = False                  # the reply continues the client's own start of it (a prefill):
                                              # its first characters belong to the answer, leading blanks too
+    one_call: bool = False                   # parallel_tool_calls false: the reply ends with its first call
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,19 @@ class ReplySplitter:
         return out
 
 
+class FirstCallEnd:
+    """parallel_tool_calls false: fed the reply's text token by token (engines.text.stream_text's `ends`),
+    says when its first tool call has closed, so that every engine ends the reply at the token raw
+    decoding ends it at, whatever a speculative step wrote past it. It reads the text with a splitter of
+    its own, exactly as split_reply will: markup that is no call after all does not end the reply."""
+
+    def __init__(self, tokenizer: Any, reply: ReplyFormat):
+        self.splitter = ReplySplitter(tokenizer, reply)
+
+    def __call__(self, text: str) -> bool:
+        return bool(self.splitter.feed(text).tool_calls)
+
+
 def _call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 

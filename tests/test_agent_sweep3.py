@@ -1,0 +1,80 @@
+"""A third agent sweep: what coding agents (Claude Code, Codex CLI, aider, litellm, chat UIs) send and read
+back, against served models. Each test is a defect the sweep found, reproduced with the SDKs or httpx."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from contracts.chat import TokenLogprob
+from contracts.engine import StepResult
+from tests.fakes import live_server
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def _xml_call(city: str) -> str:
+    return (f"<tool_call>\n<function=get_weather>\n<parameter=city>\n{city}\n</parameter>\n</function>\n"
+            "</tool_call>")
+
+
+TWO_CALLS = "I'll check both.\n</think>\n\n" + _xml_call("Paris") + "\n" + _xml_call("Rome")
+
+
+class ScriptedEngine:
+    """An engine that writes a fixed text, `width` tokens per step (a speculative engine's accepted run),
+    with a made-up log-probability per token when asked."""
+
+    def __init__(self, name: str, tokenizer, text: str, width: int):
+        self.name, self.width = name, width
+        self.ids = list(tokenizer.encode(text, add_special_tokens=False)) + [tokenizer.eos_token_id]
+        self.tokenizer = tokenizer
+
+    def generate(self, prompt_ids, params, cancel, switch=None, peers=None, prefix=None) -> Iterator[StepResult]:
+        for start in range(0, len(self.ids), self.width):
+            tokens = self.ids[start:start + self.width]
+            logprobs = [TokenLogprob(self.tokenizer.decode([t]), t, -0.5) for t in tokens] if params.logprobs else []
+            yield StepResult(tokens=tokens, drafted=len(tokens) - 1, accepted=len(tokens) - 1, engine=self.name,
+                             logprobs=logprobs)
+
+
+@pytest.fixture(scope="module")
+def scripted_server(tiny_qwen_chat_target):
+    """A real Runtime (tokenizer, stop handling, reply splitting) over engines that write TWO_CALLS: raw one
+    token per step, mtp and ddtree several."""
+    from engines.bundle import load_bundle
+    from engines.runtime import Runtime
+    from gateway.http.app import create_app
+
+    bundle = load_bundle(tiny_qwen_chat_target)
+    tokenizer = bundle.tokenizer
+    engines = {"raw": ScriptedEngine("raw", tokenizer, TWO_CALLS, 1),
+               "mtp": ScriptedEngine("mtp", tokenizer, TWO_CALLS, 2),
+               "ddtree": ScriptedEngine("ddtree", tokenizer, TWO_CALLS, 5)}
+    with live_server(create_app(Runtime(bundle, engines, model_id="scripted"))) as srv:
+        yield srv
+
+
+def test_one_call_only_ends_a_speculative_step_where_raw_would_stop(scripted_server):
+    """parallel_tool_calls: false cut the reply after its first call, but counted (and gave logprobs for)
+    every token of the speculative step in which the call closed: the same reply's usage differed by
+    engine (here the second call's opening under ddtree)."""
+    client = openai.OpenAI(base_url=scripted_server.base_url + "/v1", api_key="unused", max_retries=0)
+    ask = [{"role": "user", "content": "Weather in Paris and Rome?"}]
+    seen = set()
+    for engine in ("raw", "mtp", "ddtree"):
+        reply = client.chat.completions.create(model="default", messages=ask, tools=[WEATHER], max_tokens=200,
+                                               parallel_tool_calls=False, logprobs=True, extra_body={"engine": engine})
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls", engine
+        assert [c.function.arguments for c in choice.message.tool_calls] == ['{"city": "Paris"}'], engine
+        streamed = list(client.chat.completions.create(
+            model="default", messages=ask, tools=[WEATHER], max_tokens=200, parallel_tool_calls=False, stream=True,
+            stream_options={"include_usage": True}, extra_body={"engine": engine}))
+        seen.add((reply.usage.completion_tokens, len(choice.logprobs.content), streamed[-1].usage.completion_tokens))
+    assert len(seen) == 1, seen
+    (tokens, logprobs, streamed_tokens), = seen
+    assert tokens == logprobs == streamed_tokens
