@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import anthropic
 import openai
 import pytest
 
 from contracts.chat import TokenLogprob
 from contracts.engine import StepResult
-from tests.fakes import live_server
+from gateway.http.app import create_app
+from tests.fakes import FakeBackend, live_server
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -78,3 +80,28 @@ def test_one_call_only_ends_a_speculative_step_where_raw_would_stop(scripted_ser
     assert len(seen) == 1, seen
     (tokens, logprobs, streamed_tokens), = seen
     assert tokens == logprobs == streamed_tokens
+
+
+CUT_CALL = ("Checking.\n</think>\n\n<tool_call>\n<function=run>\n<parameter=command>\nrm -rf build "
+            "&& make test\n</parameter>\n</function>\n</tool_call>")
+RUN = {"name": "run", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}},
+                                       "required": ["command"]}}
+
+
+def test_a_cut_tool_use_reads_the_same_unstreamed_as_streamed(qwen_chat_tokenizer):
+    """A tool_use cut off by max_tokens came back unstreamed as a tool_use whose input was
+    {"arguments": '{"command": "rm -rf'} (the cut JSON as text, under a key the tool does not take),
+    while the stream (its input_json_delta, as the anthropic SDK reads it) gave the arguments complete so
+    far: {} here, the cut string left out rather than run as "rm -rf". Both now agree, with stop_reason "max_tokens"."""
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply=CUT_CALL)
+    with live_server(create_app(backend)) as srv:
+        claude = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+        ask = {"model": "default", "max_tokens": 2, "tools": [RUN],
+               "messages": [{"role": "user", "content": "Run the tests."}]}
+        message = claude.messages.create(**ask)
+        with claude.messages.stream(**ask) as stream:
+            streamed = stream.get_final_message()
+    assert message.stop_reason == streamed.stop_reason == "max_tokens"
+    blocks = [(b.type, b.name, b.input) if b.type == "tool_use" else (b.type,) for b in message.content]
+    assert blocks == [(b.type, b.name, b.input) if b.type == "tool_use" else (b.type,) for b in streamed.content]
+    assert blocks[-1] == ("tool_use", "run", {})
