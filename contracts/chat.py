@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# what part of a chat reply a generated token is (GenerationChunk.parts): inside the thinking block, the
+# answer's text, or neither (the markers, tool calls, the template's blank lines before the answer)
+REASONING, ANSWER, MARKUP = "reasoning", "answer", "markup"
+
+
 @dataclass(frozen=True)
 class ToolCall:
     id: str

@@ -9,7 +9,7 @@ import anthropic
 import openai
 import pytest
 
-from contracts.chat import TokenLogprob
+from contracts.chat import TokenLogprob, TopLogprob
 from contracts.engine import StepResult
 from gateway.http.app import create_app
 from tests.fakes import FakeBackend, live_server
@@ -31,14 +31,20 @@ class ScriptedEngine:
     with a made-up log-probability per token when asked."""
 
     def __init__(self, name: str, tokenizer, text: str, width: int):
-        self.name, self.width = name, width
-        self.ids = list(tokenizer.encode(text, add_special_tokens=False)) + [tokenizer.eos_token_id]
-        self.tokenizer = tokenizer
+        self.name, self.width, self.tokenizer = name, width, tokenizer
+        self.script(text)
+
+    def script(self, text: str) -> None:
+        self.ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.tokenizer.eos_token_id]
+
+    def _logprob(self, token: int, top: int) -> TokenLogprob:
+        text = self.tokenizer.decode([token])
+        return TokenLogprob(text, token, -0.5, tuple(TopLogprob(text, token, -0.5) for _ in range(top)))
 
     def generate(self, prompt_ids, params, cancel, switch=None, peers=None, prefix=None) -> Iterator[StepResult]:
         for start in range(0, len(self.ids), self.width):
             tokens = self.ids[start:start + self.width]
-            logprobs = [TokenLogprob(self.tokenizer.decode([t]), t, -0.5) for t in tokens] if params.logprobs else []
+            logprobs = [self._logprob(t, params.top_logprobs) for t in tokens] if params.logprobs else []
             yield StepResult(tokens=tokens, drafted=len(tokens) - 1, accepted=len(tokens) - 1, engine=self.name,
                              logprobs=logprobs)
 
@@ -57,7 +63,15 @@ def scripted_server(tiny_qwen_chat_target):
                "mtp": ScriptedEngine("mtp", tokenizer, TWO_CALLS, 2),
                "ddtree": ScriptedEngine("ddtree", tokenizer, TWO_CALLS, 5)}
     with live_server(create_app(Runtime(bundle, engines, model_id="scripted"))) as srv:
+        srv.engines, srv.tokenizer = engines, tokenizer
         yield srv
+        for engine in engines.values():
+            engine.script(TWO_CALLS)
+
+
+def _script(srv, text: str) -> None:
+    for engine in srv.engines.values():
+        engine.script(text)
 
 
 def test_one_call_only_ends_a_speculative_step_where_raw_would_stop(scripted_server):
@@ -105,3 +119,36 @@ def test_a_cut_tool_use_reads_the_same_unstreamed_as_streamed(qwen_chat_tokenize
     blocks = [(b.type, b.name, b.input) if b.type == "tool_use" else (b.type,) for b in message.content]
     assert blocks == [(b.type, b.name, b.input) if b.type == "tool_use" else (b.type,) for b in streamed.content]
     assert blocks[-1] == ("tool_use", "run", {})
+
+
+THINK_THEN_ANSWER = "Let me think.\n</think>\n\nIt is sunny."
+
+
+def test_responses_report_output_text_logprobs_and_reasoning_tokens(scripted_server):
+    """The Responses API asked for logprobs (include ["message.output_text.logprobs"], top_logprobs) gave
+    every output_text "logprobs": [], and usage.output_tokens_details.reasoning_tokens was always 0. Now the
+    text part carries its own tokens' logprobs (not the reasoning's, not the template's blank lines), and
+    the tokens inside <think>…</think> are counted, the same under every engine and streamed."""
+    _script(scripted_server, THINK_THEN_ANSWER)
+    reasoning = len(scripted_server.tokenizer.encode("Let me think.\n", add_special_tokens=False))
+    client = openai.OpenAI(base_url=scripted_server.base_url + "/v1", api_key="unused", max_retries=0)
+    ask = {"model": "default", "input": "Weather?", "include": ["message.output_text.logprobs"], "top_logprobs": 2}
+    for engine in ("raw", "mtp", "ddtree"):
+        response = client.responses.create(**ask, extra_body={"engine": engine})
+        text = response.output[-1].content[0]
+        assert response.output_text == "It is sunny." and [i.type for i in response.output] == ["reasoning", "message"]
+        assert "".join(lp.token for lp in text.logprobs) == "It is sunny.", engine
+        assert all(len(lp.top_logprobs) == 2 and lp.bytes == list(lp.token.encode()) for lp in text.logprobs)
+        assert response.usage.output_tokens_details.reasoning_tokens == reasoning, engine
+        assert response.usage.input_tokens_details.cached_tokens == 0
+        events = list(client.responses.create(**ask, stream=True, extra_body={"engine": engine}))
+        deltas = [lp.token for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
+        done = next(e for e in events if e.type == "response.output_text.done")
+        final = events[-1].response
+        assert deltas == [lp.token for lp in done.logprobs] == [lp.token for lp in text.logprobs], engine
+        assert final.output[-1].content[0].logprobs == text.logprobs
+        assert final.usage.output_tokens_details.reasoning_tokens == reasoning
+    plain = client.responses.create(model="default", input="Weather?")
+    assert plain.output[-1].content[0].logprobs == []   # not asked for
+    chat = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Weather?"}])
+    assert chat.usage.completion_tokens_details.reasoning_tokens == reasoning
