@@ -152,3 +152,26 @@ def test_responses_report_output_text_logprobs_and_reasoning_tokens(scripted_ser
     assert plain.output[-1].content[0].logprobs == []   # not asked for
     chat = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Weather?"}])
     assert chat.usage.completion_tokens_details.reasoning_tokens == reasoning
+
+
+def test_tool_arguments_that_are_no_object_in_history(qwen_chat_tokenizer):
+    """A history call whose arguments were JSON but no object ("null", as some clients write a call
+    without arguments, or "[1]") was a 400 in the template's words ("Can only get item pairs from a
+    mapping"). "null" is a call without arguments, as "" already was; other JSON says what is wrong."""
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply="ok\n</think>\n\nDone.")
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+
+        def turn(arguments: str):
+            call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+            return client.chat.completions.create(model="default", tools=[WEATHER], max_tokens=16, messages=[
+                {"role": "user", "content": "Weather?"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "18C"}])
+
+        assert turn("null").choices[0].message.content == "Done."
+        assert "<function=get_weather>\n</function>" in backend.encoded[-1]
+        for arguments in ("[1]", '"Paris"', "3"):
+            with pytest.raises(openai.BadRequestError) as bad:
+                turn(arguments)
+            assert bad.value.body["code"] == "invalid_tool_arguments", arguments
+            assert "not a JSON object" in bad.value.body["message"] and "mapping" not in bad.value.body["message"]
