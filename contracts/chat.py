@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# what part of a chat reply a generated token is (GenerationChunk.parts): inside the thinking block, the
+# answer's text, or neither (the markers, tool calls, the template's blank lines before the answer)
+REASONING, ANSWER, MARKUP = "reasoning", "answer", "markup"
+
+
 @dataclass(frozen=True)
 class ToolCall:
     id: str
@@ -42,6 +47,7 @@ class ReplyFormat:
     prefix: str = ""                         # reply text the prompt already holds (a forced tool call's start)
     continues: bool = False                  # the reply continues the client's own start of it (a prefill):
                                              # its first characters belong to the answer, leading blanks too
+    one_call: bool = False                   # parallel_tool_calls false: the reply ends with its first call
 
 
 @dataclass(frozen=True)

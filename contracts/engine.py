@@ -190,6 +190,8 @@ class GenerationChunk:
     logprobs: list[TokenLogprob] = field(default_factory=list)  # per token of token_ids, when asked
     cached_tokens: int = 0             # prompt tokens served from the prefix cache (first chunk)
     stop_sequence: str | None = None   # the request's stop string that ended the generation (finish "stop")
+    parts: tuple[str, ...] = ()        # per token of token_ids, the reply part it is in (contracts.chat
+                                       # REASONING / ANSWER / MARKUP); empty when the reply is not split
 
 
 @dataclass(frozen=True)

@@ -37,15 +37,21 @@ def _template_messages(messages: list[dict]) -> list[dict]:
 def _arguments(name: Any, arguments: Any) -> Any:
     """A history call's arguments as a mapping. A call that max_tokens cut off comes back with its
     arguments cut too (openai-agents answers it with a tool error and carries on; the OpenAI API takes
-    any string): it is read as far as it goes. Text that is no JSON object at all is a 400."""
+    any string): it is read as far as it goes. "" and "null" are a call without arguments; text that is
+    no JSON object at all is a 400."""
     if not isinstance(arguments, str):
         return arguments
     if not arguments.strip():
         return {}
     try:
-        return json.loads(arguments)
+        value = json.loads(arguments)
     except json.JSONDecodeError as exc:
-        problem = exc
+        problem: Exception = exc
+    else:
+        if value is None or isinstance(value, dict):
+            return value or {}
+        # the template iterates them as a mapping
+        problem = ValueError("a JSON " + {list: "array", str: "string", bool: "boolean"}.get(type(value), "number"))
     try:
         partial = from_json(arguments, allow_partial="trailing-strings")
     except ValueError:

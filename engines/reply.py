@@ -15,7 +15,7 @@ from typing import Any
 
 from mlx_lm.generate import TextStateMachine
 
-from contracts.chat import ReplyFormat, ToolCall
+from contracts.chat import ANSWER, MARKUP, REASONING, ReplyFormat, ToolCall
 from contracts.engine import GenerationChunk, Pause
 
 from .cut_call import cut_call, json_text, without_partial_marker
@@ -44,14 +44,54 @@ def _transitions(tokenizer: Any, reply: ReplyFormat) -> dict[str, list[tuple[str
     return transitions
 
 
+def _start_state(tokenizer: Any, reply: ReplyFormat) -> str:
+    return "reasoning" if reply.opens_in_reasoning and tokenizer.has_thinking else "normal"
+
+
+class TokenParts:
+    """Which part of the reply each generated token is in (contracts.chat REASONING / ANSWER / MARKUP),
+    read from the token ids with the markers ReplySplitter reads the text with (usage's reasoning_tokens,
+    the Responses API's output_text logprobs). Exact where each marker is one token, as Qwen's special
+    tokens are; of a marker of several tokens only the last counts as markup, the others go with the
+    part before it. Markup that turns out to be no call is not given back to the answer."""
+
+    def __init__(self, tokenizer: Any, reply: ReplyFormat):
+        self.tokenizer = tokenizer
+        self.moves = {state: [(tuple(tokenizer.encode(marker, add_special_tokens=False)), to) for marker, to in moves]
+                      for state, moves in _transitions(tokenizer, reply).items()}
+        self.longest = max((len(m) for moves in self.moves.values() for m, _ in moves), default=1)
+        self.state, self.recent = _start_state(tokenizer, reply), []
+        self.answer_started = reply.continues
+        for token in tokenizer.encode(reply.prefix, add_special_tokens=False) if reply.prefix else ():
+            self._part(token)   # a forced call's start, already in the prompt
+
+    def feed(self, tokens: list[int]) -> tuple[str, ...]:
+        return tuple(self._part(token) for token in tokens)
+
+    def _part(self, token: int) -> str:
+        self.recent = [*self.recent, token][-self.longest:]
+        for marker, to in self.moves.get(self.state, ()):
+            if marker and tuple(self.recent[-len(marker):]) == marker:
+                self.state, self.recent = to, []
+                return MARKUP
+        if self.state == "reasoning":
+            return REASONING
+        if self.state == "tool":
+            return MARKUP
+        if not self.answer_started:   # the template's blank lines after </think>, as the splitter strips them
+            if not self.tokenizer.decode([token]).strip():
+                return MARKUP
+            self.answer_started = True
+        return ANSWER
+
+
 class ReplySplitter:
     """Feeds text, returns what of it is answer, reasoning and completed tool calls."""
 
     def __init__(self, tokenizer: Any, reply: ReplyFormat):
         self.tokenizer, self.reply = tokenizer, reply
         self.machine = TextStateMachine(_transitions(tokenizer, reply))
-        start = "reasoning" if reply.opens_in_reasoning and tokenizer.has_thinking else "normal"
-        self.state = self.machine.make_state(start)
+        self.state = self.machine.make_state(_start_state(tokenizer, reply))
         self.tool_text = ""
         self.called = 0
         self.pending_prefix = reply.prefix
@@ -135,13 +175,28 @@ class ReplySplitter:
         return out
 
 
+class FirstCallEnd:
+    """parallel_tool_calls false: fed the reply's text token by token (engines.text.stream_text's `ends`),
+    says when its first tool call has closed, so that every engine ends the reply at the token raw
+    decoding ends it at, whatever a speculative step wrote past it. It reads the text with a splitter of
+    its own, exactly as split_reply will: markup that is no call after all does not end the reply."""
+
+    def __init__(self, tokenizer: Any, reply: ReplyFormat):
+        self.splitter = ReplySplitter(tokenizer, reply)
+
+    def __call__(self, text: str) -> bool:
+        return bool(self.splitter.feed(text).tool_calls)
+
+
 def _call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
 def split_reply(chunks: Iterator[GenerationChunk], splitter: ReplySplitter) -> Iterator[GenerationChunk]:
-    """The text stream's chunks with their text split into answer, reasoning and tool calls; a
-    generation that stopped after a tool call finishes with "tool_calls"."""
+    """The text stream's chunks with their text split into answer, reasoning and tool calls, and their
+    tokens told apart (GenerationChunk.parts); a generation that stopped after a tool call finishes
+    with "tool_calls"."""
+    parts = TokenParts(splitter.tokenizer, splitter.reply)
     for chunk in chunks:
         if isinstance(chunk, Pause):
             yield chunk
@@ -155,4 +210,4 @@ def split_reply(chunks: Iterator[GenerationChunk], splitter: ReplySplitter) -> I
         if finish == "stop" and splitter.called:
             finish = "tool_calls"
         yield replace(chunk, text=piece.text, reasoning=piece.reasoning, tool_calls=piece.tool_calls,
-                      finish_reason=finish)
+                      finish_reason=finish, parts=parts.feed(chunk.token_ids))

@@ -35,7 +35,7 @@ from .mtp_head import load_mtp_head
 from .prefill import PrefixPlan
 from .prefix_cache import PrefixCache
 from .raw import RawEngine
-from .reply import ReplySplitter, split_reply
+from .reply import FirstCallEnd, ReplySplitter, split_reply
 from .text import stream_text
 
 log = logging.getLogger("switchyard.runtime")
@@ -119,6 +119,7 @@ class Runtime:
             steps, self.bundle.tokenizer, eos_token_ids=self.bundle.eos_token_ids,
             max_tokens=params.max_tokens, stops=params.stop, prompt_tokens=len(prompt_ids),
             cancelled=lambda: cancel.cancelled,
+            ends=FirstCallEnd(self.bundle.tokenizer, reply) if reply is not None and reply.one_call else None,
         )
         if reply is not None:
             chunks = split_reply(chunks, ReplySplitter(self.bundle.tokenizer, reply))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from contracts.engine import GenerationChunk, Pause, StepResult
@@ -66,8 +66,11 @@ def stream_text(
     stops: tuple[str, ...],
     prompt_tokens: int,
     cancelled: Any,
+    ends: Callable[[str], bool] | None = None,
 ) -> Iterator[GenerationChunk]:
-    """Wraps an engine's steps; closes the engine generator when the request is finished."""
+    """Wraps an engine's steps; closes the engine generator when the request is finished. `ends`, fed
+    the text token by token, says when the reply is complete at it (parallel_tool_calls false: its first
+    tool call closed); the reply then finishes "stop" there, as at a stop string."""
     detok = untrimmed_detokenizer(tokenizer)
     matcher = StopMatcher(stops)
     produced = 0
@@ -76,11 +79,11 @@ def stream_text(
             if isinstance(step, Pause):   # between prefill pieces: nothing to emit, the worker steps others
                 yield step
                 continue
-            # token by token, as raw emits them: a stop string ends the reply at the token that completes
-            # it, so a speculative step's tokens past it are neither counted nor given logprobs
+            # token by token, as raw emits them: a stop string (or `ends`) ends the reply at the token that
+            # completes it, so a speculative step's tokens past it are neither counted nor given logprobs
             kept: list[int] = []
             finish: str | None = None
-            text, stopped = "", False
+            text, stopped, ended = "", False, False
             for token in step.tokens:
                 if token in eos_token_ids:
                     finish = "stop"
@@ -90,13 +93,14 @@ def stream_text(
                 detok.add_token(token)
                 piece, stopped = matcher.feed(detok.last_segment)
                 text += piece
-                if stopped:
+                ended = stopped or (ends is not None and ends(piece))
+                if ended:
                     finish = "stop"
                     break
                 if produced >= max_tokens:
                     finish = "length"
                     break
-            if finish is not None and not stopped:
+            if finish is not None and not ended:
                 detok.finalize()   # the text held back for a next token that will not come
                 piece, stopped = matcher.feed(detok.last_segment)
                 text += piece if stopped else piece + matcher.flush()

@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_core import from_json
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -156,12 +157,19 @@ def _usage(record: RequestRecord, output_tokens: int) -> dict[str, int]:
             "cache_read_input_tokens": record.cached_tokens, "cache_creation_input_tokens": 0}
 
 
-def _tool_use(call: ToolCall) -> dict[str, Any]:
+def _tool_input(arguments: str) -> dict[str, Any]:
+    """A call's input as the stream's input_json_delta gives it to the anthropic SDK (jiter's partial
+    mode): a call max_tokens cut off keeps its complete values only, never a cut string ("rm -rf" of
+    "rm -rf build") nor the cut JSON as text."""
     try:
-        arguments = json.loads(call.arguments) if call.arguments else {}
-    except json.JSONDecodeError:
-        arguments = {"arguments": call.arguments}
-    return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
+        value = from_json(arguments, allow_partial=True) if arguments.strip() else {}
+    except ValueError:
+        value = {}
+    return value if isinstance(value, dict) else {}
+
+
+def _tool_use(call: ToolCall) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call.arguments)}
 
 
 @dataclass

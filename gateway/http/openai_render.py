@@ -25,6 +25,7 @@ from .schemas import (
     ChatDelta,
     ChoiceLogprobs,
     Completion,
+    CompletionTokensDetails,
     CompletionChoice,
     CompletionLogprobs,
     FunctionCallDelta,
@@ -42,7 +43,8 @@ from .sse import DONE, event
 def usage(record: RequestRecord) -> Usage:
     prompt, completion = record.prompt_tokens, record.completion_tokens
     return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
-                 prompt_tokens_details=PromptTokensDetails(cached_tokens=record.cached_tokens))
+                 prompt_tokens_details=PromptTokensDetails(cached_tokens=record.cached_tokens),
+                 completion_tokens_details=CompletionTokensDetails(reasoning_tokens=record.reasoning_tokens))
 
 
 def _bytes(text: str) -> list[int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from contracts.chat import TokenLogprob, ToolCall
+from contracts.chat import ANSWER, REASONING, TokenLogprob, ToolCall
 from contracts.engine import GenerationChunk
 from gateway.observability.metrics import RequestMeter
 from gateway.routing.interface import RouteDecision
@@ -15,6 +15,11 @@ from gateway.worker.pipeline import ChoiceStart, Routed
 from .state import GatewayState
 
 CLIENT_CLOSED = 499  # nginx's "client closed request", used only in metrics
+
+
+def answer_logprobs(chunk: GenerationChunk) -> list[TokenLogprob]:
+    """The chunk's log-probabilities of answer tokens (not reasoning, not tool calls or markers)."""
+    return [lp for lp, part in zip(chunk.logprobs, chunk.parts) if part == ANSWER]
 
 
 @dataclass
@@ -27,6 +32,8 @@ class ChoiceReply:
     finish_reason: str | None = None
     completion_tokens: int = 0
     stop_sequence: str | None = None   # the stop string that ended it
+    reasoning_tokens: int = 0          # of completion_tokens, those inside the thinking block
+    answer_logprobs: list[TokenLogprob] = field(default_factory=list)   # of logprobs, the answer text's
 
     @property
     def content(self) -> str:
@@ -57,6 +64,10 @@ class RequestRecord:
     @property
     def completion_tokens(self) -> int:
         return sum(choice.completion_tokens for choice in self.choices)
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return sum(choice.reasoning_tokens for choice in self.choices)
 
     @property
     def finish_reason(self) -> str | None:
@@ -99,6 +110,8 @@ class RequestRecord:
             choice.reasoning.append(chunk.reasoning)
         choice.tool_calls.extend(chunk.tool_calls)
         choice.logprobs.extend(chunk.logprobs)
+        choice.reasoning_tokens += chunk.parts.count(REASONING)
+        choice.answer_logprobs.extend(answer_logprobs(chunk))
         return choice
 
     def done(self, status: int, disconnected: bool = False) -> None:

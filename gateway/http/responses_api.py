@@ -13,11 +13,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from contracts.chat import TokenLogprob
 from contracts.engine import GenerationChunk
 
 from .errors import APIError, bad_request
 from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse
-from .record import ChoiceReply, RequestRecord
+from .openai_render import chat_logprobs
+from .record import ChoiceReply, RequestRecord, answer_logprobs
 from .request_spec import chat_spec
 from .responses_schemas import (
     FunctionCallItem,
@@ -66,6 +68,19 @@ def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
     return messages
 
 
+LOGPROBS = "message.output_text.logprobs"
+
+
+def _wants_logprobs(req: ResponsesRequest) -> bool:
+    """OpenAI's switch is `include`; top_logprobs asks for alternatives, so for the logprobs too."""
+    return LOGPROBS in (req.include or ()) or bool(req.top_logprobs)
+
+
+def _logprobs(tokens: list[TokenLogprob]) -> list[dict[str, Any]]:
+    """An output_text's logprobs, in the Responses shape (token, logprob, bytes, top_logprobs)."""
+    return [entry.model_dump() for entry in chat_logprobs(tokens).content]
+
+
 def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
     if req.previous_response_id is not None:
         raise bad_request("previous_response_id is not supported: this server stores no responses; send the "
@@ -83,8 +98,8 @@ def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
             body[name] = getattr(req, name)
     if req.max_output_tokens is not None:
         body["max_tokens"] = req.max_output_tokens
-    if req.top_logprobs:
-        body["logprobs"], body["top_logprobs"] = True, req.top_logprobs
+    if _wants_logprobs(req):
+        body["logprobs"], body["top_logprobs"] = True, req.top_logprobs or 0
     if req.tools:
         body["tools"] = [{"type": "function", "function": t.model_dump(exclude={"type"}, exclude_none=True)}
                          for t in req.tools]
@@ -106,6 +121,7 @@ class _Item:
     output_index: int
     text: str = ""
     call: Any = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)   # a message's, of its text's tokens
 
 
 @dataclass
@@ -117,6 +133,7 @@ class ResponsesRenderer:
     _sequence: int = 0
     _items: list[_Item] = field(default_factory=list)
     _open: _Item | None = None
+    _logprobs: list[TokenLogprob] = field(default_factory=list)   # answer tokens' not yet sent with text
 
     # ---- bodies ----
     def _response(self, status: str, output: list[dict[str, Any]], record: RequestRecord | None) -> dict[str, Any]:
@@ -133,10 +150,10 @@ class ResponsesRenderer:
             "store": False, "metadata": req.metadata or {}, "usage": None,
         }
         if record is not None:
-            reasoning_tokens = 0
-            body["usage"] = {"input_tokens": record.prompt_tokens, "input_tokens_details": {"cached_tokens": record.cached_tokens},
+            body["usage"] = {"input_tokens": record.prompt_tokens,
+                             "input_tokens_details": {"cached_tokens": record.cached_tokens},
                              "output_tokens": record.completion_tokens,
-                             "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+                             "output_tokens_details": {"reasoning_tokens": record.reasoning_tokens},
                              "total_tokens": record.prompt_tokens + record.completion_tokens}
             if record.finish_reason == "length":
                 body["status"] = "incomplete"
@@ -150,7 +167,8 @@ class ResponsesRenderer:
             return {"type": "reasoning", "id": item.id, "summary": [],
                     "content": [{"type": "reasoning_text", "text": item.text}] if done else [], "status": status}
         if item.kind == "message":
-            content = [{"type": "output_text", "text": item.text, "annotations": [], "logprobs": []}] if done else []
+            content = [{"type": "output_text", "text": item.text, "annotations": [],
+                        "logprobs": _logprobs(item.logprobs)}] if done else []
             return {"type": "message", "id": item.id, "role": "assistant", "status": status, "content": content}
         call = item.call
         return {"type": "function_call", "id": item.id, "call_id": call.id, "name": call.name,
@@ -162,7 +180,8 @@ class ResponsesRenderer:
         if choice.reasoning_text:
             items.append(_Item("reasoning", _new_id("rs"), len(items), choice.reasoning_text))
         if choice.content:
-            items.append(_Item("message", _new_id("msg"), len(items), choice.content))
+            items.append(_Item("message", _new_id("msg"), len(items), choice.content,
+                               logprobs=choice.answer_logprobs))
         for call in choice.tool_calls:
             items.append(_Item("function_call", _new_id("fc"), len(items), call=call))
         last = _last_status(record)
@@ -190,13 +209,16 @@ class ResponsesRenderer:
             frames.append(self._event("response.reasoning_text.delta", item_id=self._open.id,  # type: ignore[union-attr]
                                       output_index=self._open.output_index, content_index=0,  # type: ignore[union-attr]
                                       delta=chunk.reasoning))
+        self._logprobs += answer_logprobs(chunk)
         if chunk.text:
             frames += self._item("message")
             item = self._open
             assert item is not None
             item.text += chunk.text
+            sent, self._logprobs = self._logprobs, []
+            item.logprobs += sent
             frames.append(self._event("response.output_text.delta", item_id=item.id, output_index=item.output_index,
-                                      content_index=0, delta=chunk.text, logprobs=[]))
+                                      content_index=0, delta=chunk.text, logprobs=_logprobs(sent)))
         for call in chunk.tool_calls:
             frames += self._item("function_call", call)
             item = self._open
@@ -231,9 +253,10 @@ class ResponsesRenderer:
             frames.append(self._event("response.reasoning_text.done", **where, content_index=0, text=item.text))
         elif item.kind == "message":
             frames.append(self._event("response.output_text.done", **where, content_index=0, text=item.text,
-                                      logprobs=[]))
+                                      logprobs=_logprobs(item.logprobs)))
             frames.append(self._event("response.content_part.done", **where, content_index=0,
-                                      part={"type": "output_text", "text": item.text, "annotations": []}))
+                                      part={"type": "output_text", "text": item.text, "annotations": [],
+                                            "logprobs": _logprobs(item.logprobs)}))
         else:
             frames.append(self._event("response.function_call_arguments.done", **where,
                                       arguments=item.call.arguments))

@@ -324,11 +324,16 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0   # prompt tokens restored from the prefix cache
 
 
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = 0   # completion tokens inside the thinking block
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails | None = None
+    completion_tokens_details: CompletionTokensDetails | None = None
 
 
 class FunctionCallOut(BaseModel):

@@ -44,6 +44,8 @@ def run_request(
     backend: Backend, router: Router, spec: RequestSpec, cancel: CancelToken, queue_depth: int, concurrent: int = 0
 ) -> Iterator[Routed | ChoiceStart | GenerationChunk | Pause]:
     prompt_ids, reply, prefix, grammar = _prompt(backend, spec)
+    if reply is not None and not spec.parallel_tool_calls:   # the engines end the reply at its first call
+        reply = replace(reply, one_call=True)
     params = spec.params
     if grammar is not None:
         if params.grammar is not None:   # the gateway refuses a forced call with a response_format
@@ -94,7 +96,8 @@ def run_request(
 
 def _one_call_at_most(chunks: Iterator[GenerationChunk]) -> Iterator[GenerationChunk]:
     """parallel_tool_calls: false — the reply ends with its first tool call (the generation stops
-    there instead of writing calls that would be dropped)."""
+    there instead of writing calls that would be dropped). The runtime already ends it at the token that
+    closed the call (ReplyFormat.one_call); this holds for any backend."""
     for chunk in chunks:
         if not isinstance(chunk, Pause) and chunk.tool_calls:
             yield replace(chunk, tool_calls=chunk.tool_calls[:1], finish_reason="tool_calls")
