@@ -16,6 +16,7 @@ from .schemas import (
     Stream,
     TopLogprobs,
     only_kinds,
+    refusals_as_text,
 )
 
 
@@ -40,6 +41,8 @@ class MessageItem(_Responses):
     @field_validator("content", mode="before")
     @classmethod
     def _text_only(cls, value: Any) -> Any:
+        # an assistant message sent back as the API returned it may hold a refusal: its words are its text
+        value = refusals_as_text(value, "output_text")
         return only_kinds(value, ("input_text", "output_text", "text"), "content parts", "text-only model")
 
     def text(self) -> str:

@@ -59,6 +59,16 @@ def only_kinds(value: Any, allowed: tuple[str, ...], what: str, why: str) -> Any
     return value
 
 
+def refusals_as_text(value: Any, text_type: str) -> Any:
+    """Content parts with each `refusal` part (the API's assistant output, sent back as history) turned
+    into a text part of `text_type` holding its words: the refusal is what the assistant said."""
+    if not isinstance(value, list):
+        return value
+    return [{"type": text_type, "text": part["refusal"]}
+            if isinstance(part, dict) and part.get("type") == "refusal" and isinstance(part.get("refusal"), str)
+            else part for part in value]
+
+
 def _text_parts_only(value: Any) -> Any:
     return only_kinds(value, ("text",), "content parts", "text-only model")
 
@@ -176,11 +186,7 @@ class AssistantTurn(_Message):
     @classmethod
     def _text_parts(cls, value: Any) -> Any:
         # the API's assistant content parts are text or refusal; a refusal's words are the turn's text
-        if isinstance(value, list):
-            value = [{"type": "text", "text": part["refusal"]}
-                     if isinstance(part, dict) and part.get("type") == "refusal" and isinstance(part.get("refusal"), str)
-                     else part for part in value]
-        return _text_parts_only(value)
+        return _text_parts_only(refusals_as_text(value, "text"))
 
 
 class ToolMessage(_Message):
