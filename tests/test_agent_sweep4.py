@@ -47,3 +47,26 @@ def test_responses_take_a_refusal_part_back_as_text(srv):
         {"role": "user", "content": "then say hi"}])
     assert reply.output_text == "It is sunny."
     assert "I can't help with that." in srv.backend.encoded[-1]
+
+
+def test_allowed_tools_offers_only_the_allowed_subset(srv):
+    """tool_choice {"type": "allowed_tools", "mode", "tools"} (Responses) and {"type": "allowed_tools",
+    "allowed_tools": {...}} (chat) were 400s: the model is now offered only the allowed tools, and mode
+    "required" forces a call of one of them."""
+    client = _openai(srv)
+    for mode, forced in (("auto", "auto"), ("required", "required")):
+        client.responses.create(model="default", input="Weather in Paris?", tools=[WEATHER, CLOCK], tool_choice={
+            "type": "allowed_tools", "mode": mode, "tools": [{"type": "function", "name": "get_weather"}]})
+        chat = srv.backend.chats[-1]
+        assert [t["function"]["name"] for t in chat["tools"]] == ["get_weather"] and chat["tool_choice"] == forced
+        client.chat.completions.create(
+            model="default", messages=[{"role": "user", "content": "Weather in Paris?"}],
+            tools=[{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in (WEATHER, CLOCK)],
+            tool_choice={"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": [
+                {"type": "function", "function": {"name": "get_time"}}]}})
+        chat = srv.backend.chats[-1]
+        assert [t["function"]["name"] for t in chat["tools"]] == ["get_time"] and chat["tool_choice"] == forced
+    unknown = _post(srv, "/v1/responses", {"input": "hi", "tools": [WEATHER], "tool_choice": {
+        "type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "nope"}]}})
+    assert unknown.status_code == 400, unknown.text
+    assert unknown.json()["error"]["param"] == "tool_choice" and "'nope'" in unknown.json()["error"]["message"]

@@ -14,6 +14,7 @@ from gateway.worker.spec import RequestSpec
 
 from .errors import APIError, bad_request
 from .schemas import (
+    AllowedToolChoice,
     AssistantTurn,
     ChatCompletionRequest,
     ChatMessage,
@@ -289,7 +290,26 @@ def _prefilled(req: ChatCompletionRequest) -> tuple[list[ChatMessage], bool]:
     return req.messages, True
 
 
+def _allowed_only(req: ChatCompletionRequest) -> ChatCompletionRequest:
+    """An `allowed_tools` tool_choice as the plain request it means: `tools` narrowed to the allowed ones
+    (the model is offered only those: a text model cannot be kept from calling a tool it is shown) and
+    the mode as tool_choice. A name that is not among `tools` is a 400, as for a named tool_choice."""
+    if not isinstance(req.tool_choice, AllowedToolChoice):
+        return req
+    allowed = req.tool_choice.allowed_tools
+    names = {tool.function.name for tool in req.tools or []}
+    for choice in allowed.tools:
+        if choice.function.name not in names:
+            raise bad_request(f"tool_choice.allowed_tools names {choice.function.name!r}, which is not among the "
+                              f"tools ({', '.join(sorted(names)) or 'none given'}).", param="tool_choice",
+                              code="unknown_tool")
+    wanted = {choice.function.name for choice in allowed.tools}
+    tools = [tool for tool in req.tools or [] if tool.function.name in wanted]
+    return req.model_copy(update={"tools": tools, "tool_choice": allowed.mode})
+
+
 def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: GatewayConfig) -> RequestSpec:
+    req = _allowed_only(req)
     _reject_chat(req, config)
     if len(req.messages) > config.max_messages:
         raise bad_request(f"At most {config.max_messages} messages are allowed per request.", param="messages")

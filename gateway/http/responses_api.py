@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -22,6 +23,7 @@ from .openai_render import chat_logprobs
 from .record import ChoiceReply, RequestRecord, answer_logprobs
 from .request_spec import chat_spec
 from .responses_schemas import (
+    AllowedTools,
     FunctionCallItem,
     FunctionCallOutputItem,
     MessageItem,
@@ -81,6 +83,10 @@ def _logprobs(tokens: list[TokenLogprob]) -> list[dict[str, Any]]:
     return [entry.model_dump() for entry in chat_logprobs(tokens).content]
 
 
+def _chat_named(choice: NamedFunction) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": choice.name}}
+
+
 def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
     if req.previous_response_id is not None:
         raise bad_request("previous_response_id is not supported: this server stores no responses; send the "
@@ -104,7 +110,10 @@ def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
         body["tools"] = [{"type": "function", "function": t.model_dump(exclude={"type"}, exclude_none=True)}
                          for t in req.tools]
     if isinstance(req.tool_choice, NamedFunction):
-        body["tool_choice"] = {"type": "function", "function": {"name": req.tool_choice.name}}
+        body["tool_choice"] = _chat_named(req.tool_choice)
+    elif isinstance(req.tool_choice, AllowedTools):
+        body["tool_choice"] = {"type": "allowed_tools", "allowed_tools": {
+            "mode": req.tool_choice.mode, "tools": [_chat_named(t) for t in req.tool_choice.tools]}}
     elif req.tool_choice is not None and (req.tools or req.tool_choice in ("none", "required")):
         body["tool_choice"] = req.tool_choice   # "required" without tools: the chat pipeline's 400, as OpenAI's
     if req.text is not None and req.text.format is not None:
@@ -144,7 +153,7 @@ class ResponsesRenderer:
             "instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
             "parallel_tool_calls": req.parallel_tool_calls is not False,
             "temperature": req.temperature, "top_p": req.top_p,
-            "tool_choice": (req.tool_choice.model_dump() if isinstance(req.tool_choice, NamedFunction)
+            "tool_choice": (req.tool_choice.model_dump() if isinstance(req.tool_choice, BaseModel)
                             else req.tool_choice or "auto"),
             "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
             "store": False, "metadata": req.metadata or {}, "usage": None,

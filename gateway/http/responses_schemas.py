@@ -125,8 +125,18 @@ class FunctionTool(_Responses):
 
 
 class NamedFunction(_Responses):
-    type: Literal["function"]
+    """A forced call of one tool: a function, or a custom tool (which the model sees as a function)."""
+
+    type: Literal["function", "custom"]
     name: str
+
+
+class AllowedTools(_Responses):
+    """The Responses API's `allowed_tools` tool_choice: the tools this turn may call, of those given."""
+
+    type: Literal["allowed_tools"]
+    mode: Literal["auto", "required"]
+    tools: list[NamedFunction] = Field(min_length=1)
 
 
 class ResponsesTextFormat(_Responses):
@@ -170,7 +180,7 @@ class ResponsesRequest(_Responses):
     frequency_penalty: Penalty | None = None
     stream: Stream = False
     tools: list[FunctionTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedFunction | AllowedTools | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None

@@ -106,7 +106,20 @@ class NamedToolChoice(_Strict):
     function: FunctionName
 
 
-ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+class AllowedTools(_Strict):
+    mode: Literal["auto", "required"]
+    tools: list[NamedToolChoice] = Field(min_length=1)
+
+
+class AllowedToolChoice(_Strict):
+    """OpenAI's `allowed_tools`: the request keeps its whole `tools` list (a stable prompt prefix for the
+    provider's cache) and names the subset this turn may call; `required` means one of them must be."""
+
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolChoice
 
 
 class FunctionCall(_Strict):
