@@ -70,3 +70,52 @@ def test_allowed_tools_offers_only_the_allowed_subset(srv):
         "type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "nope"}]}})
     assert unknown.status_code == 400, unknown.text
     assert unknown.json()["error"]["param"] == "tool_choice" and "'nope'" in unknown.json()["error"]["message"]
+
+
+def test_custom_text_tools_call_and_come_back(srv):
+    """Codex sends apply_patch as a `custom` tool (freeform text input) for some models: it was refused.
+    A text-format custom tool is offered to the model as a tool taking one string, its call comes back as a
+    custom_tool_call item with the text as `input` (unstreamed and streamed), and custom_tool_call /
+    custom_tool_call_output items in the history render as the call and its result."""
+    srv.backend.reply = PATCH_CALL
+    client = _openai(srv)
+    response = client.responses.create(model="default", input="Add hello.txt", tools=[APPLY_PATCH, WEATHER])
+    offered = srv.backend.chats[-1]["tools"][0]["function"]
+    assert offered["name"] == "apply_patch" and offered["parameters"]["properties"] == {"input": {"type": "string"}}
+    call = response.output[-1]
+    assert (call.type, call.name, call.input) == ("custom_tool_call", "apply_patch", PATCH)
+    assert response.tools[0].type == "custom"
+    events = list(client.responses.create(model="default", input="Add hello.txt", tools=[APPLY_PATCH], stream=True))
+    kinds = [e.type for e in events]
+    assert "response.custom_tool_call_input.delta" in kinds and "response.function_call_arguments.delta" not in kinds
+    done = next(e for e in events if e.type == "response.custom_tool_call_input.done")
+    assert done.input == PATCH and events[-1].response.output[-1].input == PATCH
+    added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "custom_tool_call")
+    assert added.item.name == "apply_patch" and added.item.input == ""
+
+    srv.backend.reply = "Done.\n</think>\n\nAdded hello.txt."
+    follow = client.responses.create(model="default", tools=[APPLY_PATCH], input=[
+        {"role": "user", "content": "Add hello.txt"},
+        {"type": "custom_tool_call", "call_id": call.call_id, "name": "apply_patch", "input": PATCH},
+        {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Success. Updated: A hello.txt"}])
+    assert follow.output_text == "Added hello.txt."
+    prompt = srv.backend.encoded[-1]
+    assert f"<function=apply_patch>\n<parameter=input>\n{PATCH}\n</parameter>" in prompt
+    assert "<tool_response>\nSuccess. Updated: A hello.txt\n</tool_response>" in prompt
+
+    forced = client.responses.create(model="default", input="Add hello.txt", tools=[APPLY_PATCH, WEATHER],
+                                     tool_choice={"type": "custom", "name": "apply_patch"})
+    assert srv.backend.chats[-1]["tool_choice"] == {"type": "function", "function": {"name": "apply_patch"}}
+    assert forced.tool_choice.type == "custom"
+
+
+def test_grammar_custom_tools_and_local_shell_say_why(srv):
+    """A custom tool whose input must follow a grammar is refused with the reason (the grammar cannot be
+    honoured while the model may also answer in text), as local_shell is (no hosted tools)."""
+    grammar = {**APPLY_PATCH, "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}
+    response = _post(srv, "/v1/responses", {"input": "hi", "tools": [grammar]})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "tools.0.format" and "grammar" in error["message"], error
+    shell = _post(srv, "/v1/responses", {"input": "hi", "tools": [{"type": "local_shell"}]})
+    assert shell.status_code == 400 and "local_shell" in shell.json()["error"]["message"]
