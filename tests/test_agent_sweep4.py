@@ -119,3 +119,17 @@ def test_grammar_custom_tools_and_local_shell_say_why(srv):
     assert error["param"] == "tools.0.format" and "grammar" in error["message"], error
     shell = _post(srv, "/v1/responses", {"input": "hi", "tools": [{"type": "local_shell"}]})
     assert shell.status_code == 400 and "local_shell" in shell.json()["error"]["message"]
+
+
+def test_responses_include_values_are_checked(srv):
+    """Unknown `include` values were accepted silently; OpenAI answers them with a 400 naming the value.
+    The documented ones (Codex sends reasoning.encrypted_content with store false) are accepted."""
+    documented = ["reasoning.encrypted_content", "message.output_text.logprobs", "file_search_call.results",
+                  "web_search_call.action.sources", "message.input_image.image_url"]
+    ok = _post(srv, "/v1/responses", {"input": "hi", "include": documented, "store": False})
+    assert ok.status_code == 200, ok.text
+    bad = _post(srv, "/v1/responses", {"input": "hi", "include": ["reasoning.encrypted_content", "output.everything"]})
+    assert bad.status_code == 400, bad.text
+    error = bad.json()["error"]
+    assert error["type"] == "invalid_request_error" and "'output.everything'" in error["message"]
+    assert error["param"] == "include.1"

@@ -26,7 +26,6 @@ from .record import ChoiceReply, RequestRecord, answer_logprobs
 from .request_spec import chat_spec
 from .responses_schemas import (
     CUSTOM_INPUT,
-    AllowedTools,
     CustomTool,
     CustomToolCallItem,
     FunctionCallItem,
@@ -34,6 +33,7 @@ from .responses_schemas import (
     MessageItem,
     NamedFunction,
     ReasoningItem,
+    ResponsesAllowedTools,
     ResponsesRequest,
 )
 from .schemas import ChatCompletionRequest
@@ -114,7 +114,7 @@ def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
         body["tools"] = [{"type": "function", "function": t.function()} for t in req.tools]
     if isinstance(req.tool_choice, NamedFunction):
         body["tool_choice"] = _chat_named(req.tool_choice)
-    elif isinstance(req.tool_choice, AllowedTools):
+    elif isinstance(req.tool_choice, ResponsesAllowedTools):
         body["tool_choice"] = {"type": "allowed_tools", "allowed_tools": {
             "mode": req.tool_choice.mode, "tools": [_chat_named(t) for t in req.tool_choice.tools]}}
     elif req.tool_choice is not None and (req.tools or req.tool_choice in ("none", "required")):

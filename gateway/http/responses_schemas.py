@@ -4,9 +4,9 @@ The server keeps no responses (stateless: `store` is accepted, `previous_respons
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from .schemas import (
     TOOL_NAME,
@@ -208,7 +208,7 @@ class NamedFunction(_Responses):
     name: str
 
 
-class AllowedTools(_Responses):
+class ResponsesAllowedTools(_Responses):
     """The Responses API's `allowed_tools` tool_choice: the tools this turn may call, of those given."""
 
     type: Literal["allowed_tools"]
@@ -245,6 +245,22 @@ class ReasoningConfig(_Responses):
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
 
+# The `include` values OpenAI documents. Hosted tools' results and input images never occur here (no
+# hosted tools; text-only), so asking for them changes nothing; reasoning.encrypted_content (Codex sends it
+# with store false) has nothing to add: reasoning items carry their text, which clients send back as is.
+Includable = Literal["file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+                     "message.input_image.image_url", "computer_call_output.output.image_url",
+                     "code_interpreter_call.outputs", "reasoning.encrypted_content", "message.output_text.logprobs"]
+
+
+def _includable(value: Any) -> Any:
+    """An unknown value is a 400 naming it and the supported ones, as OpenAI answers it."""
+    supported = get_args(Includable)
+    if isinstance(value, str) and value not in supported:
+        raise ValueError(f"{value!r} is not a supported include value; supported: {', '.join(supported)}")
+    return value
+
+
 class ResponsesRequest(_Responses):
     model: str | None = None
     input: str | list[Item]
@@ -257,14 +273,14 @@ class ResponsesRequest(_Responses):
     frequency_penalty: Penalty | None = None
     stream: Stream = False
     tools: list[ClientTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedFunction | AllowedTools | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedFunction | ResponsesAllowedTools | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
     store: bool | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
-    include: list[str] | None = None
+    include: list[Annotated[Includable, BeforeValidator(_includable)]] | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
     service_tier: str | None = None
