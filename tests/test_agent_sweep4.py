@@ -133,3 +133,18 @@ def test_responses_include_values_are_checked(srv):
     error = bad.json()["error"]
     assert error["type"] == "invalid_request_error" and "'output.everything'" in error["message"]
     assert error["param"] == "include.1"
+
+
+def test_chat_audio_null_and_web_search_options(srv):
+    """`audio: null` (clients that write out every optional field) was an unknown parameter, and so was
+    `web_search_options`: null is now accepted; a search request or an audio output is a 400 naming the
+    parameter, as OpenAI answers a model without them."""
+    ask = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    ok = _post(srv, "/v1/chat/completions", {**ask, "audio": None, "web_search_options": None, "modalities": ["text"]})
+    assert ok.status_code == 200, ok.text
+    for name, value in (("web_search_options", {"search_context_size": "low"}),
+                        ("audio", {"voice": "alloy", "format": "wav"})):
+        bad = _post(srv, "/v1/chat/completions", {**ask, name: value})
+        assert bad.status_code == 400, bad.text
+        error = bad.json()["error"]
+        assert error["param"] == name and error["code"] == "unsupported_parameter", error

@@ -138,6 +138,8 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
     }]
     chat["functions"] = _nullable({"type": "array", "maxItems": 0})
     chat["function_call"] = _one_of_values(None)
+    for name in schemas.UNSUPPORTED_OUTPUTS:
+        chat[name] = _one_of_values(None)
     # a function's parameters: a JSON schema of an object (llguidance refuses malformed keywords; compiled
     # when tool_choice forces a call, which is decoded against it)
     defs["FunctionDefinition"]["properties"]["parameters"] = _nullable(

@@ -14,6 +14,7 @@ from gateway.worker.spec import RequestSpec
 
 from .errors import APIError, bad_request
 from .schemas import (
+    UNSUPPORTED_OUTPUTS,
     AllowedToolChoice,
     AssistantTurn,
     ChatCompletionRequest,
@@ -60,6 +61,9 @@ def _reject_chat(req: ChatCompletionRequest, config: GatewayConfig) -> None:
         if getattr(req, name) not in (None, []):
             raise bad_request(f"{name} is deprecated by OpenAI and not supported; send `tools` / `tool_choice`.",
                               param=name, code="unsupported_parameter")
+    for name, why in UNSUPPORTED_OUTPUTS.items():
+        if getattr(req, name) is not None:
+            raise bad_request(f"{name} is not supported: {why}.", param=name, code="unsupported_parameter")
     if forces_tool_call(req.tool_choice) and not req.tools:
         raise bad_request("a forced tool_choice needs `tools`.", param="tool_choice")
     names = [tool.function.name for tool in req.tools or []]

@@ -308,6 +308,13 @@ class _SamplingFields(_Strict):
 TopLogprobs = Annotated[int, Field(ge=0, le=20), BeforeValidator(_whole_number)]
 
 
+# Chat fields asking for what a text model with no hosted tools cannot give: only null is accepted
+UNSUPPORTED_OUTPUTS = {
+    "audio": "this is a text-only model (send modalities [\"text\"] or leave audio out)",
+    "web_search_options": "this model has no web search (no hosted tools here: give the client a search tool)",
+}
+
+
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: PositiveInt32 | None = None
@@ -326,6 +333,10 @@ class ChatCompletionRequest(_SamplingFields):
     verbosity: Literal["low", "medium", "high"] | None = None
     functions: list[Any] | None = None         # deprecated by OpenAI: rejected with a pointer to `tools`
     function_call: Any = None
+    # what this model cannot do, as OpenAI answers a model without them: null (clients that write out every
+    # optional field send it) is accepted, anything else is a 400 naming the parameter (request_spec)
+    audio: Any = None
+    web_search_options: Any = None
 
 
 class CompletionRequest(_SamplingFields):
