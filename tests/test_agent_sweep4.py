@@ -148,3 +148,27 @@ def test_chat_audio_null_and_web_search_options(srv):
         assert bad.status_code == 400, bad.text
         error = bad.json()["error"]
         assert error["param"] == name and error["code"] == "unsupported_parameter", error
+
+
+def test_messages_prefill_with_trailing_whitespace_and_a_bare_tool_result(srv):
+    """Anthropic refuses a prefill ending in whitespace ("final assistant content cannot end with trailing
+    whitespace"), which was accepted; a conversation opening with a tool_result that answers no tool_use was a
+    400 quoting the chat template ("No user query found"). Both are Anthropic-style invalid_request_errors."""
+    claude = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        claude.messages.create(model="default", max_tokens=8, messages=[
+            {"role": "user", "content": "Count to three."}, {"role": "assistant", "content": "One, two, "}])
+    assert bad.value.body["error"]["type"] == "invalid_request_error"
+    assert "trailing whitespace" in bad.value.body["error"]["message"]
+    fine = claude.messages.create(model="default", max_tokens=8, messages=[
+        {"role": "user", "content": "Count to three."}, {"role": "assistant", "content": "One, two,"}])
+    assert fine.content[-1].type == "text"
+
+    for messages in ([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C"}]}],
+                     [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Let me look."},
+                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C"}]}]):
+        with pytest.raises(anthropic.BadRequestError) as bad:
+            claude.messages.create(model="default", max_tokens=8, messages=messages)
+        error = bad.value.body["error"]
+        assert error["type"] == "invalid_request_error" and "toolu_1" in error["message"], error
+        assert "No user query" not in error["message"] and "tool_use" in error["message"]
