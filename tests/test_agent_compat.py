@@ -158,10 +158,11 @@ def test_anthropic_prefill_is_continued(prefill_server):
         assert "".join(stream.text_stream) == CONTINUATION
     # a final assistant turn with no text starts nothing: a new reply, as before; one of blanks ends in
     # whitespace, which Anthropic refuses ("final assistant content cannot end with trailing whitespace")
-    claude.messages.create(model="default", max_tokens=16, messages=[conversation[0], {"role": "assistant", "content": []}])
+    ask = conversation[0]
+    claude.messages.create(model="default", max_tokens=16, messages=[ask, {"role": "assistant", "content": []}])
     assert backend.encoded[-1].endswith("<|im_start|>user\nA cat as JSON<|im_end|>\n<|im_start|>assistant\n<think>\n")
     with pytest.raises(anthropic.BadRequestError):
-        claude.messages.create(model="default", max_tokens=16, messages=[conversation[0], {"role": "assistant", "content": "  \n"}])
+        claude.messages.create(model="default", max_tokens=16, messages=[ask, {"role": "assistant", "content": "  \n"}])
 
 
 def test_prefix_true_continues_the_last_assistant_message(prefill_server):

@@ -43,7 +43,8 @@ def test_responses_take_a_refusal_part_back_as_text(srv):
     /v1/responses (chat completions reads it as the turn's text): now it is that text too."""
     reply = _openai(srv).responses.create(model="default", input=[
         {"role": "user", "content": "say something rude"},
-        {"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": "I can't help with that."}]},
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "refusal", "refusal": "I can't help with that."}]},
         {"role": "user", "content": "then say hi"}])
     assert reply.output_text == "It is sunny."
     assert "I can't help with that." in srv.backend.encoded[-1]
@@ -61,7 +62,8 @@ def test_allowed_tools_offers_only_the_allowed_subset(srv):
         assert [t["function"]["name"] for t in chat["tools"]] == ["get_weather"] and chat["tool_choice"] == forced
         client.chat.completions.create(
             model="default", messages=[{"role": "user", "content": "Weather in Paris?"}],
-            tools=[{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in (WEATHER, CLOCK)],
+            tools=[{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}}
+                   for t in (WEATHER, CLOCK)],
             tool_choice={"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": [
                 {"type": "function", "function": {"name": "get_time"}}]}})
         chat = srv.backend.chats[-1]
@@ -164,9 +166,9 @@ def test_messages_prefill_with_trailing_whitespace_and_a_bare_tool_result(srv):
         {"role": "user", "content": "Count to three."}, {"role": "assistant", "content": "One, two,"}])
     assert fine.content[-1].type == "text"
 
-    for messages in ([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C"}]}],
-                     [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Let me look."},
-                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C"}]}]):
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C"}]}
+    for messages in ([result], [{"role": "user", "content": "Weather?"},
+                                {"role": "assistant", "content": "Let me look."}, result]):
         with pytest.raises(anthropic.BadRequestError) as bad:
             claude.messages.create(model="default", max_tokens=8, messages=messages)
         error = bad.value.body["error"]
