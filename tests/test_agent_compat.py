@@ -156,10 +156,13 @@ def test_anthropic_prefill_is_continued(prefill_server):
     assert [block.text for block in message.content] == [CONTINUATION] and message.stop_reason == "end_turn"
     with claude.messages.stream(model="default", max_tokens=16, messages=conversation) as stream:
         assert "".join(stream.text_stream) == CONTINUATION
-    # a final assistant turn with no text (or blanks the template trims) starts nothing: a new reply, as before
-    for empty in ([], "  \n"):
-        claude.messages.create(model="default", max_tokens=16, messages=[conversation[0], {"role": "assistant", "content": empty}])
-        assert backend.encoded[-1].endswith("<|im_start|>user\nA cat as JSON<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    # a final assistant turn with no text starts nothing: a new reply, as before; one of blanks ends in
+    # whitespace, which Anthropic refuses ("final assistant content cannot end with trailing whitespace")
+    ask = conversation[0]
+    claude.messages.create(model="default", max_tokens=16, messages=[ask, {"role": "assistant", "content": []}])
+    assert backend.encoded[-1].endswith("<|im_start|>user\nA cat as JSON<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    with pytest.raises(anthropic.BadRequestError):
+        claude.messages.create(model="default", max_tokens=16, messages=[ask, {"role": "assistant", "content": "  \n"}])
 
 
 def test_prefix_true_continues_the_last_assistant_message(prefill_server):

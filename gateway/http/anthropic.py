@@ -101,7 +101,33 @@ def _openai_messages(message: AnthropicMessage) -> list[dict[str, Any]]:
     return [reply]
 
 
+def _check_tool_results(messages: list[AnthropicMessage]) -> None:
+    """Anthropic's rule: every tool_result answers a tool_use of the message just before it. (A result
+    answering nothing, e.g. a conversation that opens with one, would otherwise reach the chat template,
+    which refuses it in its own words.)"""
+    called: set[str] = set()
+    for index, message in enumerate(messages):
+        blocks = message.content if isinstance(message.content, list) else []
+        for number, block in enumerate(blocks):
+            if isinstance(block, ToolResultBlock) and block.tool_use_id not in called:
+                raise APIError(400, f"messages.{index}.content.{number}: the tool_result's tool_use_id "
+                               f"{block.tool_use_id!r} answers no tool_use block of the previous message; each "
+                               "tool_result must answer a tool_use of the assistant message just before it.",
+                               param=f"messages.{index}.content.{number}.tool_use_id", code="unmatched_tool_result")
+        called = {block.id for block in blocks if isinstance(block, ToolUseBlock)}
+
+
+def _check_prefill(final: dict[str, Any]) -> None:
+    """Anthropic refuses a prefill ending in whitespace, in these words (a BPE model writes a word's space
+    with the word, so a reply continuing after one starts out of its habits): the same 400 here."""
+    text = final["content"]
+    if text != text.rstrip():
+        raise APIError(400, "messages: final assistant content cannot end with trailing whitespace",
+                       param="messages", code="invalid_prefix")
+
+
 def to_chat_request(req: MessagesRequest) -> dict[str, Any]:
+    _check_tool_results(req.messages)
     messages: list[dict[str, Any]] = []
     if req.system:
         messages.append({"role": "system", "content": _text(req.system)})
@@ -112,6 +138,7 @@ def to_chat_request(req: MessagesRequest) -> dict[str, Any]:
                        code="empty_conversation")
     final = messages[-1]
     if req.messages[-1].role == "assistant" and final["role"] == "assistant" and "tool_calls" not in final:
+        _check_prefill(final)
         final["prefix"] = True   # Anthropic's prefill: the reply continues this text (and holds only the rest)
     body: dict[str, Any] = {"model": req.model, "messages": messages, "max_tokens": req.max_tokens,
                             "stream": req.stream, "engine": req.engine}

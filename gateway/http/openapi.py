@@ -44,7 +44,8 @@ SEMANTIC_RULES = (
     "with nothing to answer (empty_conversation); an assistant prefix (`prefix: true`) that is not the last "
     "message or holds tool_calls (invalid_prefix), or comes with a forced tool_choice or a JSON "
     "response_format (conflicting_constraints); a prompt plus max_tokens over the model's context "
-    "(context_length_exceeded)."
+    "(context_length_exceeded); on /v1/messages, a tool_result that answers no tool_use of the message before "
+    "it (unmatched_tool_result) and a final assistant message (prefill) ending in whitespace (invalid_prefix)."
 )
 _READ_ERRORS = {"401": "Missing or wrong API key"}
 _ADMIN_ERRORS = {"401": "Missing or wrong API key", "403": "Not a loopback client and no API key",
@@ -138,6 +139,8 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
     }]
     chat["functions"] = _nullable({"type": "array", "maxItems": 0})
     chat["function_call"] = _one_of_values(None)
+    for name in schemas.UNSUPPORTED_OUTPUTS:
+        chat[name] = _one_of_values(None)
     # a function's parameters: a JSON schema of an object (llguidance refuses malformed keywords; compiled
     # when tool_choice forces a call, which is decoded against it)
     defs["FunctionDefinition"]["properties"]["parameters"] = _nullable(

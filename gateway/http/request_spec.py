@@ -14,6 +14,8 @@ from gateway.worker.spec import RequestSpec
 
 from .errors import APIError, bad_request
 from .schemas import (
+    UNSUPPORTED_OUTPUTS,
+    AllowedToolChoice,
     AssistantTurn,
     ChatCompletionRequest,
     ChatMessage,
@@ -59,6 +61,9 @@ def _reject_chat(req: ChatCompletionRequest, config: GatewayConfig) -> None:
         if getattr(req, name) not in (None, []):
             raise bad_request(f"{name} is deprecated by OpenAI and not supported; send `tools` / `tool_choice`.",
                               param=name, code="unsupported_parameter")
+    for name, why in UNSUPPORTED_OUTPUTS.items():
+        if getattr(req, name) is not None:
+            raise bad_request(f"{name} is not supported: {why}.", param=name, code="unsupported_parameter")
     if forces_tool_call(req.tool_choice) and not req.tools:
         raise bad_request("a forced tool_choice needs `tools`.", param="tool_choice")
     names = [tool.function.name for tool in req.tools or []]
@@ -289,7 +294,26 @@ def _prefilled(req: ChatCompletionRequest) -> tuple[list[ChatMessage], bool]:
     return req.messages, True
 
 
+def _allowed_only(req: ChatCompletionRequest) -> ChatCompletionRequest:
+    """An `allowed_tools` tool_choice as the plain request it means: `tools` narrowed to the allowed ones
+    (the model is offered only those: a text model cannot be kept from calling a tool it is shown) and
+    the mode as tool_choice. A name that is not among `tools` is a 400, as for a named tool_choice."""
+    if not isinstance(req.tool_choice, AllowedToolChoice):
+        return req
+    allowed = req.tool_choice.allowed_tools
+    names = {tool.function.name for tool in req.tools or []}
+    for choice in allowed.tools:
+        if choice.function.name not in names:
+            raise bad_request(f"tool_choice.allowed_tools names {choice.function.name!r}, which is not among the "
+                              f"tools ({', '.join(sorted(names)) or 'none given'}).", param="tool_choice",
+                              code="unknown_tool")
+    wanted = {choice.function.name for choice in allowed.tools}
+    tools = [tool for tool in req.tools or [] if tool.function.name in wanted]
+    return req.model_copy(update={"tools": tools, "tool_choice": allowed.mode})
+
+
 def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: GatewayConfig) -> RequestSpec:
+    req = _allowed_only(req)
     _reject_chat(req, config)
     if len(req.messages) > config.max_messages:
         raise bad_request(f"At most {config.max_messages} messages are allowed per request.", param="messages")

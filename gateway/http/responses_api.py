@@ -1,6 +1,7 @@
 """POST /v1/responses: the OpenAI Responses API as a thin translation onto the chat pipeline.
-`input` items become chat messages (function calls and their outputs included); the reply comes
-back as reasoning, message and function_call output items, or as the Responses stream events
+`input` items become chat messages (function and custom tool calls and their outputs included); the
+reply comes back as reasoning, message, function_call and custom_tool_call output items (a custom tool
+is a function of one string to the model), or as the Responses stream events
 (response.created … response.output_text.delta … response.completed)."""
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+from pydantic_core import from_json
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from contracts.chat import TokenLogprob
+from contracts.chat import TokenLogprob, ToolCall
 from contracts.engine import GenerationChunk
 
 from .errors import APIError, bad_request
@@ -22,11 +25,15 @@ from .openai_render import chat_logprobs
 from .record import ChoiceReply, RequestRecord, answer_logprobs
 from .request_spec import chat_spec
 from .responses_schemas import (
+    CUSTOM_INPUT,
+    CustomTool,
+    CustomToolCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     MessageItem,
     NamedFunction,
     ReasoningItem,
+    ResponsesAllowedTools,
     ResponsesRequest,
 )
 from .schemas import ChatCompletionRequest
@@ -53,9 +60,8 @@ def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
             if item.role == "assistant" and reasoning:
                 message["reasoning_content"], reasoning = reasoning, ""
             messages.append(message)
-        elif isinstance(item, FunctionCallItem):
-            call = {"id": item.call_id, "type": "function",
-                    "function": {"name": item.name, "arguments": item.arguments}}
+        elif isinstance(item, (FunctionCallItem, CustomToolCallItem)):
+            call = item.chat_call()
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and not reasoning:
                 last.setdefault("tool_calls", []).append(call)   # parallel calls of one turn
@@ -63,7 +69,7 @@ def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
                 if reasoning:
                     messages[-1]["reasoning_content"], reasoning = reasoning, ""
-        elif isinstance(item, FunctionCallOutputItem):
+        elif isinstance(item, FunctionCallOutputItem):   # a custom tool's output too
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
     return messages
 
@@ -79,6 +85,10 @@ def _wants_logprobs(req: ResponsesRequest) -> bool:
 def _logprobs(tokens: list[TokenLogprob]) -> list[dict[str, Any]]:
     """An output_text's logprobs, in the Responses shape (token, logprob, bytes, top_logprobs)."""
     return [entry.model_dump() for entry in chat_logprobs(tokens).content]
+
+
+def _chat_named(choice: NamedFunction) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": choice.name}}
 
 
 def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
@@ -101,10 +111,12 @@ def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
     if _wants_logprobs(req):
         body["logprobs"], body["top_logprobs"] = True, req.top_logprobs or 0
     if req.tools:
-        body["tools"] = [{"type": "function", "function": t.model_dump(exclude={"type"}, exclude_none=True)}
-                         for t in req.tools]
+        body["tools"] = [{"type": "function", "function": t.function()} for t in req.tools]
     if isinstance(req.tool_choice, NamedFunction):
-        body["tool_choice"] = {"type": "function", "function": {"name": req.tool_choice.name}}
+        body["tool_choice"] = _chat_named(req.tool_choice)
+    elif isinstance(req.tool_choice, ResponsesAllowedTools):
+        body["tool_choice"] = {"type": "allowed_tools", "allowed_tools": {
+            "mode": req.tool_choice.mode, "tools": [_chat_named(t) for t in req.tool_choice.tools]}}
     elif req.tool_choice is not None and (req.tools or req.tool_choice in ("none", "required")):
         body["tool_choice"] = req.tool_choice   # "required" without tools: the chat pipeline's 400, as OpenAI's
     if req.text is not None and req.text.format is not None:
@@ -114,9 +126,29 @@ def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
     return body
 
 
+def _custom_input(arguments: str) -> str:
+    """A custom tool's input: the one string argument of the function the model was offered for it. A
+    call that max_tokens cut off keeps the text written so far (its item is marked incomplete)."""
+    try:
+        value = from_json(arguments, allow_partial="trailing-strings") if arguments.strip() else {}
+    except ValueError:
+        return arguments
+    if not isinstance(value, dict):
+        return arguments
+    if isinstance(value.get(CUSTOM_INPUT), str):
+        return value[CUSTOM_INPUT]
+    strings = [v for v in value.values() if isinstance(v, str)]
+    if len(value) <= 1:   # none, or one argument the model named otherwise
+        return strings[0] if strings else ""
+    return arguments
+
+
+ID_PREFIXES = {"reasoning": "rs", "message": "msg", "function_call": "fc", "custom_tool_call": "ctc"}
+
+
 @dataclass
 class _Item:
-    kind: str                 # "reasoning" | "message" | "function_call"
+    kind: str                 # "reasoning" | "message" | "function_call" | "custom_tool_call"
     id: str
     output_index: int
     text: str = ""
@@ -144,7 +176,7 @@ class ResponsesRenderer:
             "instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
             "parallel_tool_calls": req.parallel_tool_calls is not False,
             "temperature": req.temperature, "top_p": req.top_p,
-            "tool_choice": (req.tool_choice.model_dump() if isinstance(req.tool_choice, NamedFunction)
+            "tool_choice": (req.tool_choice.model_dump() if isinstance(req.tool_choice, BaseModel)
                             else req.tool_choice or "auto"),
             "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
             "store": False, "metadata": req.metadata or {}, "usage": None,
@@ -171,8 +203,15 @@ class ResponsesRenderer:
                         "logprobs": _logprobs(item.logprobs)}] if done else []
             return {"type": "message", "id": item.id, "role": "assistant", "status": status, "content": content}
         call = item.call
+        if item.kind == "custom_tool_call":
+            return {"type": "custom_tool_call", "id": item.id, "call_id": call.id, "name": call.name,
+                    "input": _custom_input(call.arguments) if done else "", "status": status}
         return {"type": "function_call", "id": item.id, "call_id": call.id, "name": call.name,
                 "arguments": call.arguments if done else "", "status": status}
+
+    def _call_kind(self, call: ToolCall) -> str:
+        custom = any(isinstance(t, CustomTool) and t.name == call.name for t in self.request.tools or ())
+        return "custom_tool_call" if custom else "function_call"
 
     def full(self, record: RequestRecord) -> dict[str, Any]:
         choice = record.choices[0] if record.choices else ChoiceReply(0)
@@ -183,7 +222,8 @@ class ResponsesRenderer:
             items.append(_Item("message", _new_id("msg"), len(items), choice.content,
                                logprobs=choice.answer_logprobs))
         for call in choice.tool_calls:
-            items.append(_Item("function_call", _new_id("fc"), len(items), call=call))
+            kind = self._call_kind(call)
+            items.append(_Item(kind, _new_id(ID_PREFIXES[kind]), len(items), call=call))
         last = _last_status(record)
         return self._response("completed", [self._item_body(i, True, last if i is items[-1] else None) for i in items],
                               record)
@@ -219,20 +259,23 @@ class ResponsesRenderer:
             item.logprobs += sent
             frames.append(self._event("response.output_text.delta", item_id=item.id, output_index=item.output_index,
                                       content_index=0, delta=chunk.text, logprobs=_logprobs(sent)))
-        for call in chunk.tool_calls:
-            frames += self._item("function_call", call)
+        for call in chunk.tool_calls:   # each arrives whole: one delta, then done
+            frames += self._item(self._call_kind(call), call)
             item = self._open
             assert item is not None
-            frames.append(self._event("response.function_call_arguments.delta", item_id=item.id,
-                                      output_index=item.output_index, delta=call.arguments))
+            where = {"item_id": item.id, "output_index": item.output_index}
+            if item.kind == "custom_tool_call":
+                frames.append(self._event("response.custom_tool_call_input.delta", **where,
+                                          delta=_custom_input(call.arguments)))
+            else:
+                frames.append(self._event("response.function_call_arguments.delta", **where, delta=call.arguments))
         return frames
 
     def _item(self, kind: str, call: Any = None) -> list[bytes]:
         if self._open is not None and self._open.kind == kind and call is None:
             return []
         frames = self._close()
-        prefix = {"reasoning": "rs", "message": "msg", "function_call": "fc"}[kind]
-        item = _Item(kind, _new_id(prefix), len(self._items), call=call)
+        item = _Item(kind, _new_id(ID_PREFIXES[kind]), len(self._items), call=call)
         self._items.append(item)
         self._open = item
         frames.append(self._event("response.output_item.added", output_index=item.output_index,
@@ -257,6 +300,9 @@ class ResponsesRenderer:
             frames.append(self._event("response.content_part.done", **where, content_index=0,
                                       part={"type": "output_text", "text": item.text, "annotations": [],
                                             "logprobs": _logprobs(item.logprobs)}))
+        elif item.kind == "custom_tool_call":
+            frames.append(self._event("response.custom_tool_call_input.done", **where,
+                                      input=_custom_input(item.call.arguments)))
         else:
             frames.append(self._event("response.function_call_arguments.done", **where,
                                       arguments=item.call.arguments))

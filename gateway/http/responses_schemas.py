@@ -3,9 +3,10 @@ The server keeps no responses (stateless: `store` is accepted, `previous_respons
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import json
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from .schemas import (
     TOOL_NAME,
@@ -16,6 +17,7 @@ from .schemas import (
     Stream,
     TopLogprobs,
     only_kinds,
+    refusals_as_text,
 )
 
 
@@ -40,10 +42,16 @@ class MessageItem(_Responses):
     @field_validator("content", mode="before")
     @classmethod
     def _text_only(cls, value: Any) -> Any:
+        # an assistant message sent back as the API returned it may hold a refusal: its words are its text
+        value = refusals_as_text(value, "output_text")
         return only_kinds(value, ("input_text", "output_text", "text"), "content parts", "text-only model")
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
+
+
+# A custom tool's freeform input reaches the model as this one string argument of a function.
+CUSTOM_INPUT = "input"
 
 
 class FunctionCallItem(_Responses):
@@ -53,6 +61,24 @@ class FunctionCallItem(_Responses):
     arguments: str
     id: str | None = None
     status: str | None = None
+
+    def chat_call(self) -> dict[str, Any]:
+        return {"id": self.call_id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+class CustomToolCallItem(_Responses):
+    """A custom tool's call sent back: the model wrote its input as the one string argument."""
+
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+    id: str | None = None
+    status: str | None = None
+
+    def chat_call(self) -> dict[str, Any]:
+        return {"id": self.call_id, "type": "function",
+                "function": {"name": self.name, "arguments": json.dumps({CUSTOM_INPUT: self.input})}}
 
 
 class FunctionCallOutputItem(_Responses):
@@ -64,6 +90,10 @@ class FunctionCallOutputItem(_Responses):
 
     def text(self) -> str:
         return self.output if isinstance(self.output, str) else "\n".join(p.text for p in self.output)
+
+
+class CustomToolCallOutputItem(FunctionCallOutputItem):
+    type: Literal["custom_tool_call_output"]   # type: ignore[assignment]
 
 
 class ReasoningItem(_Responses):
@@ -79,7 +109,8 @@ class ReasoningItem(_Responses):
         return "".join(str(p.get("text", "")) for p in parts)
 
 
-ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+ITEM_TYPES = ("message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
+              "reasoning")
 
 
 class UnsupportedItem(_Responses):
@@ -103,7 +134,10 @@ def _item_kind(value: Any) -> str:
 
 
 Item = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
-                 | Annotated[FunctionCallOutputItem, Tag("function_call_output")] | Annotated[ReasoningItem, Tag("reasoning")]
+                 | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+                 | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
+                 | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
+                 | Annotated[ReasoningItem, Tag("reasoning")]
                  | Annotated[UnsupportedItem, Tag("Unsupported")],
                  Discriminator(_item_kind)]
 
@@ -120,10 +154,66 @@ class FunctionTool(_Responses):
     def _object_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         return FunctionDefinition.model_validate({"name": "x", "parameters": value}).parameters
 
+    def function(self) -> dict[str, Any]:
+        """The chat pipeline's function tool."""
+        return self.model_dump(exclude={"type"}, exclude_none=True)
+
+
+class CustomToolFormat(_Responses):
+    type: Literal["text"]
+
+
+class CustomTool(_Responses):
+    """A tool whose input is freeform text (Codex's apply_patch for some models): the model is offered a
+    function taking that text as its one string argument, and its call comes back as a custom_tool_call."""
+
+    type: Literal["custom"]
+    name: str = Field(pattern=TOOL_NAME)
+    description: str | None = None
+    format: CustomToolFormat | None = None   # absent: text
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _text_only(cls, value: Any) -> Any:
+        # a grammar binds every call's input; here the model may answer in text or call any tool, so the
+        # input could only be constrained once a call of this tool had begun, which no engine does
+        if isinstance(value, dict) and value.get("type") == "grammar":
+            raise ValueError("custom tools whose input must follow a grammar are not supported (it cannot be "
+                             "enforced on a call the model chooses to make); send format {\"type\": \"text\"} "
+                             "or a function tool")
+        return value
+
+    def function(self) -> dict[str, Any]:
+        """The chat pipeline's function tool the model is offered for it."""
+        function: dict[str, Any] = {"name": self.name, "parameters": {
+            "type": "object", "properties": {CUSTOM_INPUT: {"type": "string"}}, "required": [CUSTOM_INPUT]}}
+        if self.description is not None:
+            function["description"] = self.description
+        return function
+
+
+def _tool_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "Custom" if kind == "custom" else "Function"   # capitalised: not part of the error's param path
+
+
+ClientTool = Annotated[Annotated[FunctionTool, Tag("Function")] | Annotated[CustomTool, Tag("Custom")],
+                       Discriminator(_tool_kind)]
+
 
 class NamedFunction(_Responses):
-    type: Literal["function"]
+    """A forced call of one tool: a function, or a custom tool (which the model sees as a function)."""
+
+    type: Literal["function", "custom"]
     name: str
+
+
+class ResponsesAllowedTools(_Responses):
+    """The Responses API's `allowed_tools` tool_choice: the tools this turn may call, of those given."""
+
+    type: Literal["allowed_tools"]
+    mode: Literal["auto", "required"]
+    tools: list[NamedFunction] = Field(min_length=1)
 
 
 class ResponsesTextFormat(_Responses):
@@ -155,6 +245,22 @@ class ReasoningConfig(_Responses):
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
 
+# The `include` values OpenAI documents. Hosted tools' results and input images never occur here (no
+# hosted tools; text-only), so asking for them changes nothing; reasoning.encrypted_content (Codex sends it
+# with store false) has nothing to add: reasoning items carry their text, which clients send back as is.
+Includable = Literal["file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+                     "message.input_image.image_url", "computer_call_output.output.image_url",
+                     "code_interpreter_call.outputs", "reasoning.encrypted_content", "message.output_text.logprobs"]
+
+
+def _includable(value: Any) -> Any:
+    """An unknown value is a 400 naming it and the supported ones, as OpenAI answers it."""
+    supported = get_args(Includable)
+    if isinstance(value, str) and value not in supported:
+        raise ValueError(f"{value!r} is not a supported include value; supported: {', '.join(supported)}")
+    return value
+
+
 class ResponsesRequest(_Responses):
     model: str | None = None
     input: str | list[Item]
@@ -166,15 +272,15 @@ class ResponsesRequest(_Responses):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     stream: Stream = False
-    tools: list[FunctionTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
+    tools: list[ClientTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedFunction | ResponsesAllowedTools | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
     store: bool | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
-    include: list[str] | None = None
+    include: list[Annotated[Includable, BeforeValidator(_includable)]] | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
     service_tier: str | None = None
@@ -185,5 +291,5 @@ class ResponsesRequest(_Responses):
 
     @field_validator("tools", mode="before")
     @classmethod
-    def _functions_only(cls, value: Any) -> Any:
-        return only_kinds(value, ("function",), "tools", "the client runs its tools; none are hosted here")
+    def _client_tools_only(cls, value: Any) -> Any:
+        return only_kinds(value, ("function", "custom"), "tools", "the client runs its tools; none are hosted here")

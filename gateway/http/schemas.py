@@ -59,6 +59,16 @@ def only_kinds(value: Any, allowed: tuple[str, ...], what: str, why: str) -> Any
     return value
 
 
+def refusals_as_text(value: Any, text_type: str) -> Any:
+    """Content parts with each `refusal` part (the API's assistant output, sent back as history) turned
+    into a text part of `text_type` holding its words: the refusal is what the assistant said."""
+    if not isinstance(value, list):
+        return value
+    return [{"type": text_type, "text": part["refusal"]}
+            if isinstance(part, dict) and part.get("type") == "refusal" and isinstance(part.get("refusal"), str)
+            else part for part in value]
+
+
 def _text_parts_only(value: Any) -> Any:
     return only_kinds(value, ("text",), "content parts", "text-only model")
 
@@ -96,7 +106,20 @@ class NamedToolChoice(_Strict):
     function: FunctionName
 
 
-ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+class AllowedTools(_Strict):
+    mode: Literal["auto", "required"]
+    tools: list[NamedToolChoice] = Field(min_length=1)
+
+
+class AllowedToolChoice(_Strict):
+    """OpenAI's `allowed_tools`: the request keeps its whole `tools` list (a stable prompt prefix for the
+    provider's cache) and names the subset this turn may call; `required` means one of them must be."""
+
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolChoice
 
 
 class FunctionCall(_Strict):
@@ -176,11 +199,7 @@ class AssistantTurn(_Message):
     @classmethod
     def _text_parts(cls, value: Any) -> Any:
         # the API's assistant content parts are text or refusal; a refusal's words are the turn's text
-        if isinstance(value, list):
-            value = [{"type": "text", "text": part["refusal"]}
-                     if isinstance(part, dict) and part.get("type") == "refusal" and isinstance(part.get("refusal"), str)
-                     else part for part in value]
-        return _text_parts_only(value)
+        return _text_parts_only(refusals_as_text(value, "text"))
 
 
 class ToolMessage(_Message):
@@ -289,6 +308,13 @@ class _SamplingFields(_Strict):
 TopLogprobs = Annotated[int, Field(ge=0, le=20), BeforeValidator(_whole_number)]
 
 
+# Chat fields asking for what a text model with no hosted tools cannot give: only null is accepted
+UNSUPPORTED_OUTPUTS = {
+    "audio": "this is a text-only model (send modalities [\"text\"] or leave audio out)",
+    "web_search_options": "this model has no web search (no hosted tools here: give the client a search tool)",
+}
+
+
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: PositiveInt32 | None = None
@@ -307,6 +333,10 @@ class ChatCompletionRequest(_SamplingFields):
     verbosity: Literal["low", "medium", "high"] | None = None
     functions: list[Any] | None = None         # deprecated by OpenAI: rejected with a pointer to `tools`
     function_call: Any = None
+    # what this model cannot do, as OpenAI answers a model without them: null (clients that write out every
+    # optional field send it) is accepted, anything else is a 400 naming the parameter (request_spec)
+    audio: Any = None
+    web_search_options: Any = None
 
 
 class CompletionRequest(_SamplingFields):
