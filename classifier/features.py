@@ -294,6 +294,7 @@ class _Layout:
     hashed_bits: tuple[int, ...]  # bits of the hashed blocks, in column order: char, word, edge, history
     hashed_starts: tuple[int, ...]  # their first columns
     hashed_weights: tuple[float, ...]
+    column_dtype: type  # of the hashed columns while they are counted: uint16 where they fit
     struct_index: np.ndarray
     struct_mean: np.ndarray | None  # None: not fitted yet (the featurizer fits the scaler on raw values)
     struct_scale: np.ndarray | None
@@ -306,6 +307,9 @@ class _Layout:
         char_off, word_off, edge_off, hist_off, struct_off = spec.offsets
         if struct_off >= 1 << 31:
             raise ValueError("hashed blocks over 2^31 columns: hashing.bucket_runs gives int32 columns")
+        # 16-bit columns (the shipped spec: 49,152) sort by radix sort (kind="stable"), 4-5x faster
+        # than the quicksort numpy runs on int32 here (25 against 126 us for 9,300 columns at 4k)
+        narrow = struct_off <= 1 << 16
         cue_start = struct_off + len(STRUCT_NAMES)
         fitted = bool(spec.struct_mean)
         return cls(
@@ -314,6 +318,7 @@ class _Layout:
             hashed_bits=(spec.char_bits, spec.word_bits, spec.edge_bits, spec.history_bits),
             hashed_starts=(char_off, word_off, edge_off, hist_off),
             hashed_weights=(spec.char_weight, spec.word_weight, spec.edge_weight, spec.history_weight),
+            column_dtype=np.uint16 if narrow else np.int32,
             struct_index=np.arange(len(STRUCT_NAMES)) + struct_off,
             struct_mean=np.asarray(spec.struct_mean) if fitted else None,
             struct_scale=np.asarray(spec.struct_scale) if fitted else None,
@@ -371,7 +376,7 @@ def _hashed_blocks(chars: np.ndarray, word_blocks: list[list[np.ndarray]], layou
     word, edge and history blocks (each a list of token hash arrays). Values: log1p counts,
     L2-normalised per block, times the block weight.
 
-    All blocks at once, in one token array: bucket, sort, count runs. One sort of ~10k int32 is
+    All blocks at once, in one token array: bucket, sort, count runs. One sort of ~10k uint16 is
     cheaper than a bincount and a scan over each block's 2^bits columns (and than np.unique).
     """
     n_grams = sum(hashing.ngram_sizes(chars.size, layout.ngrams))
@@ -379,10 +384,10 @@ def _hashed_blocks(chars: np.ndarray, word_blocks: list[list[np.ndarray]], layou
     tokens = np.empty(sum(sizes), dtype=np.uint64)
     hashing.ngram_hashes(chars, layout.ngrams, layout.ngram_salts, out=tokens[:n_grams])
     np.concatenate([part for parts in word_blocks for part in parts], out=tokens[n_grams:])
-    columns = hashing.bucket_runs(tokens, sizes, layout.hashed_bits, layout.hashed_starts)
+    columns = hashing.bucket_runs(tokens, sizes, layout.hashed_bits, layout.hashed_starts, layout.column_dtype)
     if not columns.size:
         return np.empty(0, dtype=np.int64), np.empty(0)
-    columns.sort()
+    columns.sort(kind="stable" if columns.dtype == np.uint16 else "quicksort")  # stable on uint16: radix sort
     is_edge = np.empty(columns.size + 1, dtype=bool)  # where a run of equal columns starts (and the end)
     is_edge[0] = is_edge[-1] = True
     np.not_equal(columns[1:], columns[:-1], out=is_edge[1:-1])

@@ -59,9 +59,11 @@ def bucket(hashes: np.ndarray, bits: int) -> np.ndarray:
     return ((hashes * _MIX1) >> np.uint64(64 - bits)).astype(np.int64)
 
 
-def bucket_runs(hashes: np.ndarray, sizes: Sequence[int], bits: Sequence[int], starts: Sequence[int]) -> np.ndarray:
-    """Column of each hash, as int32: `bucket` of run i (the next sizes[i] hashes) into bits[i]
-    bits, plus starts[i]. Overwrites `hashes` (in place: no temporary arrays)."""
+def bucket_runs(
+    hashes: np.ndarray, sizes: Sequence[int], bits: Sequence[int], starts: Sequence[int], dtype: type = np.int32
+) -> np.ndarray:
+    """Column of each hash, as `dtype` (wide enough for every column): `bucket` of run i (the next
+    sizes[i] hashes) into bits[i] bits, plus starts[i]. Overwrites `hashes` (in place: no temporary arrays)."""
     hashes *= _MIX1
     lo = 0
     for size, n_bits, start in zip(sizes, bits, starts):
@@ -70,7 +72,7 @@ def bucket_runs(hashes: np.ndarray, sizes: Sequence[int], bits: Sequence[int], s
         if start:
             run += np.uint64(start)
         lo += size
-    return hashes.astype(np.int32)
+    return hashes.astype(dtype)
 
 
 def mix(values: np.ndarray) -> np.ndarray:
