@@ -4,6 +4,7 @@ featurizer against the plain code they replace."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -128,3 +129,21 @@ def test_cue_values_and_word_vectors_of_their_own_tokens():
     shipped = lexicon.load()
     assert np.isclose(np.linalg.norm(shipped.mean_vector(ask)), 1.0)
     assert shipped.mean_vector("").tolist() == [0.0] * shipped.dim
+
+
+def test_uint16_columns_count_like_int32(shipped, golden, monkeypatch):
+    """The shipped spec's hashed columns fit 16 bits and are radix-sorted; the int32 quicksort
+    path (for wider specs) must give the same rows."""
+    spec = shipped.model.spec
+    narrow = features._layout(spec)
+    assert narrow.column_dtype is np.uint16
+    requests = [RequestText(**case["request"]) for case in golden]
+    want = [features.featurize(request, spec) for request in requests]
+    monkeypatch.setitem(features._LAYOUTS, id(spec), (spec, dataclasses.replace(narrow, column_dtype=np.int32)))
+    for request, (index, values) in zip(requests, want):
+        got_index, got_values = features.featurize(request, spec)
+        assert got_index.tolist() == index.tolist() and got_values.tolist() == values.tolist()
+    wide = features.FeatureSpec(char_bits=16, lexicon_weight=0.0)  # 2^16 char columns: int32 path
+    assert features._layout(wide).column_dtype is np.int32
+    index, _ = features.featurize(requests[0], wide)
+    assert index.size and int(index.max()) < wide.n_features and np.all(np.diff(index) > 0)
