@@ -147,3 +147,14 @@ def test_uint16_columns_count_like_int32(shipped, golden, monkeypatch):
     assert features._layout(wide).column_dtype is np.int32
     index, _ = features.featurize(requests[0], wide)
     assert index.size and int(index.max()) < wide.n_features and np.all(np.diff(index) > 0)
+
+
+def test_byte_stats_count_like_bincount_and_bytes_count():
+    rng = random.Random(3)
+    alphabet = ["a", "Z", "\n", "\t", ":", " ", '"', "<", "/", ">", "=", "\u00e9", "\u4e2d", "\x7f"]
+    for _ in range(2000):
+        data = "".join(rng.choice(alphabet) for _ in range(rng.choice([0, 1, 2, 3, 7, 50, 400]))).encode()
+        hist, counts = features._byte_stats(data)
+        want = np.bincount(np.frombuffer(data, dtype=np.uint8), minlength=256)[:128].astype(np.float64)
+        assert hist.tolist() == want.tolist(), data
+        assert counts == [data.count(pair) for pair in features._PAIRS], data
