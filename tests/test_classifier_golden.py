@@ -158,3 +158,16 @@ def test_byte_stats_count_like_bincount_and_bytes_count():
         want = np.bincount(np.frombuffer(data, dtype=np.uint8), minlength=256)[:128].astype(np.float64)
         assert hist.tolist() == want.tolist(), data
         assert counts == [data.count(pair) for pair in features._PAIRS], data
+
+
+def test_cue_symbol_alternations_match_substring_tests():
+    """A cue's symbols are searched as one alternation: fires exactly where one of them is in the ask."""
+    rng = random.Random(4)
+    alphabet = ["1", "9", " ", "\n", "\t", "\x1c", "+", "=", ">", "(", ")", "a", "b", ".", "?", ":", "-", "!", "\u0663", "\u4ee3\u7801"]
+    for _ in range(3000):
+        ask = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 30)))
+        for bit, symbols, ascii_symbols in cues.TABLE.symbols:
+            plain = any(symbol in ask for symbol in cues.CUES[bit].symbols)
+            assert bool(symbols.search(ask)) == plain, repr(ask)
+            if ask.isascii():
+                assert bool(ascii_symbols and ascii_symbols.search(ask)) == plain, repr(ask)
