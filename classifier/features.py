@@ -200,8 +200,8 @@ _KEYWORD_KIND = np.repeat([1, 2], [len(_SQL_WORDS), len(_CODE_WORDS)])[_KEYWORD_
 
 def _keyword_counts(words: np.ndarray) -> tuple[int, int]:
     """How many of the word hashes are SQL keywords, how many code keywords."""
-    counts = np.bincount(_KEYWORD_KIND.take(_KEYWORDS.find(words)[1]), minlength=3)
-    return int(counts[1]), int(counts[2])
+    kinds = _KEYWORD_KIND.take(_KEYWORDS.find(words)[1]).tolist()  # a few: list.count beats a bincount
+    return kinds.count(1), kinds.count(2)
 
 
 # Character groups whose share of the text is a feature, as a (groups x 128) indicator matrix,
@@ -399,7 +399,7 @@ class _Words:
         spans = joined.span_hashes(_PRIMARY, _HISTORY + 1)
         counts = [hi - lo for lo, hi in map(joined.words, range(_HISTORY + 1))]
         ask_lo, ask_hi = joined.words(_ASK)
-        salted = np.concatenate((spans + np.repeat(_TEXT_SALTS, counts), spans[ask_lo:ask_hi] + np.uint64(lexicon.SALT)))
+        salted = np.concatenate((spans + _TEXT_SALTS.repeat(counts), spans[ask_lo:ask_hi] + np.uint64(lexicon.SALT)))
         words = hashing.mix(salted)
         pairs = hashing.pair_hashes(words[:ask_hi])  # bigrams of the texts before the history
         unigrams, bigrams, lo = [], [], 0

@@ -93,7 +93,7 @@ def codepoints(text: str) -> np.ndarray:
 def prefix_hash(points: np.ndarray) -> np.ndarray:
     """H[i] = sum_{j<i} (c_j + 1) * BASE**j  (mod 2**64); length len(points) + 1."""
     prefix = np.zeros(points.size + 1, dtype=np.uint64)
-    np.cumsum((points + np.uint64(1)) * _POW[: points.size], out=prefix[1:])
+    ((points + np.uint64(1)) * _POW[: points.size]).cumsum(out=prefix[1:])  # the method: np.cumsum wraps it in Python
     return prefix
 
 
