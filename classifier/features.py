@@ -410,6 +410,13 @@ class _Words:
         return cls(unigrams, bigrams, words[lo:])
 
 
+# log1p(k) for the counts of hashed columns: a lookup is 3-4x cheaper than numpy's log1p (no SIMD
+# loop for it here: 10-15 us for the ~3,900 columns of a 4k prompt) and gives the same bits. A
+# count is at most the number of tokens counted, so tables this long cover any prompt of up to
+# ~16k tokens; longer ones fall back to log1p.
+_LOG1P = np.log1p(np.arange(1 << 14, dtype=np.float64))
+
+
 def _hashed_blocks(chars: np.ndarray, word_blocks: list[list[np.ndarray]], layout: _Layout) -> tuple[np.ndarray, np.ndarray]:
     """Columns and values of the hashed blocks: char n-grams of `chars` (code points), then the
     word, edge and history blocks (each a list of token hash arrays). Values: log1p counts,
@@ -432,7 +439,8 @@ def _hashed_blocks(chars: np.ndarray, word_blocks: list[list[np.ndarray]], layou
     np.not_equal(columns[1:], columns[:-1], out=is_edge[1:-1])
     edges = is_edge.nonzero()[0]
     index = columns.take(edges[:-1])
-    values = np.log1p(edges[1:] - edges[:-1], dtype=np.float64)
+    runs = edges[1:] - edges[:-1]
+    values = _LOG1P.take(runs) if columns.size < _LOG1P.size else np.log1p(runs, dtype=np.float64)
     bounds = [*index.searchsorted(layout.hashed_starts).tolist(), index.size]
     for (lo, hi), weight in zip(pairwise(bounds), layout.hashed_weights):
         if hi > lo:

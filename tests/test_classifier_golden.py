@@ -171,3 +171,13 @@ def test_cue_symbol_alternations_match_substring_tests():
             assert bool(symbols.search(ask)) == plain, repr(ask)
             if ask.isascii():
                 assert bool(ascii_symbols and ascii_symbols.search(ask)) == plain, repr(ask)
+
+
+def test_log1p_table_matches_log1p(shipped, monkeypatch):
+    counts = np.arange(features._LOG1P.size)
+    assert features._LOG1P.take(counts[::-1]).tolist() == np.log1p(counts[::-1], dtype=np.float64).tolist()
+    request = RequestText(user="word " * 3000 + "".join(chr(0x4E00 + i) for i in range(3000)))
+    want = features.featurize(request, shipped.model.spec)
+    monkeypatch.setattr(features, "_LOG1P", features._LOG1P[:2])  # every prompt takes the log1p fallback
+    got = features.featurize(request, shipped.model.spec)
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
