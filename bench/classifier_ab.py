@@ -79,15 +79,20 @@ def compare_speed(base, head, rounds: int) -> dict:
             for name, model in order:
                 timed(model, requests, *times[name])
         for name, (wall, cpu) in times.items():
-            out[f"{length}_{name}"] = {key: float(np.percentile(values, q)) for key, values, q in
-                                       (("p50", wall, 50), ("p99", wall, 99), ("cpu_p50", cpu, 50), ("cpu_p99", cpu, 99))}  # fmt: skip
+            out[f"{length}_{name}"] = {
+                "p50": float(np.percentile(wall, 50)),
+                "p99": float(np.percentile(wall, 99)),
+                "cpu_p50": float(np.percentile(cpu, 50)),
+                "cpu_p99": float(np.percentile(cpu, 99)),
+            }
     out["load_avg_1m_end"] = os.getloadavg()[0]
     return out
 
 
 def random_text(rng: random.Random) -> str:
     pieces = ["word ", "Write a function ", "```python\ndef f(x):\n    return x\n```\n", '"""doc"""', "\n", "\n\n",
-              "a, b, c\n", '{"key": 1}', "é", "中文", "  - item\n", "<a/>", "SELECT * FROM t;", "3 + 4 ", "? ", "(a) "]  # fmt: skip
+              "a, b, c\n", '{"key": 1}', "é", "中文", "  - item\n", "<a/>", "SELECT * FROM t;", "3 + 4 ",
+              "? ", "(a) ", "\t", ": ", "=>"]  # fmt: skip
     text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 400)))
     return text[: rng.randrange(0, 14000)]
 
@@ -113,7 +118,8 @@ def check_features(base_module: ModuleType, head: Classifier, random_texts: int)
             bad += 1
             print(f"mismatch {number}: {request.user[:60]!r}")
         bitwise += same and np.array_equal(values_a, values_b) and np.array_equal(probs_a, probs_b)
-    print(f"{len(requests)} requests compared: {bad} mismatches (1e-12), {bitwise} rows and probabilities bitwise equal")
+    print(f"{len(requests)} requests compared: {bad} mismatches (1e-12), "
+          f"{bitwise} rows and probabilities bitwise equal")  # fmt: skip
     return bad
 
 

@@ -234,7 +234,8 @@ def _byte_stats(data: bytes) -> tuple[np.ndarray, list[int]]:
         if size and data[0] < 128:
             hist[data[0]] = 1.0
         return hist, [0] * len(_PAIRS)
-    pairs = np.concatenate((np.frombuffer(data, np.uint16, size // 2), np.frombuffer(data, np.uint16, (size - 1) // 2, 1)))
+    even, odd = np.frombuffer(data, np.uint16, size // 2), np.frombuffer(data, np.uint16, (size - 1) // 2, 1)
+    pairs = np.concatenate((even, odd))
     pairs.sort(kind="stable")  # uint16: a radix sort
     at = pairs.searchsorted(_PAIR_BOUNDS)
     n_pairs = len(_PAIRS)
@@ -262,8 +263,9 @@ def structural_raw(text: str, words: np.ndarray | None = None) -> np.ndarray:
     head = text[: hashing.MAX_SPAN_CHARS]  # character shares read what `hashing.codepoints` reads
     codes = np.frombuffer(data, dtype=np.uint8)
     if len(head) != len(text):  # only for texts longer than featurize reads (clip_long)
-        codes = np.frombuffer(head.encode("utf-8"), dtype=np.uint8)
-        ascii_hist = _byte_stats(codes.tobytes())[0]
+        head_data = head.encode("utf-8")
+        codes = np.frombuffer(head_data, dtype=np.uint8)
+        ascii_hist = _byte_stats(head_data)[0]
     n = max(len(head), 1)
     groups = _GROUP_MATRIX @ ascii_hist  # counts: exact in float64, as the sums they replace
     shares = groups[: len(_CHAR_GROUPS)] / n

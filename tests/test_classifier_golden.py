@@ -163,7 +163,7 @@ def test_byte_stats_count_like_bincount_and_bytes_count():
 def test_cue_symbol_alternations_match_substring_tests():
     """A cue's symbols are searched as one alternation: fires exactly where one of them is in the ask."""
     rng = random.Random(4)
-    alphabet = ["1", "9", " ", "\n", "\t", "\x1c", "+", "=", ">", "(", ")", "a", "b", ".", "?", ":", "-", "!", "\u0663", "\u4ee3\u7801"]
+    alphabet = ["1", " ", "\n", "\t", "=", ">", "(", ")", "a", ".", "?", ":", "-", "!", "\u0663", "\u4ee3\u7801"]
     for _ in range(3000):
         ask = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 30)))
         for bit, symbols, ascii_symbols in cues.TABLE.symbols:
