@@ -456,9 +456,9 @@ def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.n
     layout = _layout(spec)
     text = primary_text(request)
     outside = unpasted(request.user)  # shared by the ask block and the cues
-    ask = cue_text(request, outside).lower()  # the cues' and the word vectors' text
-    texts = [text.lower(), edge_text(request, outside).lower(), ask, clip_long(request.history).lower()]
-    joined = hashing.join(texts)
+    cue = cue_text(request, outside)
+    ask = cue.lower()  # the cues' and the word vectors' text (str.lower: decoding join's points costs more)
+    joined = hashing.join([text, edge_text(request, outside), cue, clip_long(request.history)], lower=True)
     words = _Words.of(joined)
 
     lo, hi = joined.chars(_PRIMARY)

@@ -181,3 +181,20 @@ def test_log1p_table_matches_log1p(shipped, monkeypatch):
     monkeypatch.setattr(features, "_LOG1P", features._LOG1P[:2])  # every prompt takes the log1p fallback
     got = features.featurize(request, shipped.model.spec)
     assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def test_join_lower_cases_like_str_lower():
+    """join(lower=True) lower-cases text other than ASCII by a table; where the table cannot (İ,
+    final sigma, past the BMP) it falls back to str.lower. Either way: the points of str.lower."""
+    rng = random.Random(5)
+    alphabet = ["A", "b", " ", "\n", "\u00c9", "\u00e9", "\u4e2d", "\u0130", "\u03a3", "\u039f", "\u1e9e", "\U0001f600",
+                "\U00010400", "\u0399", "\uffff", "\u2c2f", "\u13a0"]  # fmt: skip
+    for _ in range(2000):
+        texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12))) for _ in range(4)]
+        got, want = hashing.join(texts, lower=True), hashing.join([text.lower() for text in texts])
+        assert got.points.tolist() == want.points.tolist(), texts
+        assert (got.char_bounds, got.word_bounds) == (want.char_bounds, want.word_bounds), texts
+    table = hashing._LOWER
+    for code in range(0, 1 << 16, 7):
+        if table[code] != hashing._NOT_MAPPED and not 0xD800 <= code < 0xE000:
+            assert chr(code).lower() == chr(table[code]), hex(code)
