@@ -175,6 +175,12 @@ def _searcher(pattern: str) -> tuple[re.Pattern, str]:
     return re.compile(pattern), ""
 
 
+def _alternation(symbols: tuple[str, ...]) -> re.Pattern | None:
+    """One regex for "any of these substrings": one scan of the ask instead of one per symbol
+    (code_tokens' six symbols: 6.8 -> 3.8 us on a 1,500-character ask). None for no symbols."""
+    return re.compile("|".join(map(re.escape, symbols))) if symbols else None
+
+
 def _or(masks: np.ndarray) -> int:
     return int(np.bitwise_or.reduce(masks, axis=None, initial=0))
 
@@ -201,8 +207,8 @@ class CueTable:
             [sum(1 << bit for bit, cue in enumerate(cues) if 0 < g <= cue.window) for g in range(self.max_window + 2)],
             dtype=np.int64,
         )
-        # (bit, its symbols, the ASCII ones among them: all an ASCII ask can contain)
-        self.symbols = [(bit, cue.symbols, tuple(s for s in cue.symbols if s.isascii()))
+        # (bit, any of its symbols, any of the ASCII ones: all an ASCII ask can contain)
+        self.symbols = [(bit, _alternation(cue.symbols), _alternation(tuple(s for s in cue.symbols if s.isascii())))
                         for bit, cue in enumerate(cues) if cue.symbols]  # fmt: skip
         self.patterns = [(bit, *_searcher(cue.pattern)) for bit, cue in enumerate(cues) if cue.pattern]
         names = [cue.name for cue in cues]
@@ -228,7 +234,8 @@ class CueTable:
             hit = self._term_hits(points, starts, np.concatenate((words, pairs)))
         ascii_ask = ask.isascii()
         for bit, symbols, ascii_symbols in self.symbols:
-            if not hit & (1 << bit) and any(symbol in ask for symbol in (ascii_symbols if ascii_ask else symbols)):
+            found = ascii_symbols if ascii_ask else symbols
+            if not hit & (1 << bit) and found is not None and found.search(ask):
                 hit |= 1 << bit
         for bit, pattern, prefix in self.patterns:
             if not hit & (1 << bit) and pattern.search(prefix + ask if prefix else ask):

@@ -59,7 +59,7 @@ class LinearModel:
         indices, values = featurize(request, self.spec)
         scores = values @ self.coef_t.take(indices, axis=0) + self.intercept  # take: ~4x faster than [indices]
         scaled = self.beta * scores
-        scaled -= scaled.max()
+        scaled -= np.maximum.reduce(scaled)  # the ufunc: ndarray.max goes through a Python wrapper
         exp = np.exp(scaled)
         return exp / exp.sum()
 
@@ -112,5 +112,5 @@ class Classifier:
         if forces_structured(request.response_format):
             return Prediction("structured", {label: float(label == "structured") for label in LABELS}, "response_format")
         probs = self.model.probabilities(request)[self._order]
-        best = int(np.argmax(probs))
+        best = int(probs.argmax())
         return Prediction(LABELS[best], {label: float(p) for label, p in zip(LABELS, probs)})

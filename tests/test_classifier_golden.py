@@ -4,6 +4,7 @@ featurizer against the plain code they replace."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -128,3 +129,72 @@ def test_cue_values_and_word_vectors_of_their_own_tokens():
     shipped = lexicon.load()
     assert np.isclose(np.linalg.norm(shipped.mean_vector(ask)), 1.0)
     assert shipped.mean_vector("").tolist() == [0.0] * shipped.dim
+
+
+def test_uint16_columns_count_like_int32(shipped, golden, monkeypatch):
+    """The shipped spec's hashed columns fit 16 bits and are radix-sorted; the int32 quicksort
+    path (for wider specs) must give the same rows."""
+    spec = shipped.model.spec
+    narrow = features._layout(spec)
+    assert narrow.column_dtype is np.uint16
+    requests = [RequestText(**case["request"]) for case in golden]
+    want = [features.featurize(request, spec) for request in requests]
+    monkeypatch.setitem(features._LAYOUTS, id(spec), (spec, dataclasses.replace(narrow, column_dtype=np.int32)))
+    for request, (index, values) in zip(requests, want):
+        got_index, got_values = features.featurize(request, spec)
+        assert got_index.tolist() == index.tolist() and got_values.tolist() == values.tolist()
+    wide = features.FeatureSpec(char_bits=16, lexicon_weight=0.0)  # 2^16 char columns: int32 path
+    assert features._layout(wide).column_dtype is np.int32
+    index, _ = features.featurize(requests[0], wide)
+    assert index.size and int(index.max()) < wide.n_features and np.all(np.diff(index) > 0)
+
+
+def test_byte_stats_count_like_bincount_and_bytes_count():
+    rng = random.Random(3)
+    alphabet = ["a", "Z", "\n", "\t", ":", " ", '"', "<", "/", ">", "=", "\u00e9", "\u4e2d", "\x7f"]
+    for _ in range(2000):
+        data = "".join(rng.choice(alphabet) for _ in range(rng.choice([0, 1, 2, 3, 7, 50, 400]))).encode()
+        hist, counts = features._byte_stats(data)
+        want = np.bincount(np.frombuffer(data, dtype=np.uint8), minlength=256)[:128].astype(np.float64)
+        assert hist.tolist() == want.tolist(), data
+        assert counts == [data.count(pair) for pair in features._PAIRS], data
+
+
+def test_cue_symbol_alternations_match_substring_tests():
+    """A cue's symbols are searched as one alternation: fires exactly where one of them is in the ask."""
+    rng = random.Random(4)
+    alphabet = ["1", " ", "\n", "\t", "=", ">", "(", ")", "a", ".", "?", ":", "-", "!", "\u0663", "\u4ee3\u7801"]
+    for _ in range(3000):
+        ask = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 30)))
+        for bit, symbols, ascii_symbols in cues.TABLE.symbols:
+            plain = any(symbol in ask for symbol in cues.CUES[bit].symbols)
+            assert bool(symbols.search(ask)) == plain, repr(ask)
+            if ask.isascii():
+                assert bool(ascii_symbols and ascii_symbols.search(ask)) == plain, repr(ask)
+
+
+def test_log1p_table_matches_log1p(shipped, monkeypatch):
+    counts = np.arange(features._LOG1P.size)
+    assert features._LOG1P.take(counts[::-1]).tolist() == np.log1p(counts[::-1], dtype=np.float64).tolist()
+    request = RequestText(user="word " * 3000 + "".join(chr(0x4E00 + i) for i in range(3000)))
+    want = features.featurize(request, shipped.model.spec)
+    monkeypatch.setattr(features, "_LOG1P", features._LOG1P[:2])  # every prompt takes the log1p fallback
+    got = features.featurize(request, shipped.model.spec)
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def test_join_lower_cases_like_str_lower():
+    """join(lower=True) lower-cases text other than ASCII by a table; where the table cannot (İ,
+    final sigma, past the BMP) it falls back to str.lower. Either way: the points of str.lower."""
+    rng = random.Random(5)
+    alphabet = ["A", "b", " ", "\n", "\u00c9", "\u00e9", "\u4e2d", "\u0130", "\u03a3", "\u039f", "\u1e9e", "\U0001f600",
+                "\U00010400", "\u0399", "\uffff", "\u2c2f", "\u13a0"]  # fmt: skip
+    for _ in range(2000):
+        texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12))) for _ in range(4)]
+        got, want = hashing.join(texts, lower=True), hashing.join([text.lower() for text in texts])
+        assert got.points.tolist() == want.points.tolist(), texts
+        assert (got.char_bounds, got.word_bounds) == (want.char_bounds, want.word_bounds), texts
+    table = hashing._LOWER
+    for code in range(0, 1 << 16, 7):
+        if table[code] != hashing._NOT_MAPPED and not 0xD800 <= code < 0xE000:
+            assert chr(code).lower() == chr(table[code]), hex(code)
