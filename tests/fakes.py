@@ -42,6 +42,9 @@ class FakeBackend:
     default_temperature: float = 1.0
     reply: str = DEFAULT_REPLY           # one word per token, one token per step
     step_seconds: float = 0.0
+    # (engine, prompt tokens) -> seconds each step sleeps, instead of step_seconds (an engine whose cost
+    # depends on the context)
+    step_seconds_for: Any = None
     fail_after_steps: int | None = None  # raise EngineFailure after this many steps
     fatal_after_steps: int | None = None  # raise FatalWorkerError (kills the worker)
     gate: threading.Event | None = None  # when set, generate() waits for it before the first step
@@ -131,8 +134,9 @@ class FakeBackend:
                 if self.fatal_after_steps is not None and i >= self.fatal_after_steps:
                     raise FatalWorkerError("injected worker crash")
                 started = time.perf_counter()
-                if self.step_seconds:
-                    time.sleep(self.step_seconds)
+                pause = self.step_seconds_for(engine, len(prompt_ids)) if self.step_seconds_for else self.step_seconds
+                if pause:
+                    time.sleep(pause)
                 piece = word if i == 0 else " " + word
                 step = StepResult(tokens=[1000 + i], seconds=time.perf_counter() - started, engine=engine)
                 produced += 1

@@ -35,6 +35,7 @@ class RouteDecision:
     policy_version: int = 0     # the policy snapshot this request was admitted with
     sampled: bool = False       # decoding mode: the monitor keeps greedy and sampled statistics apart
     pooled: bool = False        # the class was uncertain: routed on, and learned into, engine-level statistics
+    context_tokens: int = 0     # prompt tokens: the request's context when it starts (its cost band)
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,8 @@ class MonitorState(BaseModel):
     engine_seconds: dict[str, Ewma] = Field(default_factory=dict)       # "mtp", "mtp/sampled" -> seconds per step
     batch_seconds: dict[str, Ewma] = Field(default_factory=dict)        # rows ("2", "3", ...) -> seconds per batched raw step
     window_pairs: dict[str, WindowPairs] = Field(default_factory=dict)  # "ddtree", "ddtree/sampled" -> consecutive windows
+    # "mtp@1024", "raw/sampled@0" -> seconds per step while the context was in the band starting there
+    context_seconds: dict[str, Ewma] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,10 @@ def _mode_key(engine: str, sampled: bool = False) -> str:
     return f"{engine}/sampled" if sampled else engine
 
 
+def _band_key(mode_key: str, band: int) -> str:
+    return f"{mode_key}@{band}"
+
+
 class Monitor:
     """Thread-safe online statistics, persisted to an optional state file."""
 
@@ -184,6 +190,7 @@ class Monitor:
         self._state = MonitorState()
         self._dirty = False
         self._first_use: dict[str, int] = {}   # timing key -> steps skipped so far in this process
+        self._bands: tuple[int, ...] = ()      # context lengths where a cost band starts (after the first, 0)
         self.load_error: str | None = None
         if self._state_path is not None:
             self._state = self._load(self._state_path)
@@ -215,9 +222,23 @@ class Monitor:
             self._first_use_steps, self._stall_factor = first_use_steps, stall_factor
 
     # --- updates (worker thread) ----------------------------------------------------------
-    def observe(self, klass: str, step: StepResult, timed: bool = True, sampled: bool = False) -> None:
+    def set_context_bands(self, edges: tuple[int, ...] | list[int]) -> None:
+        """Context lengths (tokens) where a new cost band starts: a step's seconds are also kept per band,
+        and a prediction for a request in a band uses that band's cost ratio once it is measured."""
+        with self._lock:
+            self._bands = tuple(sorted(int(e) for e in edges if e > 0))
+
+    def band(self, context: int | None) -> int | None:
+        """The band a context of `context` tokens falls in (its lower edge), None without bands."""
+        if context is None or not self._bands:
+            return None
+        return max((edge for edge in self._bands if edge <= context), default=0)
+
+    def observe(self, klass: str, step: StepResult, timed: bool = True, sampled: bool = False,
+                context: int | None = None) -> None:
         """Fold one engine step into the stats of (klass, step.engine), and its probes of other
-        engines into theirs (acceptance only: a probe has no cost of its own).
+        engines into theirs (acceptance only: a probe has no cost of its own). `context`: tokens in
+        the request's context when the step began (prompt + generated), for the per-band costs.
 
         `timed=False` for a request's first step, whose wall time includes the prefill; a probing
         step's time also pays for keeping other engines in sync, so it is never timed either.
@@ -237,7 +258,11 @@ class Monitor:
             for key in keys:
                 self._fold_locked(key, step, timed, sampled)
             if timed and step.seconds > 0 and math.isfinite(step.seconds) and step.tokens:
-                self._time_locked(self._state.engine_seconds, _mode_key(step.engine, sampled), step.seconds)
+                mode = _mode_key(step.engine, sampled)
+                seconds = self._time_locked(self._state.engine_seconds, mode, step.seconds)
+                band = self.band(context)
+                if seconds is not None and band is not None:
+                    _record(self._state.context_seconds, _band_key(mode, band), Ewma).update(seconds, self._cost_weight)
             self._dirty = True
 
     def observe_windows(self, engine: str, previous: float, following: float, sampled: bool = False) -> None:
@@ -259,17 +284,19 @@ class Monitor:
             slope = pairs.slope() if pairs is not None and pairs.n >= max(warmup, 1) else None
             return 1.0 if slope is None else slope
 
-    def _time_locked(self, table: dict[str, Ewma], key: str, seconds: float) -> None:
-        """Fold one step's seconds into table[key], past this process's first uses and clipped at a stall.
-        (The tables' keys never meet: engines and modes, "mtp/sampled", against batch sizes, "2".)"""
+    def _time_locked(self, table: dict[str, Ewma], key: str, seconds: float) -> float | None:
+        """Fold one step's seconds into table[key], past this process's first uses and clipped at a stall;
+        returns the seconds folded (None: skipped). (The tables' keys never meet: engines and modes,
+        "mtp/sampled", against batch sizes, "2".)"""
         skipped = self._first_use.get(key, 0)
         if skipped < self._first_use_steps:
             self._first_use[key] = skipped + 1
-            return
+            return None
         stat = _record(table, key, Ewma)
         if stat.n:
             seconds = min(seconds, self._stall_factor * stat.mean)
         stat.update(seconds, self._cost_weight)
+        return seconds
 
     def _fold_locked(self, klass: str, step: StepResult, timed: bool, sampled: bool) -> None:
         for engine, probed in step.probes.items():
@@ -299,13 +326,15 @@ class Monitor:
         prior_accepted_sd: float = 0.5,
         sampled: bool = False,
         cost_warmup: int | None = None,
+        context: int | None = None,
     ) -> ArmPrediction:
         """`warmup`: observations before an arm's alpha replaces its prior; `cost_warmup` (default:
-        `warmup`): timed steps before the engine's measured step cost replaces `prior_cost`."""
+        `warmup`): timed steps before the engine's measured step cost replaces `prior_cost`, and before
+        its cost in the band of `context` (tokens) replaces the cost over all contexts."""
         with self._lock:
             return self._predict_locked(
                 klass, engine, prior_accepted, prior_cost, warmup, prior_raw_tokens_per_second, prior_accepted_sd,
-                sampled, cost_warmup=warmup if cost_warmup is None else cost_warmup,
+                sampled, cost_warmup=warmup if cost_warmup is None else cost_warmup, band=self.band(context),
             )
 
     def _predict_locked(
@@ -320,6 +349,7 @@ class Monitor:
         sampled: bool = False,
         *,
         cost_warmup: int,
+        band: int | None = None,
     ) -> ArmPrediction:
         raw_seconds = self._raw_seconds_locked(sampled)
         raw_rate = _blend(
@@ -335,6 +365,12 @@ class Monitor:
         accepted = _blend(prior_accepted, arm.accepted.mean if arm else 0.0, n_acc, warmup)
         measured_cost, cost_var, n_cost = self._cost_locked(engine, sampled)
         cost = max(_blend(prior_cost, measured_cost, n_cost, cost_warmup), 1e-6)
+        if band is not None:   # the ratio over all contexts is this band's prior until the band is measured
+            band_cost, band_var, n_band = self._band_cost_locked(engine, sampled, band)
+            if n_band:
+                cost = max(_blend(cost, band_cost, n_band, cost_warmup), 1e-6)
+                if n_band >= cost_warmup:   # and its spread is the band's own
+                    cost_var, n_cost = band_var, n_band
         speedup = (1.0 + accepted) / cost
         # uncertainty shrinks from the prior's as data arrives (a variance from 1-2 samples means nothing)
         accepted_sd = _blend(prior_accepted_sd, self._sd(arm.accepted if arm else None, prior_accepted_sd), n_acc, warmup)
@@ -373,6 +409,32 @@ class Monitor:
             rel_var = mine.var / max(mine.mean**2, 1e-12) + raw.var / max(raw.mean**2, 1e-12)
             return ratio, ratio * ratio * rel_var, min(mine.n, raw.n)
         return 1.0, 0.0, 0
+
+    def _band_cost_locked(self, engine: str, sampled: bool, band: int) -> tuple[float, float, int]:
+        """c_e within one context band, against raw's steps in the same band and mode; (1, 0, 0) until
+        both are timed there (a band borrows nothing: the point is that its ratio differs)."""
+        mine = self._state.context_seconds.get(_band_key(_mode_key(engine, sampled), band))
+        raw = self._state.context_seconds.get(_band_key(_mode_key("raw", sampled), band))
+        if not mine or not raw or mine.n == 0 or raw.n == 0 or raw.mean <= 0:
+            return 1.0, 0.0, 0
+        ratio = mine.mean / raw.mean
+        rel_var = mine.var / max(mine.mean**2, 1e-12) + raw.var / max(raw.mean**2, 1e-12)
+        return ratio, ratio * ratio * rel_var, min(mine.n, raw.n)
+
+    def timed_steps(self, engine: str, sampled: bool) -> int:
+        """Timed steps of `engine` in this mode, over all contexts."""
+        with self._lock:
+            stat = self._state.engine_seconds.get(_mode_key(engine, sampled))
+            return stat.n if stat else 0
+
+    def timed_in_band(self, engine: str, sampled: bool, context: int | None) -> int | None:
+        """Timed steps of `engine` in the band of `context` (None without bands)."""
+        band = self.band(context)
+        if band is None:
+            return None
+        with self._lock:
+            stat = self._state.context_seconds.get(_band_key(_mode_key(engine, sampled), band))
+            return stat.n if stat else 0
 
     def batch_costs(self, prior_row_cost: float, rows: int, warmup: int) -> tuple[float, ...]:
         """c(B) for B = 1..rows: a raw step shared by B requests, in single raw steps. The prior
@@ -426,7 +488,15 @@ class Monitor:
             }
             persistence = {key: {"pairs": pairs.n, "persistence": pairs.slope()}
                            for key, pairs in sorted(self._state.window_pairs.items())}
+            bands = {}
+            for key, seconds in sorted(self._state.context_seconds.items()):
+                mode_key, _, band = key.rpartition("@")
+                engine, _, mode = mode_key.partition("/")
+                ratio, _, n = self._band_cost_locked(engine, mode == "sampled", int(band))
+                bands[key] = {"seconds_per_step": seconds.mean, "timed_steps": seconds.n,
+                              "cost_ratio": ratio if n else None}
             return {"arms": arms, "engines": engines, "batches": batches, "persistence": persistence,
+                    "context_bands": bands,
                     "ewma_alpha": self._weight,
                     "cost_ewma_alpha": self._cost_weight}
 

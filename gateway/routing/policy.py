@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from contracts.names import ENGINE_NAMES, RESPONSE_FORMATS
 
@@ -95,6 +95,19 @@ class MonitorPolicy(_Strict):
     # step counts as a stall.
     first_use_steps: int = Field(16, ge=0)
     stall_factor: float = Field(8.0, ge=1)
+    # Context lengths (tokens: prompt + generated) where a new cost band starts. A verify of T rows
+    # attends T times over the context where a raw step attends once, so an engine's cost ratio grows
+    # with the context (demo family, this CPU: c(4) 1.47 at 256 tokens, ~2 at 1.5-4k): step seconds are
+    # also kept per band, and a request is priced with its own band's ratios once they are measured
+    # (until then with the ratio over all contexts). [] : one band.
+    context_bands: list[int] = Field(default_factory=lambda: [1024, 4096])
+
+    @field_validator("context_bands")
+    @classmethod
+    def _increasing(cls, edges: list[int]) -> list[int]:
+        if any(e <= 0 for e in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
+            raise ValueError("context_bands must be positive and strictly increasing")
+        return edges
 
 
 class ExplorationPolicy(_Strict):

@@ -110,7 +110,7 @@ class AdaptiveRouter:
         self._lock = threading.Lock()
         self._quarantine_until: dict[str, float] = {}
         self._incumbent: dict[tuple[str, bool], str] = {}  # (class, sampled) -> engine last chosen by the monitor
-        self._open_steps: OrderedDict[int, int] = OrderedDict()  # id(decision) -> steps seen
+        self._open_steps: OrderedDict[int, tuple[int, int]] = OrderedDict()  # id(decision) -> (steps, tokens) seen
         self._windows: dict[int, _WindowTrack] = {}   # id(decision) -> its running engine's current window
         self._snapshots: OrderedDict[int, PolicySnapshot] = OrderedDict()
         self._decisions: Counter[tuple[str, str, str]] = Counter()  # (class, engine, reason)
@@ -121,6 +121,7 @@ class AdaptiveRouter:
         self._remember(store.current())
         monitor.set_ewma_alpha(store.policy.monitor.ewma_alpha, store.policy.monitor.cost_ewma_alpha)
         monitor.set_timing(store.policy.monitor.first_use_steps, store.policy.monitor.stall_factor)
+        monitor.set_context_bands(store.policy.monitor.context_bands)
         store.subscribe(self._on_reload)
         self._warn_unloaded(store.policy)
 
@@ -175,6 +176,7 @@ class AdaptiveRouter:
     def _on_reload(self, snapshot: PolicySnapshot) -> None:
         self.monitor.set_ewma_alpha(snapshot.policy.monitor.ewma_alpha, snapshot.policy.monitor.cost_ewma_alpha)
         self.monitor.set_timing(snapshot.policy.monitor.first_use_steps, snapshot.policy.monitor.stall_factor)
+        self.monitor.set_context_bands(snapshot.policy.monitor.context_bands)
         if self._autosaver is not None:
             self._autosaver.set_interval(snapshot.policy.state.persist_interval_seconds)
         self._warn_unloaded(snapshot.policy)
@@ -208,7 +210,9 @@ class AdaptiveRouter:
         return prediction.label, confidence < policy.classifier.uncertain_below
 
     # --- predictions --------------------------------------------------------------------------
-    def predict(self, klass: str, engine: str, policy: Policy, sampled: bool = False) -> ArmPrediction:
+    def predict(self, klass: str, engine: str, policy: Policy, sampled: bool = False,
+                context: int | None = None) -> ArmPrediction:
+        """The arm's prediction for a request whose context is `context` tokens (its cost band)."""
         prior_accepted, prior_cost = policy.prior(klass, engine)
         return self.monitor.predict(
             klass,
@@ -220,6 +224,7 @@ class AdaptiveRouter:
             policy.exploration.thompson_prior_sd,
             sampled,
             policy.monitor.cost_warmup,
+            context,
         )
 
     def _is_healthy(self, engine: str, now: float) -> bool:
@@ -254,7 +259,8 @@ class AdaptiveRouter:
         stats_class = POOLED_CLASS if uncertain else klass  # whose statistics route (and learn from) it
         enabled = policy.engines.enabled()
         mode = request.sampled
-        predictions = {engine: self.predict(stats_class, engine, policy, mode) for engine in enabled}
+        predictions = {engine: self.predict(stats_class, engine, policy, mode, request.prompt_tokens)
+                       for engine in enabled}
         predicted = {engine: p.tokens_per_second for engine, p in predictions.items()}
         batching = policy.batching
         batch_costs = self.monitor.batch_costs(batching.prior_row_cost, batching.max_rows, batching.cost_warmup) \
@@ -262,7 +268,8 @@ class AdaptiveRouter:
 
         def decide(engine: str, reason: str, with_switch: bool = True, probe: bool = True) -> RouteDecision:
             rule = self._switch_rule(engine, predictions, policy, healthy, mode, probe, batch_costs) if with_switch else None
-            decision = RouteDecision(engine, klass, reason, rule, predicted, snapshot.version, mode, uncertain)
+            decision = RouteDecision(engine, klass, reason, rule, predicted, snapshot.version, mode, uncertain,
+                                     request.prompt_tokens)
             with self._lock:  # bounded labels: a forced engine name is whatever the client sent
                 self._decisions[(klass, engine if engine in ENGINE_NAMES else "other", reason)] += 1
             return decision
@@ -301,6 +308,19 @@ class AdaptiveRouter:
             untested = [e for e in healthy if not measured(e)]
             if untested and measured(preferred):   # the predicted best is measured first, then the rest
                 return decide(untested[0], "explore")
+            # a context band's costs are measured on its own requests once a speculative engine has been
+            # timed at all: raw's steps first (every ratio needs them), then each timed engine's, a request
+            # each until cost_warmup steps are timed in the band
+            warm = policy.monitor.cost_warmup
+            timed = {e for e in healthy if e != "raw" and self.monitor.timed_steps(e, mode) >= warm}
+
+            def unpriced(engine: str) -> bool:
+                in_band = self.monitor.timed_in_band(engine, mode, request.prompt_tokens)
+                return bool(timed) and in_band is not None and in_band < warm and (engine == "raw" or engine in timed)
+
+            to_price = [e for e in sorted(healthy, key=lambda e: e != "raw") if unpriced(e)]
+            if to_price and to_price[0] != preferred:
+                return decide(to_price[0], "explore")
         if exploration.kind == "epsilon" and len(healthy) > 1 and self._rng.random() < exploration.epsilon:
             return decide(self._rng.choice([e for e in healthy if e != preferred]), "explore")
         if exploration.kind == "thompson" and len(healthy) > 1:
@@ -399,14 +419,15 @@ class AdaptiveRouter:
     def observe(self, decision: RouteDecision, step: StepResult) -> None:
         key = id(decision)
         with self._lock:
-            seen = self._open_steps.get(key, 0)
-            self._open_steps[key] = seen + 1
+            seen, generated = self._open_steps.get(key, (0, 0))
+            self._open_steps[key] = (seen + 1, generated + len(step.tokens))
             if len(self._open_steps) > _MAX_OPEN_REQUESTS:
                 self._open_steps.popitem(last=False)
             pair = self._next_window(key, decision, step) if step.drafted > 0 else None
         # the first step's wall time includes the prefill: count its tokens, not its time
         klass = POOLED_CLASS if decision.pooled else decision.klass
-        self.monitor.observe(klass, step, timed=seen > 0, sampled=decision.sampled)
+        self.monitor.observe(klass, step, timed=seen > 0, sampled=decision.sampled,
+                             context=decision.context_tokens + generated)
         if pair is not None:
             self.monitor.observe_windows(step.engine, *pair, sampled=decision.sampled)
 
