@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ENGINE_CHOICES = ("raw", "mtp", "ddtree", "ddtree1", "auto")
-WORKLOAD_CHOICES = ("mixed", "code", "prose", "structured", "multiturn")
+WORKLOAD_CHOICES = ("mixed", "mixed-long", "code", "prose", "structured", "multiturn")
 
 
 def _engines(text: str) -> tuple[str, ...]:

@@ -133,6 +133,9 @@ def _mode_section(mode: str, block: dict) -> list[str]:
               f"- auto / best fixed engine ({g['best_fixed_engine']}): {_f(g['auto_vs_best_fixed'], 3)} "
               f"(goal ≥ {t['auto_vs_best_fixed_mixed']})",
               f"- auto / raw per class: {per_class or '–'} (goal ≥ {t['auto_vs_raw_every_class']} each)",
+              *([f"- auto / best fixed engine in each context scope: " + ", ".join(
+                  f"{k} {_f(v, 3)}" for k, v in g["auto_vs_best_fixed_per_context"].items())]
+                if g.get("auto_vs_best_fixed_per_context") else []),
               f"- auto / raw overall: {_f(g['auto_vs_raw_overall'], 3)} (goal ≥ {t['auto_vs_raw_overall_greedy']}, greedy); "
               f"auto / raw@http: {_f(g['auto_vs_raw_http_overall'], 3)}",
               f"- through HTTP: auto@http / raw@http overall {_f(g.get('auto_http_vs_raw_http_overall'), 3)}, per class "

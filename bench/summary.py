@@ -15,7 +15,7 @@ import numpy as np
 
 from .measure import RequestRecord
 from .warmup import stability
-from .workloads import CLASSES
+from .workloads import CLASSES, LONG_SUFFIX
 
 ROUTABLE = ("raw", "mtp", "ddtree")   # what the router can pick: the per-request oracle's choices
 GOALS = {
@@ -123,9 +123,11 @@ def route_summary(records: list[RequestRecord], lane: str = "auto") -> dict:
     autos = [r for r in records if r.engine == lane]
     by_class: dict[str, Counter] = defaultdict(Counter)
     reasons: dict[str, Counter] = defaultdict(Counter)
+    long = any(r.prompt_id.endswith(LONG_SUFFIX) for r in autos)
     for r in autos:
-        by_class[r.klass][r.route_engine or "?"] += 1
-        reasons[r.klass][r.route_reason or "?"] += 1
+        for scope in (r.klass,) + ((CONTEXT_SCOPES[r.prompt_id.endswith(LONG_SUFFIX)],) if long else ()):
+            by_class[scope][r.route_engine or "?"] += 1
+            reasons[scope][r.route_reason or "?"] += 1
     classified = [r for r in autos if r.route_class]
     return {
         "choices": {k: dict(v) for k, v in by_class.items()},
@@ -148,20 +150,33 @@ def lossless_check(records: list[RequestRecord]) -> dict:
     return result
 
 
+CONTEXT_SCOPES = ("short context", "long context")
+
+
+def _in_scope(record: RequestRecord, scope: str) -> bool:
+    if scope == "all":
+        return True
+    if scope in CONTEXT_SCOPES:
+        return record.prompt_id.endswith(LONG_SUFFIX) == (scope == "long context")
+    return record.klass == scope
+
+
 def summarize_mode(records: list[RequestRecord]) -> dict:
     records = _ok(records)
     raw_by_key = {_key(r): r for r in records if r.engine == "raw"}
     engines = sorted({r.engine for r in records}, key=_engine_order)
     classes = [k for k in CLASSES if any(r.klass == k for r in records)]
+    # the mixed-long workload: prompts behind a pasted context (ids ending in +ctx) and the rest, apart
+    contexts = list(CONTEXT_SCOPES) if any(r.prompt_id.endswith(LONG_SUFFIX) for r in records) else []
+    scopes = classes + contexts + ["all"]
     table: dict[str, dict[str, dict]] = {}
-    for scope in classes + ["all"]:
-        in_scope = [r for r in records if scope == "all" or r.klass == scope]
+    for scope in scopes:
+        in_scope = [r for r in records if _in_scope(r, scope)]
         table[scope] = {e: engine_stats([r for r in in_scope if r.engine == e], raw_by_key) for e in engines}
         table[scope] = {e: s for e, s in table[scope].items() if s["requests"]}
     return {
         "table": table,
-        "regret": {scope: oracle_regret([r for r in records if scope == "all" or r.klass == scope])
-                   for scope in classes + ["all"]},
+        "regret": {scope: oracle_regret([r for r in records if _in_scope(r, scope)]) for scope in scopes},
         "class_oracle_regret": class_oracle_regret(records),
         "routes": route_summary(records),
         "http": {"regret": oracle_regret(records, "auto@http"), "routes": route_summary(records, "auto@http")},
@@ -180,7 +195,7 @@ def goals(table: dict) -> dict:
 
     fixed = {e: agg("all", e) for e in ROUTABLE if agg("all", e)}
     best_engine = max(fixed, key=fixed.get) if fixed else None
-    per_class = {k: _ratio(agg(k, "auto"), agg(k, "raw")) for k in table if k != "all"}
+    per_class = {k: _ratio(agg(k, "auto"), agg(k, "raw")) for k in table if k in CLASSES}
     return {
         "best_fixed_engine": best_engine,
         "auto_vs_best_fixed": _ratio(agg("all", "auto"), fixed.get(best_engine) if best_engine else None),
@@ -189,7 +204,10 @@ def goals(table: dict) -> dict:
         "auto_vs_raw_http_overall": _ratio(agg("all", "auto"), agg("all", "raw@http")),
         # both through the HTTP gateway (each lane with its own router): the same comparison end to end
         "auto_http_vs_raw_http_overall": _ratio(agg("all", "auto@http"), agg("all", "raw@http")),
-        "auto_http_vs_raw_http_per_class": {k: _ratio(agg(k, "auto@http"), agg(k, "raw@http")) for k in table if k != "all"},
+        "auto_http_vs_raw_http_per_class": {k: _ratio(agg(k, "auto@http"), agg(k, "raw@http")) for k in table
+                                            if k in CLASSES},
+        "auto_vs_best_fixed_per_context": {k: _ratio(agg(k, "auto"), max((agg(k, e) or 0.0) for e in ROUTABLE) or None)
+                                           for k in table if k in CONTEXT_SCOPES},
         "runtime_raw_vs_stream_generate": _ratio(agg("all", "raw"), agg("all", "anchor")),
         "http_raw_vs_stream_generate": _ratio(agg("all", "raw@http"), agg("all", "anchor")),
         "median_pairwise_http_raw_vs_anchor": _pairwise_vs(overall, "raw@http", "anchor"),

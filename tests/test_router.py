@@ -303,17 +303,21 @@ def test_switch_rule_comes_from_the_measured_cost_ratio():
     assert off.choose(_request()).switch is None
 
 
-def test_first_step_of_a_request_is_not_timed():
+def test_the_first_two_steps_of_a_request_are_not_timed():
+    """The first step carries the prefill; the second the engine's own prefill work, evaluated lazily
+    with the first cycle (the MTP head's rows, the drafter's context over the prompt)."""
     router = _router(NO_EXPLORE)
-    decision = router.choose(_request(forced="raw"))
-    router.observe(decision, StepResult([1], seconds=3.0, engine="raw"))  # prefill + first token
+    decision = router.choose(_request(forced="mtp"))
+    router.observe(decision, StepResult([1], seconds=3.0, engine="mtp"))             # prefill + first token
+    router.observe(decision, StepResult([1, 2], 1, 1, seconds=0.3, engine="mtp"))    # + the head's prompt rows
     for _ in range(5):
-        router.observe(decision, StepResult([1], seconds=0.01, engine="raw"))
+        router.observe(decision, StepResult([1, 2], 1, 1, seconds=0.01, engine="mtp"))
     router.finished(decision, None)
-    assert router.monitor.snapshot()["engines"]["raw"]["seconds_per_step"] == pytest.approx(0.01)
-    second = router.choose(_request(forced="raw"))
-    router.observe(second, StepResult([1], seconds=3.0, engine="raw"))
-    assert router.monitor.snapshot()["engines"]["raw"]["timed_steps"] == 5
+    assert router.monitor.snapshot()["engines"]["mtp"]["seconds_per_step"] == pytest.approx(0.01)
+    second = router.choose(_request(forced="mtp"))
+    router.observe(second, StepResult([1], seconds=3.0, engine="mtp"))
+    router.observe(second, StepResult([1, 2], 1, 1, seconds=0.3, engine="mtp"))
+    assert router.monitor.snapshot()["engines"]["mtp"]["timed_steps"] == 5
 
 
 def test_steps_after_a_hand_off_are_credited_to_raw():

@@ -1,8 +1,13 @@
 """Shipped prompt sets (code / prose / structured, >= 30 each, written for the benchmark and not
-used to train the classifier) and the mixed workload: equal thirds, shuffled with a seed."""
+used to train the classifier) and the mixed workload: equal thirds, shuffled with a seed.
+
+`mixed-long` is the mixed workload where every other prompt of each class asks behind a long pasted
+context, as coding agents' requests do: a ~6,000-character source file of this Python's standard
+library (a different module per prompt; ~1.5-2.5k tokens), then the same ask."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import random
 from dataclasses import dataclass
@@ -11,7 +16,11 @@ from pathlib import Path
 from contracts.names import CLASSES
 
 WORKLOAD_DIR = Path(__file__).resolve().parent
-WORKLOADS: tuple[str, ...] = ("mixed",) + CLASSES
+WORKLOADS: tuple[str, ...] = ("mixed", "mixed-long") + CLASSES
+LONG_SUFFIX = "+ctx"        # the id of a prompt behind a pasted context
+CONTEXT_CHARS = 6000
+CONTEXT_MODULES = ("argparse", "textwrap", "pathlib", "csv", "dataclasses", "fractions", "statistics", "heapq",
+                   "calendar", "difflib", "shlex", "string", "configparser", "functools", "bisect", "ipaddress")
 
 
 @dataclass(frozen=True)
@@ -36,11 +45,32 @@ def load_class(klass: str) -> list[Prompt]:
     return prompts
 
 
+def _pasted(module: str) -> str:
+    source = Path(importlib.import_module(module).__file__).read_text(encoding="utf-8")
+    return f"Here is {module}.py from our codebase:\n```python\n{source[:CONTEXT_CHARS]}\n```\n\n"
+
+
+def with_context(prompts: list[Prompt]) -> list[Prompt]:
+    """Every other prompt of each class behind a pasted source file (the last message carries it)."""
+    out, seen = [], {}
+    for prompt in prompts:
+        index = seen[prompt.klass] = seen.get(prompt.klass, -1) + 1
+        if index % 2 == 0:
+            out.append(prompt)
+            continue
+        module = CONTEXT_MODULES[(len(out) * 7 + index) % len(CONTEXT_MODULES)]
+        last = dict(prompt.messages[-1], content=_pasted(module) + prompt.messages[-1]["content"])
+        out.append(Prompt(prompt.id + LONG_SUFFIX, prompt.klass, prompt.messages[:-1] + (last,)))
+    return out
+
+
 def load_workload(name: str, per_class: int | None = None, seed: int = 0, held_out: int = 0) -> list[Prompt]:
     """`per_class` keeps the first N of each class (quick runs); mixed = equal thirds shuffled. The last
     `held_out` of each class are never among them (they warm the router: `warm_prompts`)."""
     if name not in WORKLOADS:
         raise ValueError(f"unknown workload {name!r}; one of {', '.join(WORKLOADS)}")
+    if name == "mixed-long":
+        return with_context(load_workload("mixed", per_class, seed, held_out))
     classes = CLASSES if name == "mixed" else (name,)
     sets = [load_class(k) for k in classes]
     size = min(len(s) for s in sets) - held_out
@@ -57,6 +87,8 @@ def load_workload(name: str, per_class: int | None = None, seed: int = 0, held_o
 def warm_prompts(name: str, count: int, seed: int = 0) -> list[Prompt]:
     """The last `count` prompts of each class of the workload, classes interleaved: traffic that warms
     the router before the measured prompts (which `load_workload(held_out=count)` keeps apart)."""
+    if name == "mixed-long":
+        return with_context(warm_prompts("mixed", count, seed))
     classes = CLASSES if name == "mixed" else (name,)
     sets = [load_class(k)[-count:] if count else [] for k in classes]
     prompts = [p for group in zip(*sets) for p in group]
