@@ -9,6 +9,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from contracts.errors import ModelLoadError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -95,3 +97,25 @@ def mtp_tensor_names(source: Path) -> dict[str, Path]:
 
 def has_mtp_tensors(source: Path) -> bool:
     return bool(mtp_tensor_names(source))
+
+
+class ServingHints(BaseModel):
+    """`<family>/serving.json` beside the target: what the family's heads were trained for. A window
+    bounds the context an MTP head (its rows over the prompt) or a DFlash drafter (its context rows)
+    attends to; None: all of it. Drafts only propose, so a window never changes the output."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mtp_prompt_window: int | None = Field(None, ge=1)
+    drafter_context_window: int | None = Field(4096, ge=1)
+    why: str = ""
+
+
+def serving_hints(model_dir: Path) -> ServingHints:
+    path = model_dir.parent / "serving.json"
+    if not path.exists():
+        return ServingHints()
+    try:
+        return ServingHints.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValidationError) as exc:
+        raise ModelLoadError(f"{path} is not a valid serving hints file: {str(exc).splitlines()[0]}") from exc

@@ -191,8 +191,23 @@ class DDTreeEngine:
             done = len(stored.tokens)
             mx.eval(context.keys, context.values, context.positions)
             prefix.deposit(self.name, done, context, context.nbytes)
-        self.drafter.add_context(self._features(layers, slice(done, None)), context)
+        self._add_prompt_rows(layers, done, request.prompt.shape[0], context)
         return _TreeDrafting(self, request, context)
+
+    def _add_prompt_rows(self, layers: dict[int, mx.array], done: int, total: int, context) -> None:
+        """Context rows for prompt rows done..total, computing only those the context's sink + window
+        keeps (the same rows at the same positions as adding all and trimming: a long prompt's middle
+        would be projected through every drafter layer only to be dropped)."""
+        new, have = total - done, context.positions.shape[0]
+        head = max(0, context.sink - have)
+        tail = new if context.window is None else min(new, context.window)
+        if head + tail >= new:
+            self.drafter.add_context(self._features(layers, slice(done, total)), context)
+            return
+        if head:
+            self.drafter.add_context(self._features(layers, slice(done, done + head)), context)
+        context.length += new - head - tail   # the skipped rows' positions
+        self.drafter.add_context(self._features(layers, slice(total - tail, total)), context)
 
     def generate(
         self,

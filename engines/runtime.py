@@ -27,7 +27,7 @@ from contracts.sampling import SamplingParams
 from .batch import DecodeBatch
 from .bundle import ModelBundle, load_bundle
 from .chat import chat_prompt
-from .checkpoint import default_model_dir, has_mtp_tensors, mtp_layer_count
+from .checkpoint import default_model_dir, has_mtp_tensors, mtp_layer_count, serving_hints
 from .ddtree import DDTreeEngine
 from .dflash import load_drafter
 from .mtp import MTPEngine
@@ -236,23 +236,26 @@ def load_runtime(
 
     mtp=None enables MTP when the checkpoint (or `mtp_weights`) has MTP tensors; draft_dir=None
     uses a drafter shipped beside the target, if any; dtype "auto" casts half-precision weights to
-    float32 on the CPU (see bundle.auto_dtype), None keeps the stored dtype.
+    float32 on the CPU (see bundle.auto_dtype), None keeps the stored dtype. The heads' context windows
+    come from the family's serving.json, if any (ServingHints).
     """
     path = Path(model_dir) if model_dir is not None else default_model_dir()
     bundle = load_bundle(path, dtype=dtype)
+    hints = serving_hints(path)
     engines: dict[str, Engine] = {"raw": RawEngine(bundle)}
     if mtp is None:  # auto: on when the checkpoint (or the sidecar) carries an MTP head
         source = Path(mtp_weights) if mtp_weights is not None else path
         mtp = mtp_layer_count(bundle.config) > 0 and source.exists() and has_mtp_tensors(source)
     if mtp:
-        engines["mtp"] = MTPEngine(bundle, load_mtp_head(bundle, mtp_weights))
+        engines["mtp"] = MTPEngine(bundle, load_mtp_head(bundle, mtp_weights), prompt_window=hints.mtp_prompt_window)
     draft = Path(draft_dir) if draft_dir is not None else default_draft_dir(path)
     if draft is not None:
         drafter = load_drafter(draft, bundle)
         cfg = drafter.cfg
         log.info("drafter %s: %d layers, block %d, target layers %s, mask token %d, %s", draft, cfg.num_hidden_layers,
                  cfg.block_size, list(cfg.target_layer_ids), cfg.mask_token_id, cfg.rope.describe())
-        engines["ddtree"] = warm_tree_layouts(DDTreeEngine(bundle, drafter, budget=tree_budget))
+        engines["ddtree"] = warm_tree_layouts(DDTreeEngine(bundle, drafter, budget=tree_budget,
+                                                           context_window=hints.drafter_context_window))
     log.info("loaded %s with engines %s", path, ", ".join(engines))
     return Runtime(bundle, engines, model_id=path.name if path.name != "target" else path.parent.name,
                    prefix_cache_bytes=prefix_cache_bytes)
