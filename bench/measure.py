@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from contracts.engine import CancelToken, StepResult
+from contracts.engine import CancelToken, Pause, StepResult
 from contracts.sampling import SamplingParams
 
 
@@ -142,6 +142,8 @@ def time_runtime(runtime, prompt_ids: Sequence[int], params: SamplingParams, eng
     arrivals = Arrivals()
     finish = None
     for chunk in runtime.generate(list(prompt_ids), params, engine, CancelToken()):
+        if isinstance(chunk, Pause):
+            continue
         arrivals.add(chunk.token_ids, chunk.step)
         finish = chunk.finish_reason or finish
     record.prompt_tokens = len(prompt_ids)
@@ -165,7 +167,7 @@ def time_pipeline(backend, router, body: dict, record: RequestRecord) -> Request
             record.route_engine, record.route_class = item.decision.engine, item.decision.klass
             record.route_reason, record.prompt_tokens = item.decision.reason, item.prompt_tokens
             continue
-        if isinstance(item, ChoiceStart):
+        if isinstance(item, (ChoiceStart, Pause)):   # a Pause: between the pieces of a long prompt's prefill
             continue
         arrivals.add(item.token_ids, item.step)
         finish = item.finish_reason or finish
