@@ -139,6 +139,11 @@ def build() -> dict[str, Any]:
     d.timeseries("Step cost ratio vs raw (monitor)",
                  [(f"max by (class, engine) ({q('switchyard_router_step_cost_ratio')})", "{{class}} / {{engine}}")],
                  "short", description="c_e: one engine step relative to one raw step (priors blended in).")
+    d.timeseries("Step cost ratio by context band (monitor)",
+                 [(f"max by (engine, mode, band) ({q('switchyard_router_context_cost_ratio')})",
+                   "{{engine}} {{mode}} ≥ {{band}} tokens")],
+                 "short", description="c_e measured within one band of context length: a verify attends T rows "
+                 "over the context where a raw step attends one, so the ratio grows with the context.")
 
     d.row("Speculation")
     d.timeseries("Acceptance rate by engine x class", [(ratio(

@@ -171,3 +171,28 @@ def test_a_served_gateway_learns_that_long_prompts_run_faster_on_raw(tmp_path):
         assert ask(long_text) == "raw"
         bands = httpx.get(server.base_url + "/v1/router/stats").json()
         assert "context_bands" in str(bands)
+
+
+def test_band_cost_ratios_are_exported_to_prometheus():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gateway.observability.router_collector import RouterCollector
+
+    router = _router({"monitor": {"context_bands": [1024], "cost_warmup": 5},
+                      "engines": {"mtp": {"prior_cost": 1.3}}})
+    registry = CollectorRegistry()
+    registry.register(RouterCollector(router))
+
+    def ratio(engine: str, mode: str, band: int) -> float:
+        text = generate_latest(registry).decode()
+        label = f'switchyard_router_context_cost_ratio{{band="{band}",engine="{engine}",mode="{mode}"}} '
+        return float(next(line for line in text.splitlines() if line.startswith(label)).split()[-1])
+
+    assert ratio("mtp", "greedy", 1024) == pytest.approx(1.3)     # the prior, in every band from the start
+    assert ratio("ddtree", "sampled", 0) > 0
+    _steps(router.monitor, "raw", 0.01, SHORT)
+    _steps(router.monitor, "mtp", 0.013, SHORT)
+    _steps(router.monitor, "raw", 0.02, LONG)
+    _steps(router.monitor, "mtp", 0.05, LONG)
+    assert ratio("mtp", "greedy", 1024) == pytest.approx(2.5, rel=0.02)
+    assert ratio("mtp", "greedy", 0) == pytest.approx(1.3, rel=0.02)

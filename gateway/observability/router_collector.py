@@ -37,6 +37,15 @@ class RouterCollector(Collector):
             families[metric].add_metric([klass, engine], value)
         yield from families.values()
 
+        bands = GaugeMetricFamily(
+            self._prefix + "context_cost_ratio",
+            "Cost of one engine step relative to one raw step that a request in this context band (its lower "
+            "edge in tokens) is priced at, per decoding mode: the band's measurement once timed, else the "
+            "ratio over all contexts, else the prior.", labels=["engine", "mode", "band"])
+        for engine, mode, band, cost in self._router.band_costs():
+            bands.add_metric([engine, mode, str(band)], cost)
+        yield bands
+
         quarantined = GaugeMetricFamily(
             self._prefix + "engine_quarantined", "1 while an engine is quarantined after an error.", labels=["engine"]
         )

@@ -227,6 +227,16 @@ class AdaptiveRouter:
             context,
         )
 
+    def band_costs(self) -> list[tuple[str, str, int, float]]:
+        """(engine, mode, band, c): the step cost ratio a request in each context band is priced at, per
+        enabled speculative engine and decoding mode (the band's measurement, else the overall ratio,
+        else the prior)."""
+        policy = self.store.policy
+        return [(engine, "sampled" if sampled else "greedy", band,
+                 self.predict(POOLED_CLASS, engine, policy, sampled, context=band).cost)
+                for band in (0, *policy.monitor.context_bands) for sampled in (False, True)
+                for engine in policy.engines.enabled() if engine != "raw"]
+
     def _is_healthy(self, engine: str, now: float) -> bool:
         return engine in self._loaded and self._quarantine_until.get(engine, 0.0) <= now
 
