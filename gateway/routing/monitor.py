@@ -175,6 +175,15 @@ def _band_key(mode_key: str, band: int) -> str:
     return f"{mode_key}@{band}"
 
 
+def _seconds_ratio(mine: Ewma | None, raw: Ewma | None) -> tuple[float, float, int] | None:
+    """(c, variance of c, observations) of one engine's step seconds against raw's; None unless both are timed."""
+    if not mine or not raw or mine.n == 0 or raw.n == 0 or raw.mean <= 0:
+        return None
+    ratio = mine.mean / raw.mean
+    rel_var = mine.var / max(mine.mean**2, 1e-12) + raw.var / max(raw.mean**2, 1e-12)
+    return ratio, ratio * ratio * rel_var, min(mine.n, raw.n)
+
+
 class Monitor:
     """Thread-safe online statistics, persisted to an optional state file."""
 
@@ -401,25 +410,18 @@ class Monitor:
         """(c_e, variance of c_e, observations) from mean step seconds against raw's in the same
         mode; the other mode's ratio while this mode lacks either side; (1, 0, 0) with no timing."""
         for mode in (sampled, not sampled):
-            mine = self._state.engine_seconds.get(_mode_key(engine, mode))
-            raw = self._state.engine_seconds.get(_mode_key("raw", mode))
-            if not mine or not raw or mine.n == 0 or raw.n == 0 or raw.mean <= 0:
-                continue
-            ratio = mine.mean / raw.mean
-            rel_var = mine.var / max(mine.mean**2, 1e-12) + raw.var / max(raw.mean**2, 1e-12)
-            return ratio, ratio * ratio * rel_var, min(mine.n, raw.n)
+            found = _seconds_ratio(self._state.engine_seconds.get(_mode_key(engine, mode)),
+                                   self._state.engine_seconds.get(_mode_key("raw", mode)))
+            if found is not None:
+                return found
         return 1.0, 0.0, 0
 
     def _band_cost_locked(self, engine: str, sampled: bool, band: int) -> tuple[float, float, int]:
         """c_e within one context band, against raw's steps in the same band and mode; (1, 0, 0) until
         both are timed there (a band borrows nothing: the point is that its ratio differs)."""
-        mine = self._state.context_seconds.get(_band_key(_mode_key(engine, sampled), band))
-        raw = self._state.context_seconds.get(_band_key(_mode_key("raw", sampled), band))
-        if not mine or not raw or mine.n == 0 or raw.n == 0 or raw.mean <= 0:
-            return 1.0, 0.0, 0
-        ratio = mine.mean / raw.mean
-        rel_var = mine.var / max(mine.mean**2, 1e-12) + raw.var / max(raw.mean**2, 1e-12)
-        return ratio, ratio * ratio * rel_var, min(mine.n, raw.n)
+        found = _seconds_ratio(self._state.context_seconds.get(_band_key(_mode_key(engine, sampled), band)),
+                               self._state.context_seconds.get(_band_key(_mode_key("raw", sampled), band)))
+        return found if found is not None else (1.0, 0.0, 0)
 
     def timed_steps(self, engine: str, sampled: bool) -> int:
         """Timed steps of `engine` in this mode, over all contexts."""
