@@ -187,7 +187,7 @@ class DDTreeEngine:
         # tokens can hold the context after its L rows (added in pieces or at once, the same rows stay)
         stored = prefix.stored if prefix is not None else None
         if stored is not None and self.name not in stored.extras and done < len(stored.tokens):
-            self.drafter.add_context(self._features(layers, slice(done, len(stored.tokens))), context)
+            self._add_prompt_rows(layers, done, len(stored.tokens), context)
             done = len(stored.tokens)
             mx.eval(context.keys, context.values, context.positions)
             prefix.deposit(self.name, done, context, context.nbytes)
