@@ -54,27 +54,28 @@ class MessageItem(_Responses):
 CUSTOM_INPUT = "input"
 
 
-class FunctionCallItem(_Responses):
-    type: Literal["function_call"]
+class _CallItem(_Responses):
+    """A tool call sent back in `input`: what function and custom tool calls share."""
+
     call_id: str
     name: str
-    arguments: str
     id: str | None = None
     status: str | None = None
+
+
+class FunctionCallItem(_CallItem):
+    type: Literal["function_call"]
+    arguments: str
 
     def chat_call(self) -> dict[str, Any]:
         return {"id": self.call_id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
-class CustomToolCallItem(_Responses):
+class CustomToolCallItem(_CallItem):
     """A custom tool's call sent back: the model wrote its input as the one string argument."""
 
     type: Literal["custom_tool_call"]
-    call_id: str
-    name: str
     input: str
-    id: str | None = None
-    status: str | None = None
 
     def chat_call(self) -> dict[str, Any]:
         return {"id": self.call_id, "type": "function",
