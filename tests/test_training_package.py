@@ -146,3 +146,20 @@ def test_pack_step_compresses_the_corpus(corpus, tmp_path):
     packed = sorted(p.name for p in tmp_path.iterdir())
     assert packed == sorted(p.name + ".xz" for p in corpus.glob("*.jsonl"))
     assert lzma.decompress((tmp_path / "code.jsonl.xz").read_bytes()) == (corpus / "code.jsonl").read_bytes()
+
+
+def test_export_writes_the_windows_the_heads_were_trained_for(tmp_path):
+    """export.py writes serving.json from the training run's sequence lengths (or measured windows
+    passed to it); the engines' reader accepts it. Torch-free: the hints come from family_config."""
+    from engines.checkpoint import ServingHints, serving_hints
+    from training.family_config import serving_hints as hints_for
+
+    trained = {"mtp_seq": 512, "drafter_seq": 1024}
+    default = hints_for(trained)
+    assert (default.mtp_prompt_window, default.drafter_context_window) == (512, 1024)
+    measured = hints_for(trained, drafter_context_window=384)
+    assert (measured.mtp_prompt_window, measured.drafter_context_window) == (512, 384)
+    assert "measured" in measured.why and "measured" not in default.why
+    (tmp_path / "target").mkdir()
+    (tmp_path / "serving.json").write_text(measured.model_dump_json())
+    assert serving_hints(tmp_path / "target") == ServingHints.model_validate(measured.model_dump())

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers.models.qwen3_5")
 
-from engines.checkpoint import has_mtp_tensors, layer_types, read_config  # noqa: E402
+from engines.checkpoint import has_mtp_tensors, layer_types, read_config, serving_hints  # noqa: E402
 from engines.dflash_config import DrafterConfig  # noqa: E402
 from tests.training_corpus import write_corpus  # noqa: E402
 from training.cli import main  # noqa: E402
@@ -68,6 +68,8 @@ def test_distill_and_export_give_a_family_the_engines_read(family, tmp_path):
     assert drafter.block_size == 3
     assert read_config(out / "drafter")["num_target_layers"] == target["num_hidden_layers"] == 4
     assert max(drafter.target_layer_ids) < target["num_hidden_layers"]
+    hints = serving_hints(out / "target")       # the engines' reader of the windows export wrote
+    assert (hints.mtp_prompt_window, hints.drafter_context_window) == (64, 64)   # --tiny trains on 64 tokens
 
 
 def test_a_grown_drafter_drafts_what_the_smaller_one_did(family):

@@ -40,7 +40,8 @@ def export_drafter(shard_dir: Path, drafter_dir: Path, drafter_config: dict) -> 
     write_json(drafter_dir / "config.json", drafter_config)
 
 
-def export(shard_dir: Path, out: Path, tokenizer_dir: Path) -> None:
+def export(shard_dir: Path, out: Path, tokenizer_dir: Path, mtp_prompt_window: int | None = None,
+           drafter_context_window: int | None = None) -> None:
     report = json.loads((shard_dir / "report.json").read_text())
     target_config = report["args"]["target_config"]
     drafter_config = report["args"]["drafter_config"]
@@ -63,10 +64,12 @@ def export(shard_dir: Path, out: Path, tokenizer_dir: Path) -> None:
             shutil.copy(tokenizer_dir / name, target_dir / name)
 
     export_drafter(shard_dir, drafter_dir, drafter_config)
+    hints = fc.serving_hints(report["args"], mtp_prompt_window, drafter_context_window)
+    write_json(out / "serving.json", hints.model_dump())
     n_target = sum(v.numel() for k, v in weights.items() if not is_mtp_tensor(k))
     n_mtp = sum(v.numel() for v in mtp.values())
     print(f"exported target {n_target / 1e6:.2f}M + mtp {n_mtp / 1e6:.2f}M params -> {target_dir}")
-    print(f"exported drafter -> {drafter_dir}")
+    print(f"exported drafter -> {drafter_dir}; serving windows -> {out / 'serving.json'}")
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -79,6 +82,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
                              "checkout's demo target; required outside a checkout unless --drafter-only)")
     parser.add_argument("--drafter-only", action="store_true", help="only drafter-* shards (distill.py): replace "
                         "the drafter, keep the target")
+    parser.add_argument("--mtp-prompt-window", type=int, default=None, help="tokens of prompt the MTP head "
+                        "attends to when served (default: its training sequence length, --mtp-seq)")
+    parser.add_argument("--drafter-context-window", type=int, default=None, help="context rows the drafter "
+                        "attends to when served, besides its sink (default: its training length, --drafter-seq)")
     args = parser.parse_args(argv)
     if args.drafter_only:
         report = json.loads((args.shards / "report.json").read_text())
@@ -87,7 +94,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     elif args.tokenizer_dir is None:
         parser.error("--tokenizer-dir is required outside a checkout")
     else:
-        export(args.shards, args.out, args.tokenizer_dir)
+        export(args.shards, args.out, args.tokenizer_dir, args.mtp_prompt_window, args.drafter_context_window)
 
 
 if __name__ == "__main__":

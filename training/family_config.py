@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 
+from engines.checkpoint import ServingHints
 from engines.checkpoint import layer_types as checkpoint_layer_types
 from engines.qwen_tokenizer import ENDOFTEXT, IM_END, IM_START, MASK, SPECIAL_TOKENS
 
@@ -112,3 +113,16 @@ def exported_target_config() -> dict:
     config = copy.deepcopy(TARGET)
     config["layer_types"] = layer_types(TARGET)
     return config
+
+
+def serving_hints(train_args: dict, mtp_prompt_window: int | None = None,
+                  drafter_context_window: int | None = None) -> ServingHints:
+    """`serving.json` for an exported family: each head attends to as much context as it was trained
+    on (the MTP head's --mtp-seq, the drafter's --drafter-seq) unless a measured window is given; a
+    head reading positions it never learned drafts worse (BENCHMARKS.md, long contexts)."""
+    mtp = mtp_prompt_window or int(train_args["mtp_seq"])
+    drafter = drafter_context_window or int(train_args["drafter_seq"])
+    why = (f"The MTP head was trained on {train_args['mtp_seq']}-token sequences and the drafter on "
+           f"{train_args['drafter_seq']}-token windows; serving windows: MTP head {mtp}, drafter {drafter}"
+           + (" (measured, passed to export)" if mtp_prompt_window or drafter_context_window else "") + ".")
+    return ServingHints(mtp_prompt_window=mtp, drafter_context_window=drafter, why=why)
