@@ -58,6 +58,23 @@ def test_router_warm_up_prompts_are_held_out_of_the_measured_set():
         load_workload("code", held_out=len(load_workload("code")))
 
 
+def test_mixed_long_pastes_the_shipped_sources_behind_every_other_prompt_of_each_class():
+    """The long contexts come from contexts.jsonl, not from the running Python's standard library, so
+    every machine measures the same prompts; each class keeps its short / long split."""
+    from bench.workloads import CONTEXT_MODULES, LONG_SUFFIX, pasted_sources
+
+    assert set(pasted_sources()) == set(CONTEXT_MODULES)
+    assert all(1000 < len(text) <= 6000 for text in pasted_sources().values())
+    prompts = load_workload("mixed-long", per_class=4, seed=1)
+    assert [p.id.removesuffix(LONG_SUFFIX) for p in prompts] == [p.id for p in load_workload("mixed", per_class=4, seed=1)]
+    for klass in CLASSES:
+        ids = [p.id for p in prompts if p.klass == klass]
+        assert [i.endswith(LONG_SUFFIX) for i in ids] == [False, True, False, True]
+    pasted = [p for p in prompts if p.id.endswith(LONG_SUFFIX)]
+    assert all(any(text in p.messages[-1]["content"] for text in pasted_sources().values()) for p in pasted)
+    assert len({p.messages[-1]["content"][:80] for p in pasted}) > 1      # not one file for every prompt
+
+
 def test_bench_run_writes_json_markdown_and_plots(family, tmp_path):
     from bench.run import BenchConfig, run_bench
 

@@ -2,12 +2,13 @@
 used to train the classifier) and the mixed workload: equal thirds, shuffled with a seed.
 
 `mixed-long` is the mixed workload where every other prompt of each class asks behind a long pasted
-context, as coding agents' requests do: a ~6,000-character source file of this Python's standard
-library (a different module per prompt; ~1.5-2.5k tokens), then the same ask."""
+context, as coding agents' requests do: a ~6,000-character file of Python's standard library (a different
+module per prompt; ~1.5-2.5k tokens), then the same ask. The files ship in `contexts.jsonl` (CPython 3.11's
+source, PSF License), so every machine and Python version measures the same prompts."""
 
 from __future__ import annotations
 
-import importlib
+import functools
 import json
 import random
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ LONG_SUFFIX = "+ctx"        # the id of a prompt behind a pasted context
 CONTEXT_CHARS = 6000
 CONTEXT_MODULES = ("argparse", "textwrap", "pathlib", "csv", "dataclasses", "fractions", "statistics", "heapq",
                    "calendar", "difflib", "shlex", "string", "configparser", "functools", "bisect", "ipaddress")
+CONTEXTS_FILE = WORKLOAD_DIR / "contexts.jsonl"
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,15 @@ def load_class(klass: str) -> list[Prompt]:
     return prompts
 
 
+@functools.cache
+def pasted_sources() -> dict[str, str]:
+    """module -> its shipped first CONTEXT_CHARS characters (contexts.jsonl)."""
+    rows = (json.loads(line) for line in CONTEXTS_FILE.read_text(encoding="utf-8").split("\n") if line.strip())
+    return {row["module"]: row["text"] for row in rows}
+
+
 def _pasted(module: str) -> str:
-    source = Path(importlib.import_module(module).__file__).read_text(encoding="utf-8")
-    return f"Here is {module}.py from our codebase:\n```python\n{source[:CONTEXT_CHARS]}\n```\n\n"
+    return f"Here is {module}.py from our codebase:\n```python\n{pasted_sources()[module][:CONTEXT_CHARS]}\n```\n\n"
 
 
 def with_context(prompts: list[Prompt]) -> list[Prompt]:
