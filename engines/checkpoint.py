@@ -108,6 +108,9 @@ class ServingHints(BaseModel):
 
     mtp_prompt_window: int | None = Field(None, ge=1)
     drafter_context_window: int | None = Field(4096, ge=1)
+    # DDTree ranks a greedy request's tree paths by the drafter's log-probs at this temperature (< 1
+    # sharpens: the drafter is under-confident about the target's argmax); trees only propose
+    greedy_tree_temperature: float = Field(1.0, gt=0, le=4)
     why: str = ""
 
 

@@ -88,16 +88,20 @@ def walk(layout: TreeLayout, tokens: Sequence[int], choices: Sequence[int]) -> t
     return path, int(choices[node])
 
 
-MAX_WARM_LAYOUTS = 120   # budget 5 (5! layouts); larger budgets meet their layouts in requests
+MAX_WARM_LAYOUTS = 120
+SHARPEN_SUPPORT = 64   # tokens per depth that normalise a sharpened tree score   # budget 5 (5! layouts); larger budgets meet their layouts in requests
 
 
 class DDTreeEngine:
     name = "ddtree"
 
     def __init__(self, bundle: ModelBundle, drafter: DFlashDrafter, budget: int = 4,
-                 context_sink: int = 64, context_window: int | None = 4096):
+                 context_sink: int = 64, context_window: int | None = 4096, greedy_tree_temperature: float = 1.0):
         if budget < 1:
             raise ValueError("tree budget must be >= 1")
+        if greedy_tree_temperature <= 0:
+            raise ValueError("greedy_tree_temperature must be > 0")
+        self.greedy_tree_temperature = greedy_tree_temperature
         self.bundle = bundle
         self.drafter = drafter
         self.budget = budget
@@ -153,8 +157,10 @@ class DDTreeEngine:
             mx.eval(out.hidden, list(out.layer_outputs.values()))
         return len(layouts)
 
-    def _propose(self, pending: int | mx.array, context) -> _Proposal:
-        """The drafter's block after `pending` and its per-depth top candidates, as a lazy graph."""
+    def _propose(self, pending: int | mx.array, context, tree_temperature: float = 1.0) -> _Proposal:
+        """The drafter's block after `pending` and its per-depth top candidates, as a lazy graph; the tree
+        ranks paths by the candidates' log-probs at `tree_temperature` (the order within a depth is the same
+        at any temperature; what changes is a sibling's score against a deeper node)."""
         budget = self.budget  # read once: the live policy may change it between cycles
         masks = mx.full((self.depths(budget),), self.drafter.cfg.mask_token_id, dtype=mx.uint32)
         first = pending.astype(mx.uint32) if isinstance(pending, mx.array) else mx.array(pending, dtype=mx.uint32)
@@ -169,7 +175,15 @@ class DDTreeEngine:
         rank = mx.argsort(-candidate_lp, axis=-1)
         order = mx.take_along_axis(candidates, rank, axis=-1)
         top_lp = mx.take_along_axis(candidate_lp, rank, axis=-1)
-        return _Proposal(pending, budget, top_lp, order, logprobs)
+        if tree_temperature != 1.0:
+            # normalised over the likeliest SHARPEN_SUPPORT tokens: a pass of exp over the whole vocabulary
+            # costs ~0.6 ms on a CPU, and below a temperature of 1 the tail's share only shrinks
+            support = min(SHARPEN_SUPPORT, logprobs.shape[-1])
+            support = mx.argpartition(-logprobs, kth=support - 1, axis=-1)[:, :support]
+            scale = mx.logsumexp(mx.take_along_axis(logprobs, support, axis=-1) / tree_temperature, axis=-1,
+                                 keepdims=True)
+            top_lp = top_lp / tree_temperature - scale
+        return _Proposal(pending, budget, top_lp, order, logprobs, tree_temperature)
 
     def _draft(self, proposal: _Proposal, processor: TargetProcessor | None = None) -> DraftTree:
         if processor is not None and processor.active:
@@ -234,6 +248,7 @@ class _Proposal:
     top_logprobs: mx.array     # (depths, width), sorted descending per depth
     top_tokens: mx.array
     logprobs: mx.array | None = None   # (depths, vocab): what penalties / a constraint re-rank
+    tree_temperature: float = 1.0       # what top_logprobs were sharpened by (the processed path does the same)
 
 
 def _processed_candidates(proposal: _Proposal, processor: TargetProcessor) -> tuple[np.ndarray, np.ndarray]:
@@ -244,7 +259,7 @@ def _processed_candidates(proposal: _Proposal, processor: TargetProcessor) -> tu
     path: list[int] = []
     tops_lp, tops_tok = [], []
     for depth in range(proposal.logprobs.shape[0]):
-        row = processor.apply(proposal.logprobs[depth][None], [path])[0]
+        row = processor.apply(proposal.logprobs[depth][None], [path])[0] / proposal.tree_temperature
         order = mx.argsort(-row)[:width]
         lp = np.array(row[order] - mx.logsumexp(row))
         if not np.isfinite(lp[0]):
@@ -262,6 +277,9 @@ class _TreeDrafting:
         self.engine, self.cache, self.context = engine, request.cache, context
         self.cfg, self.rng, self.capture = request.cfg, request.rng, request.capture
         self.processor = request.processor
+        # greedy, a node is accepted when it is the target's argmax, about which a drafter trained on the
+        # target's distribution is under-confident: the family's serving hints may sharpen the tree's scores
+        self.tree_temperature = engine.greedy_tree_temperature if request.cfg.greedy else 1.0
         self.probe_every = max(1, request.probe_every)
         self.proposal: _Proposal | None = None
         self._probes: list[_Probe] = []   # trees proposed while another engine runs, awaiting tokens
@@ -274,7 +292,7 @@ class _TreeDrafting:
         if self.cursor is None:   # entering pipelined cycles: the caches' committed length moves to the device
             self.cursor = Cursor.at(self.cache[bundle.decoder.fa_idx].offset)
         undo = self._undo()
-        proposal = engine._propose(pending, self.context)
+        proposal = engine._propose(pending, self.context, self.tree_temperature)
         tokens, tree = engine.device_tree(proposal)
         ids = mx.concatenate([pending.reshape(1).astype(mx.uint32), tokens.astype(mx.uint32)])
         out = forward_device(bundle, ids, tree, self.cache, self.cursor, capture=tuple(engine.layer_ids))
@@ -324,7 +342,7 @@ class _TreeDrafting:
         engine, bundle = self.engine, self.engine.bundle
         proposal = self.proposal
         if proposal is None or proposal.pending != pending or proposal.budget != engine.budget:
-            proposal = engine._propose(pending, self.context)
+            proposal = engine._propose(pending, self.context, self.tree_temperature)
         tree = engine._draft(proposal, self.processor)
         ids = mx.array((pending,) + tree.tokens, dtype=mx.uint32)
         capture = tuple(sorted(set(engine.layer_ids) | set(self.capture if sync else ())))
@@ -341,7 +359,7 @@ class _TreeDrafting:
         rows = mx.array(path)
         engine.drafter.add_context(engine._features(out.layer_outputs, rows), self.context)
         # the next block starts with the bonus: draft it while the caller handles these tokens
-        self.proposal = engine._propose(bonus, self.context)
+        self.proposal = engine._propose(bonus, self.context, self.tree_temperature)
         mx.async_eval(self.proposal.top_logprobs, self.proposal.top_tokens)
         depth = len(path) - 1
         emitted = [tree.tokens[s - 1] for s in path[1:]] + [bonus]
@@ -370,7 +388,8 @@ class _TreeDrafting:
             results += [float(p.depth) for p in self._probes if p.done]
             self._probes = [p for p in self._probes if not p.done]
         if self._absorbed % self.probe_every == 0:
-            self._probes.append(_Probe(engine._draft(engine._propose(committed.emitted[-1], self.context))))
+            proposal = engine._propose(committed.emitted[-1], self.context, self.tree_temperature)
+            self._probes.append(_Probe(engine._draft(proposal)))
         self._absorbed += 1
         self.proposal = None
         return results

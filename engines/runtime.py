@@ -237,7 +237,7 @@ def load_runtime(
     mtp=None enables MTP when the checkpoint (or `mtp_weights`) has MTP tensors; draft_dir=None
     uses a drafter shipped beside the target, if any; dtype "auto" casts half-precision weights to
     float32 on the CPU (see bundle.auto_dtype), None keeps the stored dtype. The heads' context windows
-    come from the family's serving.json, if any (ServingHints).
+    and DDTree's greedy tree temperature come from the family's serving.json, if any (ServingHints).
     """
     path = Path(model_dir) if model_dir is not None else default_model_dir()
     bundle = load_bundle(path, dtype=dtype)
@@ -255,7 +255,8 @@ def load_runtime(
         log.info("drafter %s: %d layers, block %d, target layers %s, mask token %d, %s", draft, cfg.num_hidden_layers,
                  cfg.block_size, list(cfg.target_layer_ids), cfg.mask_token_id, cfg.rope.describe())
         engines["ddtree"] = warm_tree_layouts(DDTreeEngine(bundle, drafter, budget=tree_budget,
-                                                           context_window=hints.drafter_context_window))
+                                                           context_window=hints.drafter_context_window,
+                                                           greedy_tree_temperature=hints.greedy_tree_temperature))
     log.info("loaded %s with engines %s", path, ", ".join(engines))
     return Runtime(bundle, engines, model_id=path.name if path.name != "target" else path.parent.name,
                    prefix_cache_bytes=prefix_cache_bytes)

@@ -110,3 +110,62 @@ def test_the_demo_family_ships_its_windows():
 
     hints = serving_hints(DEMO_FAMILY / "target")
     assert hints.mtp_prompt_window == 512 and hints.drafter_context_window == 512
+    assert hints.greedy_tree_temperature == 0.7
+
+
+def _record_tree_depths(engine: DDTreeEngine) -> list[int]:
+    """The deepest node of every tree the engine drafts (host and pipelined paths)."""
+    deepest: list[int] = []
+    device_tree, draft = engine.device_tree, engine._draft
+
+    def on_device(proposal):
+        tokens, tree = device_tree(proposal)
+        deepest.append(int(mx.max(tree.depths).item()))
+        return tokens, tree
+
+    def on_host(proposal, processor=None):
+        tree = draft(proposal, processor)
+        deepest.append(max(tree.layout.depths))
+        return tree
+
+    engine.device_tree, engine._draft = on_device, on_host
+    return deepest
+
+
+def test_a_greedy_tree_temperature_reshapes_the_trees_and_stays_lossless(tiny_bundle, tiny_drafter):
+    """The tree temperature only re-scores paths: a sharp one drafts chains (a sibling never beats going
+    deeper), a flat one branches; both emit raw's greedy tokens. Sampled requests keep the drafter's
+    own scores, so their trees and outputs do not depend on it."""
+    bundle = tiny_bundle
+    ids = encode(bundle, PROMPTS[0])
+    want, _ = run_engine(RawEngine(bundle), ids, 40, GREEDY)
+    shapes, chain = {}, 0
+    for temperature in (0.02, 4.0):
+        engine = DDTreeEngine(bundle, load_drafter(tiny_drafter, bundle), greedy_tree_temperature=temperature)
+        deepest, chain = _record_tree_depths(engine), engine.depths(engine.budget)   # a chain's depth
+        got, _ = run_engine(engine, ids, 40, GREEDY)
+        assert got == want
+        shapes[temperature] = deepest
+    assert shapes[0.02] and all(d == chain for d in shapes[0.02])       # chains only
+    assert any(d < chain for d in shapes[4.0])                          # some trees branch
+    sampled = SamplingParams(temperature=0.8, seed=3)
+    outputs = [run_engine(DDTreeEngine(bundle, load_drafter(tiny_drafter, bundle), greedy_tree_temperature=t),
+                          ids, 40, sampled)[0] for t in (1.0, 0.02)]
+    assert outputs[0] == outputs[1]
+    with pytest.raises(ValueError):
+        DDTreeEngine(bundle, load_drafter(tiny_drafter, bundle), greedy_tree_temperature=0.0)
+
+
+def test_a_familys_serving_hints_reach_its_engines(tiny_target, tiny_drafter, tmp_path):
+    import shutil
+
+    from engines.runtime import load_runtime
+
+    shutil.copytree(tiny_target, tmp_path / "target")
+    shutil.copytree(tiny_drafter, tmp_path / "drafter")
+    (tmp_path / "serving.json").write_text(json.dumps(
+        {"mtp_prompt_window": 24, "drafter_context_window": 40, "greedy_tree_temperature": 0.5}))
+    runtime = load_runtime(tmp_path / "target", dtype="float32")
+    mtp, ddtree = runtime.engines["mtp"], runtime.engines["ddtree"]
+    assert mtp.prompt_window == 24
+    assert (ddtree.context_window, ddtree.greedy_tree_temperature) == (40, 0.5)

@@ -157,8 +157,9 @@ def test_export_writes_the_windows_the_heads_were_trained_for(tmp_path):
     trained = {"mtp_seq": 512, "drafter_seq": 1024}
     default = hints_for(trained)
     assert (default.mtp_prompt_window, default.drafter_context_window) == (512, 1024)
-    measured = hints_for(trained, drafter_context_window=384)
+    measured = hints_for(trained, drafter_context_window=384, greedy_tree_temperature=0.7)
     assert (measured.mtp_prompt_window, measured.drafter_context_window) == (512, 384)
+    assert (default.greedy_tree_temperature, measured.greedy_tree_temperature) == (1.0, 0.7)
     assert "measured" in measured.why and "measured" not in default.why
     (tmp_path / "target").mkdir()
     (tmp_path / "serving.json").write_text(measured.model_dump_json())

@@ -41,7 +41,7 @@ def export_drafter(shard_dir: Path, drafter_dir: Path, drafter_config: dict) -> 
 
 
 def export(shard_dir: Path, out: Path, tokenizer_dir: Path, mtp_prompt_window: int | None = None,
-           drafter_context_window: int | None = None) -> None:
+           drafter_context_window: int | None = None, greedy_tree_temperature: float = 1.0) -> None:
     report = json.loads((shard_dir / "report.json").read_text())
     target_config = report["args"]["target_config"]
     drafter_config = report["args"]["drafter_config"]
@@ -64,7 +64,7 @@ def export(shard_dir: Path, out: Path, tokenizer_dir: Path, mtp_prompt_window: i
             shutil.copy(tokenizer_dir / name, target_dir / name)
 
     export_drafter(shard_dir, drafter_dir, drafter_config)
-    hints = fc.serving_hints(report["args"], mtp_prompt_window, drafter_context_window)
+    hints = fc.serving_hints(report["args"], mtp_prompt_window, drafter_context_window, greedy_tree_temperature)
     write_json(out / "serving.json", hints.model_dump())
     n_target = sum(v.numel() for k, v in weights.items() if not is_mtp_tensor(k))
     n_mtp = sum(v.numel() for v in mtp.values())
@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
                         "attends to when served (default: its training sequence length, --mtp-seq)")
     parser.add_argument("--drafter-context-window", type=int, default=None, help="context rows the drafter "
                         "attends to when served, besides its sink (default: its training length, --drafter-seq)")
+    parser.add_argument("--greedy-tree-temperature", type=float, default=1.0, help="DDTree scores a greedy "
+                        "request's tree paths by the drafter's log-probs at this temperature (measured per drafter)")
     args = parser.parse_args(argv)
     if args.drafter_only:
         report = json.loads((args.shards / "report.json").read_text())
@@ -94,7 +96,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     elif args.tokenizer_dir is None:
         parser.error("--tokenizer-dir is required outside a checkout")
     else:
-        export(args.shards, args.out, args.tokenizer_dir, args.mtp_prompt_window, args.drafter_context_window)
+        export(args.shards, args.out, args.tokenizer_dir, args.mtp_prompt_window, args.drafter_context_window,
+               args.greedy_tree_temperature)
 
 
 if __name__ == "__main__":

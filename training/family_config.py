@@ -116,7 +116,7 @@ def exported_target_config() -> dict:
 
 
 def serving_hints(train_args: dict, mtp_prompt_window: int | None = None,
-                  drafter_context_window: int | None = None) -> ServingHints:
+                  drafter_context_window: int | None = None, greedy_tree_temperature: float = 1.0) -> ServingHints:
     """`serving.json` for an exported family: each head attends to as much context as it was trained
     on (the MTP head's --mtp-seq, the drafter's --drafter-seq) unless a measured window is given; a
     head reading positions it never learned drafts worse (BENCHMARKS.md, long contexts)."""
@@ -125,4 +125,5 @@ def serving_hints(train_args: dict, mtp_prompt_window: int | None = None,
     why = (f"The MTP head was trained on {train_args['mtp_seq']}-token sequences and the drafter on "
            f"{train_args['drafter_seq']}-token windows; serving windows: MTP head {mtp}, drafter {drafter}"
            + (" (measured, passed to export)" if mtp_prompt_window or drafter_context_window else "") + ".")
-    return ServingHints(mtp_prompt_window=mtp, drafter_context_window=drafter, why=why)
+    return ServingHints(mtp_prompt_window=mtp, drafter_context_window=drafter,
+                        greedy_tree_temperature=greedy_tree_temperature, why=why)
