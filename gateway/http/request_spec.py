@@ -30,7 +30,8 @@ from .schemas import (
 
 AUTO = "auto"
 # reasoning_effort -> the template's thinking switch (Qwen3.5/3.6 templates have on/off, no levels)
-THINKING_BY_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
+THINKING_BY_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True, "high": True, "xhigh": True,
+                      "max": True}
 
 
 def _reject_common(req: _SamplingFields, config: GatewayConfig) -> None:

@@ -14,6 +14,7 @@ from .schemas import (
     JsonSchemaFormat,
     Penalty,
     PositiveInt32,
+    ReasoningEffort,
     Stream,
     TopLogprobs,
     only_kinds,
@@ -241,7 +242,7 @@ class TextConfig(_Responses):
 
 
 class ReasoningConfig(_Responses):
-    effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    effort: ReasoningEffort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None   # the full reasoning text is returned
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 

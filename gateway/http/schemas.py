@@ -306,6 +306,8 @@ class _SamplingFields(_Strict):
 
 
 TopLogprobs = Annotated[int, Field(ge=0, le=20), BeforeValidator(_whole_number)]
+# every level the openai SDK's ReasoningEffort names ("xhigh" and "max" too: Codex sends them)
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
 # Chat fields asking for what a text model with no hosted tools cannot give: only null is accepted
@@ -325,7 +327,7 @@ class ChatCompletionRequest(_SamplingFields):
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None   # vLLM / SGLang: e.g. {"enable_thinking": false}
-    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    reasoning_effort: ReasoningEffort | None = None
     # OpenAI hints that cannot change what a text model returns here: the output is text anyway, a
     # predicted output only speeds OpenAI's decoding up, and verbosity is accepted as on /v1/responses
     modalities: list[Literal["text"]] | None = None
