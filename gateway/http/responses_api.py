@@ -92,10 +92,16 @@ def _chat_named(choice: NamedFunction) -> dict[str, Any]:
 
 
 def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
-    if req.previous_response_id is not None:
-        raise bad_request("previous_response_id is not supported: this server stores no responses; send the "
-                          "whole conversation in `input` (store: false).", param="previous_response_id",
-                          code="unsupported_parameter")
+    for name in ("previous_response_id", "conversation"):
+        if getattr(req, name) is not None:
+            raise bad_request(f"{name} is not supported: this server stores no responses or conversations; "
+                              "send the whole conversation in `input` (store: false).", param=name,
+                              code="unsupported_parameter")
+    if req.truncation == "auto":
+        # dropping items silently would change what the agent believes the model saw
+        raise bad_request("truncation 'auto' is not supported: no input item is ever dropped; a conversation "
+                          "that outgrows the context is a 400 with code context_length_exceeded (compact it "
+                          "and resend).", param="truncation", code="unsupported_value")
     if req.background:
         raise bad_request("background responses are not supported.", param="background",
                           code="unsupported_parameter")
@@ -179,7 +185,7 @@ class ResponsesRenderer:
             "tool_choice": (req.tool_choice.model_dump() if isinstance(req.tool_choice, BaseModel)
                             else req.tool_choice or "auto"),
             "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
-            "store": False, "metadata": req.metadata or {}, "usage": None,
+            "store": False, "metadata": req.metadata or {}, "usage": None, "max_tool_calls": req.max_tool_calls,
         }
         if record is not None:
             body["usage"] = {"input_tokens": record.prompt_tokens,

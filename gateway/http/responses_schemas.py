@@ -241,6 +241,10 @@ class TextConfig(_Responses):
     verbosity: Literal["low", "medium", "high"] | None = None   # accepted; no template switch for it
 
 
+class ResponsesStreamOptions(_Responses):
+    include_obfuscation: bool | None = None   # no obfuscation padding is sent either way
+
+
 class ReasoningConfig(_Responses):
     effort: ReasoningEffort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None   # the full reasoning text is returned
@@ -286,9 +290,12 @@ class ResponsesRequest(_Responses):
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
     service_tier: str | None = None
-    truncation: Literal["disabled"] | None = None   # "auto" would drop context silently: not offered
+    truncation: Literal["auto", "disabled"] | None = None   # "auto" is refused with the reason (to_chat_request)
     previous_response_id: str | None = None         # rejected: stateless server
+    conversation: str | dict[str, Any] | None = None   # rejected: stateless server
     background: bool | None = None                  # rejected when true
+    max_tool_calls: PositiveInt32 | None = None     # caps hosted-tool calls, of which there are none here
+    stream_options: ResponsesStreamOptions | None = None
     engine: str | None = None                       # Switchyard: raw | mtp | ddtree | auto
 
     @field_validator("tools", mode="before")

@@ -1,0 +1,70 @@
+"""A fifth agent sweep: what a demanding chat or agent client sent that was refused (or answered wrongly),
+reproduced with the openai / anthropic SDKs against a served gateway. Each test is a gap the sweep found."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from gateway.http.app import create_app
+from tests.fakes import FakeBackend, live_server
+
+WEATHER = {"type": "function", "name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+@pytest.fixture
+def srv(qwen_chat_tokenizer):
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply="Fine.\n</think>\n\nIt is sunny.")
+    with live_server(create_app(backend)) as server:
+        server.backend = backend
+        yield server
+
+
+def _openai(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
+
+
+def _post(server, path: str, body: dict) -> httpx.Response:
+    return httpx.post(server.base_url + path, json={"model": "default", **body})
+
+
+@pytest.mark.parametrize("effort", ["xhigh", "max"])
+def test_the_newer_reasoning_efforts_think(srv, effort):
+    """reasoning_effort "xhigh" and "max" (in the openai SDK's ReasoningEffort; Codex's
+    model_reasoning_effort = "xhigh") were 400s on chat and on /v1/responses: they now think, as "high" does."""
+    client = _openai(srv)
+    chat = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}],
+                                          reasoning_effort=effort)
+    assert chat.choices[0].message.content == "It is sunny."
+    assert srv.backend.chats[-1]["template_kwargs"]["enable_thinking"] is True
+    response = client.responses.create(model="default", input="hi", reasoning={"effort": effort})
+    assert response.output_text == "It is sunny." and response.output[0].type == "reasoning"
+    assert srv.backend.chats[-1]["template_kwargs"]["enable_thinking"] is True
+
+
+def test_responses_take_the_sdk_fields_a_stateless_server_can_honour(srv):
+    """`max_tool_calls` (a cap on hosted-tool calls: there are none here) and `stream_options`
+    ({"include_obfuscation": false}) were "Unrecognized request argument" 400s; both are accepted, and
+    max_tool_calls is echoed on the response as OpenAI does."""
+    client = _openai(srv)
+    response = client.responses.create(model="default", input="Weather?", tools=[WEATHER], max_tool_calls=2)
+    assert response.output_text == "It is sunny." and response.max_tool_calls == 2
+    events = list(client.responses.create(model="default", input="hi", stream=True,
+                                          stream_options={"include_obfuscation": False}))
+    assert events[-1].type == "response.completed" and events[-1].response.output_text == "It is sunny."
+
+
+def test_responses_conversation_and_auto_truncation_say_why(srv):
+    """`conversation` (server-side conversation state) was an "Unrecognized request argument", and
+    truncation "auto" answered "Input should be 'disabled'": both now say what this server does instead."""
+    conversation = _post(srv, "/v1/responses", {"input": "hi", "conversation": "conv_123"})
+    assert conversation.status_code == 400, conversation.text
+    error = conversation.json()["error"]
+    assert error["param"] == "conversation" and error["code"] == "unsupported_parameter"
+    assert "stores no" in error["message"] and "input" in error["message"]
+    auto = _post(srv, "/v1/responses", {"input": "hi", "truncation": "auto"})
+    assert auto.status_code == 400, auto.text
+    error = auto.json()["error"]
+    assert error["param"] == "truncation" and "context_length_exceeded" in error["message"], error
