@@ -3,6 +3,7 @@ reproduced with the openai / anthropic SDKs against a served gateway. Each test 
 
 from __future__ import annotations
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -68,3 +69,17 @@ def test_responses_conversation_and_auto_truncation_say_why(srv):
     assert auto.status_code == 400, auto.text
     error = auto.json()["error"]
     assert error["param"] == "truncation" and "context_length_exceeded" in error["message"], error
+
+
+def test_messages_take_the_anthropic_sdk_hints(srv):
+    """The anthropic SDK's newer Messages fields were "Unrecognized request argument" 400s: top-level
+    `cache_control` (automatic prompt caching: the prefix cache here is automatic), `speed`, `inference_geo`
+    and `diagnostics`. They are hints that change nothing a local server returns, so they are accepted."""
+    claude = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+    reply = claude.messages.create(model="default", max_tokens=16, messages=[{"role": "user", "content": "hi"}],
+                                   cache_control={"type": "ephemeral", "ttl": "1h"}, speed="fast",
+                                   inference_geo="us", diagnostics={"previous_message_id": None})
+    assert reply.content[-1].text == "It is sunny."
+    bad = _post(srv, "/v1/messages", {"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
+                                      "speed": "ludicrous"})
+    assert bad.status_code == 400 and "speed" in bad.json()["error"]["message"], bad.text

@@ -166,6 +166,12 @@ class MessagesRequest(_ClaudeCodeFields):
     thinking: ThinkingConfig | None = None
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
+    # hints that change nothing a local server returns: the prefix cache is automatic (top-level
+    # cache_control asks Anthropic for that), there is one speed and one place, and no cache to diagnose
+    cache_control: dict[str, Any] | None = None
+    speed: Literal["standard", "fast"] | None = None
+    inference_geo: str | None = None
+    diagnostics: dict[str, Any] | None = None
     engine: str | None = None   # Switchyard: raw | mtp | ddtree | auto
 
 
