@@ -83,3 +83,27 @@ def test_messages_take_the_anthropic_sdk_hints(srv):
     bad = _post(srv, "/v1/messages", {"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
                                       "speed": "ludicrous"})
     assert bad.status_code == 400 and "speed" in bad.json()["error"]["message"], bad.text
+
+
+def test_openai_prompt_caching_hints_are_accepted(srv):
+    """The openai SDK's prompt-caching options (`prompt_cache_retention`, `prompt_cache_options`, and a text
+    part's `prompt_cache_breakpoint`) were "Unrecognized request argument" 400s on chat and /v1/responses,
+    where `prompt_cache_key` was accepted. Prefix caching here is automatic: they are accepted, the reply and
+    the prompt unchanged."""
+    client = _openai(srv)
+    breakpoint_ = {"mode": "explicit", "ttl": "30m"}
+    chat = client.chat.completions.create(
+        model="default", prompt_cache_retention="24h", prompt_cache_options={"mode": "explicit", "ttl": "30m"},
+        messages=[{"role": "system", "content": [{"type": "text", "text": "Be brief.",
+                                                  "prompt_cache_breakpoint": breakpoint_}]},
+                  {"role": "user", "content": "hi"}])
+    assert chat.choices[0].message.content == "It is sunny."
+    assert srv.backend.chats[-1]["messages"][0] == {"role": "system", "content": "Be brief."}
+    response = client.responses.create(
+        model="default", prompt_cache_retention="in_memory", prompt_cache_options={"mode": "implicit"},
+        input=[{"role": "user", "content": [{"type": "input_text", "text": "hi",
+                                             "prompt_cache_breakpoint": breakpoint_}]}])
+    assert response.output_text == "It is sunny."
+    bad = _post(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                              "prompt_cache_retention": "forever"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt_cache_retention", bad.text

@@ -10,6 +10,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Fiel
 
 from .schemas import (
     TOOL_NAME,
+    CacheBreakpoint,
+    CacheRetention,
     FunctionDefinition,
     JsonSchemaFormat,
     Penalty,
@@ -31,6 +33,7 @@ class ContentText(_Responses):
     text: str
     annotations: list[Any] | None = None
     logprobs: list[Any] | None = None
+    prompt_cache_breakpoint: CacheBreakpoint = None
 
 
 class MessageItem(_Responses):
@@ -288,6 +291,8 @@ class ResponsesRequest(_Responses):
     user: str | None = None
     include: list[Annotated[Includable, BeforeValidator(_includable)]] | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: CacheRetention = None
+    prompt_cache_options: dict[str, Any] | None = None
     safety_identifier: str | None = None
     service_tier: str | None = None
     truncation: Literal["auto", "disabled"] | None = None   # "auto" is refused with the reason (to_chat_request)

@@ -40,12 +40,17 @@ class _Strict(BaseModel):
 # SDK's openai-compatible provider (opencode, ...) spreads `cache_control` onto messages, text parts and
 # tool calls. Prefix caching here is automatic and never changes a reply, so the hint is accepted and ignored.
 CacheControl = dict[str, Any] | None
+# OpenAI's own prompt-caching options (a text part's breakpoint; a request's retention and options): the
+# same kind of hint, accepted and ignored on chat and /v1/responses
+CacheBreakpoint = dict[str, Any] | None
+CacheRetention = Literal["in_memory", "24h"] | None
 
 
 class TextPart(_Strict):
     type: Literal["text"]
     text: str
     cache_control: CacheControl = None
+    prompt_cache_breakpoint: CacheBreakpoint = None
 
 
 def only_kinds(value: Any, allowed: tuple[str, ...], what: str, why: str) -> Any:
@@ -303,6 +308,8 @@ class _SamplingFields(_Strict):
     service_tier: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: CacheRetention = None
+    prompt_cache_options: dict[str, Any] | None = None
 
 
 TopLogprobs = Annotated[int, Field(ge=0, le=20), BeforeValidator(_whole_number)]
