@@ -8,6 +8,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.config import GatewayConfig
 from gateway.http.app import create_app
 from tests.fakes import FakeBackend, live_server
 
@@ -107,3 +108,27 @@ def test_openai_prompt_caching_hints_are_accepted(srv):
     bad = _post(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                               "prompt_cache_retention": "forever"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt_cache_retention", bad.text
+
+
+def test_errors_outside_the_messages_handler_are_anthropic_shaped_there(qwen_chat_tokenizer):
+    """A wrong or missing key, an unknown route under /v1/messages (the SDK's batches) and a wrong method
+    answered OpenAI's {"error": {...}} to Anthropic clients: only errors raised inside the handler had
+    Anthropic's {"type": "error", "error": {"type", "message"}}. Every /v1/messages error has it now;
+    other paths keep OpenAI's."""
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply="Fine.\n</think>\n\nIt is sunny.")
+    with live_server(create_app(backend, config=GatewayConfig(api_keys=("sk-right",)))) as server:
+        ask = {"model": "default", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+        with pytest.raises(anthropic.AuthenticationError) as denied:
+            anthropic.Anthropic(base_url=server.base_url, api_key="sk-wrong", max_retries=0).messages.create(**ask)
+        assert denied.value.body == {"type": "error", "error": {"type": "authentication_error",
+                                                                "message": "Incorrect API key provided."}}
+        claude = anthropic.Anthropic(base_url=server.base_url, api_key="sk-right", max_retries=0)
+        assert claude.messages.create(**ask).content[-1].text == "It is sunny."
+        with pytest.raises(anthropic.NotFoundError) as missing:
+            claude.messages.batches.create(requests=[{"custom_id": "a", "params": ask}])
+        assert missing.value.body["type"] == "error" and missing.value.body["error"]["type"] == "not_found_error"
+        wrong_method = httpx.get(server.base_url + "/v1/messages", headers={"x-api-key": "sk-right"})
+        assert wrong_method.status_code == 405
+        assert wrong_method.json()["error"]["type"] == "invalid_request_error" and wrong_method.json()["type"] == "error"
+        openai_side = httpx.post(server.base_url + "/v1/chat/completions", json=ask)
+        assert openai_side.status_code == 401 and openai_side.json()["error"]["code"] == "invalid_api_key"

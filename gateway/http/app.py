@@ -22,6 +22,7 @@ from gateway.worker.scheduler import Scheduler
 
 from .admission import BodyBudget, body_slots
 from .anthropic import count_tokens, messages
+from .anthropic_errors import error_response_for
 from .auth import ApiKeyMiddleware
 from .errors import APIError, from_exception
 from .generate import chat_completions, completions
@@ -38,15 +39,16 @@ EXPOSED_HEADERS = ("X-Switchyard-Engine", "X-Switchyard-Class", "X-Switchyard-Ro
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
-    return exc.response()
+    return error_response_for(request.url.path, exc)
 
 
 async def _worker_error(request: Request, exc: Exception) -> Response:
-    return from_exception(exc).response()
+    return error_response_for(request.url.path, from_exception(exc))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own 404/405 (unknown route, wrong method) as OpenAI error objects."""
+    """Starlette's own 404/405 (unknown route, wrong method) as OpenAI error objects (Anthropic's under
+    /v1/messages)."""
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         err = APIError(404, f"Unknown route: {request.method} {request.url.path}", type="not_found_error", code="unknown_url")
@@ -56,11 +58,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         err = APIError(exc.status_code, str(exc.detail), type="invalid_request_error" if exc.status_code < 500 else "server_error")
     if exc.status_code in (404, 405):
         request.app.state.gateway.metrics.count_request("other", None, None, exc.status_code)
-    return err.response(dict(exc.headers or {}))
+    return error_response_for(request.url.path, err, dict(exc.headers or {}))
 
 
 async def _unhandled(request: Request, exc: Exception) -> Response:
-    return from_exception(exc).response()  # logs the traceback; the client sees a plain 500
+    # logs the traceback; the client sees a plain 500
+    return error_response_for(request.url.path, from_exception(exc))
 
 
 def create_app(backend: Backend, *, router: Router | None = None, config: GatewayConfig = GatewayConfig()) -> Starlette:
