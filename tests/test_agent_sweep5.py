@@ -132,3 +132,19 @@ def test_errors_outside_the_messages_handler_are_anthropic_shaped_there(qwen_cha
         assert wrong_method.json()["error"]["type"] == "invalid_request_error" and wrong_method.json()["type"] == "error"
         openai_side = httpx.post(server.base_url + "/v1/chat/completions", json=ask)
         assert openai_side.status_code == 401 and openai_side.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_the_model_list_reads_as_anthropic_and_tells_the_context(srv):
+    """/v1/models answered only OpenAI's card: through the anthropic SDK every model had no type,
+    display_name or created_at (fields its ModelInfo requires), and no client could learn the context
+    window (agents size their compaction on it: Anthropic's max_input_tokens / max_tokens, vLLM's
+    max_model_len). The cards now carry both APIs' fields; the list, Anthropic's paging fields."""
+    context = srv.backend.context_length
+    claude = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+    page = claude.models.list()
+    assert page.has_more is False and page.first_id == page.data[0].id == srv.backend.model_id
+    for model in [*page.data, claude.models.retrieve(srv.backend.model_id)]:
+        assert model.type == "model" and model.display_name == model.id and model.created_at.year >= 2024
+        assert model.max_input_tokens == context - 1 and model.max_tokens == context - 1
+    card = _openai(srv).models.retrieve(srv.backend.model_id)
+    assert card.owned_by == "switchyard" and card.created > 0 and card.model_extra["max_model_len"] == context

@@ -491,15 +491,30 @@ class Completion(BaseModel):
 
 
 class ModelCard(BaseModel):
+    """One served name, as OpenAI's and Anthropic's model objects both read it (the anthropic SDK's
+    ModelInfo requires type, display_name and created_at), with the context window agents size
+    their compaction on (Anthropic's max_input_tokens / max_tokens, vLLM's max_model_len)."""
+
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "switchyard"
+    type: Literal["model"] = "model"
+    display_name: str
+    created_at: str                 # RFC 3339, the same instant as `created`
+    lifecycle: Literal["active"] = "active"
+    max_model_len: int
+    max_input_tokens: int           # the longest prompt: one position stays for the reply
+    max_tokens: int                 # the largest max_tokens a request may ask for
 
 
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+    # Anthropic's paging: the whole list is one page
+    has_more: bool = False
+    first_id: str | None = None
+    last_id: str | None = None
 
 
 # ---- errors and service views (documented in /openapi.json) ----
