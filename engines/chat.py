@@ -13,7 +13,7 @@ from contracts.chat import ChatPrompt, ReplyFormat
 from contracts.errors import InvalidRequestError
 from contracts.names import forces_tool_call
 
-from .forced_call import ForcedCall, forced_call
+from .forced_call import ForcedCall, answer_or_call, forced_call
 
 
 def _template_messages(messages: list[dict]) -> list[dict]:
@@ -76,11 +76,12 @@ def _ending(continue_final: bool, messages: list[dict], forced: bool) -> dict[st
 
 
 def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
-                template_kwargs: dict[str, Any] | None = None,
-                continue_final: bool = False) -> tuple[str, ReplyFormat, str | None]:
+                template_kwargs: dict[str, Any] | None = None, continue_final: bool = False, *,
+                answer_schema: dict[str, Any] | None = None) -> tuple[str, ReplyFormat, str | None]:
     """The prompt text, how to read the reply, and the grammar the reply must follow. tool_choice
     "none" hides the tools (the model is not offered them); "required" and named functions start the
-    reply with the call's opening and constrain the rest to one call (engines.forced_call).
+    reply with the call's opening and constrain the rest to one call (engines.forced_call). With tools
+    offered and not forced, `answer_schema` makes the reply that JSON or one call (engines.forced_call).
     `continue_final`: the prompt ends inside the last (assistant) message, and the reply continues it."""
     kwargs = dict(template_kwargs or {})
     offered = tools if tools and tool_choice != "none" else None
@@ -103,8 +104,12 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
         start, end = text.rfind(tokenizer.think_start), text.rfind(tokenizer.think_end)
         opens_in_reasoning = start > end
     # thinking asked for: the forced call comes after a closed thinking block, not inside the open one
-    call = forced_call(tokenizer, list(offered or ()), tool_choice, thinking=opens_in_reasoning) if forced \
-        else ForcedCall("", None)
+    if forced:
+        call = forced_call(tokenizer, list(offered or ()), tool_choice, thinking=opens_in_reasoning)
+    elif offered and answer_schema is not None:
+        call = ForcedCall("", answer_or_call(tokenizer, offered, answer_schema, thinking=opens_in_reasoning))
+    else:
+        call = ForcedCall("", None)
     prefix = call.prefix
     reply = ReplyFormat(tools=tuple(offered or ()), parse_tools=offered is not None,
                         opens_in_reasoning=opens_in_reasoning and not prefix, prefix=prefix, continues=continue_final)
@@ -160,8 +165,10 @@ def _system_point(tokenizer: Any, ids: list[int], messages: list[dict], tools: l
 
 
 def chat_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
-                template_kwargs: dict[str, Any] | None = None, continue_final: bool = False) -> ChatPrompt:
-    text, reply, grammar = render_chat(tokenizer, messages, tools, tool_choice, template_kwargs, continue_final)
+                template_kwargs: dict[str, Any] | None = None, continue_final: bool = False, *,
+                answer_schema: dict[str, Any] | None = None) -> ChatPrompt:
+    text, reply, grammar = render_chat(tokenizer, messages, tools, tool_choice, template_kwargs, continue_final,
+                                       answer_schema=answer_schema)
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     offered = list(reply.tools) or None   # the tools the template was given (none for tool_choice "none")
     # a continued reply: the conversation ends where the client's unfinished assistant turn begins

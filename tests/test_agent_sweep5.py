@@ -148,3 +148,104 @@ def test_the_model_list_reads_as_anthropic_and_tells_the_context(srv):
         assert model.max_input_tokens == context - 1 and model.max_tokens == context - 1
     card = _openai(srv).models.retrieve(srv.backend.model_id)
     assert card.owned_by == "switchyard" and card.created > 0 and card.model_extra["max_model_len"] == context
+
+
+PICK = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+        "additionalProperties": False}
+CHAT_WEATHER = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
+XML_CALL = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+
+
+def _accepts(tokenizer, grammar: str, text: str) -> bool:
+    """Whether `grammar` takes all of `text` as a whole reply."""
+    import llguidance.hf
+
+    matcher = llguidance.LLMatcher(llguidance.hf.from_tokenizer(tokenizer._tokenizer), grammar)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+
+
+def test_a_structured_answer_still_lets_the_model_call_tools(srv, qwen_chat_tokenizer):
+    """With tools and a JSON response_format (openai-agents' output_type with tools; Anthropic's
+    output_config.format or Responses' text.format beside tools), the JSON grammar held the reply from its
+    first token: the model could never call a tool, so the agent got a final answer on its first turn. The
+    reply may now be the JSON answer or a call of one of the tools (tool_choice "none": JSON only)."""
+    client = _openai(srv)
+    json_schema = {"type": "json_schema", "json_schema": {"name": "pick", "schema": PICK, "strict": True}}
+    asks = {
+        "chat": lambda: client.chat.completions.create(
+            model="default", messages=[{"role": "user", "content": "Weather?"}], tools=[CHAT_WEATHER],
+            response_format=json_schema),
+        "responses": lambda: client.responses.create(
+            model="default", input="Weather?", tools=[WEATHER],
+            text={"format": {"type": "json_schema", "name": "pick", "schema": PICK, "strict": True}}),
+        "messages": lambda: anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0).messages.create(
+            model="default", max_tokens=64, messages=[{"role": "user", "content": "Weather?"}],
+            tools=[{"name": "get_weather", "input_schema": WEATHER["parameters"]}],
+            output_config={"format": {"type": "json_schema", "schema": PICK}}),
+    }
+    for api, ask in asks.items():
+        ask()
+        grammar = srv.backend.calls[-1]["params"].grammar
+        assert _accepts(qwen_chat_tokenizer, grammar, '{"city":"Paris"}'), api
+        assert _accepts(qwen_chat_tokenizer, grammar, XML_CALL), api
+        assert not _accepts(qwen_chat_tokenizer, grammar, "It is sunny."), api
+        assert not _accepts(qwen_chat_tokenizer, grammar, '{"town":"Paris"}'), api
+    client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Weather?"}],
+                                   tools=[CHAT_WEATHER], tool_choice="none", response_format=json_schema)
+    grammar = srv.backend.calls[-1]["params"].grammar
+    assert _accepts(qwen_chat_tokenizer, grammar, '{"city":"Paris"}')
+    assert not _accepts(qwen_chat_tokenizer, grammar, XML_CALL)
+
+
+def test_answer_or_call_in_the_json_syntax_and_after_thinking(demo_tokenizer, qwen_chat_tokenizer):
+    """The same choice in the demo template's JSON call syntax, and behind a thinking block the client
+    asked to keep open: reasoning, its end, then the answer or the call."""
+    from engines.chat import render_chat
+
+    ask = [{"role": "user", "content": "Weather?"}]
+    _, _, grammar = render_chat(demo_tokenizer, ask, [CHAT_WEATHER], "auto", answer_schema=PICK)
+    assert _accepts(demo_tokenizer, grammar, '{"city": "Paris"}')
+    assert _accepts(demo_tokenizer, grammar,
+                    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
+    assert not _accepts(demo_tokenizer, grammar, "Sunny.")
+    _, reply, grammar = render_chat(qwen_chat_tokenizer, ask, [CHAT_WEATHER], None,
+                                    {"enable_thinking": True}, answer_schema=PICK)
+    assert reply.opens_in_reasoning
+    for answer in ('{"city":"Paris"}', XML_CALL):
+        assert _accepts(qwen_chat_tokenizer, grammar, "Let me see.\n</think>\n\n" + answer)
+        assert not _accepts(qwen_chat_tokenizer, grammar, answer)
+
+
+@pytest.fixture(scope="module")
+def chat_runtime(tiny_qwen_chat_target, tmp_path_factory):
+    from engines.runtime import load_runtime
+    from engines.testing import write_drafter_checkpoint
+
+    drafter = write_drafter_checkpoint(tmp_path_factory.mktemp("chat_drafter"), tiny_qwen_chat_target, seed=0,
+                                       variant="random")
+    return load_runtime(str(tiny_qwen_chat_target), draft_dir=str(drafter))
+
+
+def test_answer_or_call_decodes_the_same_under_every_engine(chat_runtime):
+    """On a real runtime the choice is decoded losslessly: greedy raw, mtp and ddtree write the same reply,
+    and it is the JSON answer or a call of the tool, never free text."""
+    import json
+
+    with live_server(create_app(chat_runtime)) as server:
+        client = _openai(server)
+        replies = {}
+        for engine in chat_runtime.engine_names:
+            completion = client.chat.completions.create(
+                model="default", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[CHAT_WEATHER],
+                temperature=0, max_tokens=48, extra_body={"engine": engine},
+                response_format={"type": "json_schema", "json_schema": {"name": "pick", "schema": PICK}})
+            message = completion.choices[0].message
+            calls = [(c.function.name, c.function.arguments) for c in message.tool_calls or []]
+            replies[engine] = (message.content, calls, completion.choices[0].finish_reason)
+        assert len(set(map(repr, replies.values()))) == 1, replies
+        content, calls, finish = replies["raw"]
+        if calls:
+            assert finish == "tool_calls" and calls[0][0] == "get_weather"
+        elif finish == "stop":
+            assert set(json.loads(content)) == {"city"}
