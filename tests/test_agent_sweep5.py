@@ -81,6 +81,9 @@ def test_messages_take_the_anthropic_sdk_hints(srv):
                                    cache_control={"type": "ephemeral", "ttl": "1h"}, speed="fast",
                                    inference_geo="us", diagnostics={"previous_message_id": None})
     assert reply.content[-1].text == "It is sunny."
+    counted = claude.messages.count_tokens(model="default", messages=[{"role": "user", "content": "hi"}],
+                                           cache_control={"type": "ephemeral"}, speed="standard")
+    assert counted.input_tokens == reply.usage.input_tokens + reply.usage.cache_read_input_tokens
     bad = _post(srv, "/v1/messages", {"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
                                       "speed": "ludicrous"})
     assert bad.status_code == 400 and "speed" in bad.json()["error"]["message"], bad.text

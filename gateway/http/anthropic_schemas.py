@@ -136,6 +136,9 @@ class OutputConfig(_Anthropic):
 # is rendered, and one that outgrows the context is a "prompt is too long" 400, which Claude Code compacts.
 class _ClaudeCodeFields(_Anthropic):
     context_management: dict[str, Any] | None = None
+    # hints: the prefix cache is automatic (top-level cache_control asks Anthropic for that); one speed
+    cache_control: dict[str, Any] | None = None
+    speed: Literal["standard", "fast"] | None = None
     output_config: OutputConfig | None = None
     output_format: OutputFormat | None = None
 
@@ -166,10 +169,7 @@ class MessagesRequest(_ClaudeCodeFields):
     thinking: ThinkingConfig | None = None
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
-    # hints that change nothing a local server returns: the prefix cache is automatic (top-level
-    # cache_control asks Anthropic for that), there is one speed and one place, and no cache to diagnose
-    cache_control: dict[str, Any] | None = None
-    speed: Literal["standard", "fast"] | None = None
+    # hints that change nothing a local server returns: one place, and no cache misses to diagnose
     inference_geo: str | None = None
     diagnostics: dict[str, Any] | None = None
     engine: str | None = None   # Switchyard: raw | mtp | ddtree | auto
