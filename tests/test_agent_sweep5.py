@@ -252,3 +252,22 @@ def test_answer_or_call_decodes_the_same_under_every_engine(chat_runtime):
             assert finish == "tool_calls" and calls[0][0] == "get_weather"
         elif finish == "stop":
             assert set(json.loads(content)) == {"city"}
+
+
+def test_responses_input_tokens_counts_the_prompt(srv):
+    """POST /v1/responses/input_tokens (the openai SDK's responses.input_tokens.count, which agents size
+    their context with before sending) was an unknown route, though /v1/messages/count_tokens exists: it
+    counts the prompt the same request would render (instructions, tools and all), nothing generated."""
+    client = _openai(srv)
+    items = [{"role": "user", "content": "Weather in Paris?"},
+             {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+             {"type": "function_call_output", "call_id": "c1", "output": "18C"}]
+    counted = client.responses.input_tokens.count(model="default", input=items, instructions="Be brief.",
+                                                  tools=[WEATHER], personality="pragmatic")
+    assert counted.object == "response.input_tokens"
+    generated = len(srv.backend.calls)
+    answered = client.responses.create(model="default", input=items, instructions="Be brief.", tools=[WEATHER])
+    assert counted.input_tokens == answered.usage.input_tokens > 0
+    assert len(srv.backend.calls) == generated + 1   # counting generated nothing
+    bad = _post(srv, "/v1/responses/input_tokens", {"input": "hi", "max_output_tokens": 5})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_output_tokens", bad.text

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_core import from_json
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from contracts.chat import ToolCall
 from contracts.engine import GenerationChunk
+from gateway.worker.spec import RequestSpec
 
 from .anthropic_schemas import (
     AnthropicMessage,
@@ -29,8 +29,8 @@ from .anthropic_schemas import (
     ToolUseBlock,
 )
 from .anthropic_errors import error_body, error_response
-from .errors import APIError, from_exception
-from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse, read_json_object
+from .errors import APIError
+from .generate import Admitted, Endpoint, check_model, count_prompt_tokens, forced_engine, generate, parse
 from .record import ChoiceReply, RequestRecord
 from .request_spec import chat_spec
 from .schemas import ChatCompletionRequest
@@ -258,23 +258,14 @@ async def messages(request: Request) -> Response:
     return await generate(request, MESSAGES)
 
 
+def _count_spec(data: dict[str, Any], state: GatewayState) -> RequestSpec:
+    req = parse(CountTokensRequest, data)
+    check_model(req.model, state)
+    conversation = MessagesRequest.model_validate({**req.model_dump(exclude_none=True), "max_tokens": 1})
+    return chat_spec(parse(ChatCompletionRequest, to_chat_request(conversation)), None, state.config)
+
+
 async def count_tokens(request: Request) -> Response:
-    """POST /v1/messages/count_tokens (Claude Code sizes its context with it): the prompt's tokens
-    through the model's own chat template, tools included; nothing is generated or queued."""
-    state: GatewayState = request.app.state.gateway
-    try:
-        with request.app.state.body_budget.slot():
-            data = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
-        req = parse(CountTokensRequest, data)
-        check_model(req.model, state)
-        conversation = MessagesRequest.model_validate({**req.model_dump(exclude_none=True), "max_tokens": 1})
-        spec = chat_spec(parse(ChatCompletionRequest, to_chat_request(conversation)), None, state.config)
-        # chat_prompt is the tokenizer and the template, no MLX: safe off the model's worker thread
-        prompt = await run_in_threadpool(state.backend.chat_prompt, spec.messages, spec.tools, spec.tool_choice,
-                                         spec.template_kwargs, spec.continue_final)
-    except Exception as exc:  # noqa: BLE001 - every failure is an Anthropic error object
-        err = from_exception(exc)
-        state.metrics.count_request("messages", None, None, err.status)
-        return error_response(err)
-    state.metrics.count_request("messages", None, None, 200)
-    return JSONResponse(TokenCount(input_tokens=len(prompt.ids)).model_dump())
+    """POST /v1/messages/count_tokens (Claude Code sizes its context with it)."""
+    return await count_prompt_tokens(request, "messages", _count_spec, error_response,
+                                     lambda tokens: TokenCount(input_tokens=tokens).model_dump())

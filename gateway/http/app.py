@@ -28,7 +28,7 @@ from .errors import APIError, from_exception
 from .generate import chat_completions, completions
 from .openapi import build_openapi
 from .paths import CanonicalPaths
-from .responses_api import responses
+from .responses_api import input_tokens, responses
 from .state import GatewayState, model_names
 from .views import admin_reload, get_model, health, list_models, metrics, openapi_schema, router_stats
 
@@ -104,6 +104,7 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/responses/input_tokens", input_tokens, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),

@@ -111,6 +111,29 @@ def parse(model: type[BaseModel], data: dict[str, Any]) -> Any:
         raise from_validation_error(exc) from None
 
 
+async def count_prompt_tokens(request: Request, endpoint: str,
+                              spec_of: Callable[[dict[str, Any], GatewayState], RequestSpec],
+                              error_response: Callable[[APIError], Response],
+                              body_of: Callable[[int], dict[str, Any]]) -> Response:
+    """A token-counting endpoint (Anthropic's count_tokens, OpenAI's responses/input_tokens): the prompt
+    `spec_of` builds from the body, through the model's own chat template, tools included; nothing is
+    generated or queued. Errors in the endpoint's own shape."""
+    state: GatewayState = request.app.state.gateway
+    try:
+        with request.app.state.body_budget.slot():
+            data = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
+        spec = spec_of(data, state)
+        # chat_prompt is the tokenizer and the template, no MLX: safe off the model's worker thread
+        prompt = await run_in_threadpool(state.backend.chat_prompt, spec.messages, spec.tools, spec.tool_choice,
+                                         spec.template_kwargs, spec.continue_final)
+    except Exception as exc:  # noqa: BLE001 - every failure is an error object of the endpoint's API
+        err = from_exception(exc)
+        state.metrics.count_request(endpoint, None, None, err.status)
+        return error_response(err)
+    state.metrics.count_request(endpoint, None, None, 200)
+    return JSONResponse(body_of(len(prompt.ids)))
+
+
 def check_model(model: str | None, state: GatewayState) -> None:
     if model is not None and model not in state.model_names:
         raise APIError(

@@ -18,9 +18,10 @@ from starlette.responses import JSONResponse, Response
 
 from contracts.chat import TokenLogprob, ToolCall
 from contracts.engine import GenerationChunk
+from gateway.worker.spec import RequestSpec
 
 from .errors import APIError, bad_request
-from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse
+from .generate import Admitted, Endpoint, check_model, count_prompt_tokens, forced_engine, generate, parse
 from .openai_render import chat_logprobs
 from .record import ChoiceReply, RequestRecord, answer_logprobs
 from .request_spec import chat_spec
@@ -30,6 +31,8 @@ from .responses_schemas import (
     CustomToolCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,
+    InputTokenCount,
+    InputTokensRequest,
     MessageItem,
     NamedFunction,
     ReasoningItem,
@@ -347,6 +350,18 @@ RESPONSES = Endpoint("responses", _translate, lambda err: err.response())
 
 async def responses(request: Request) -> Response:
     return await generate(request, RESPONSES)
+
+
+def _input_tokens_spec(data: dict[str, Any], state: GatewayState) -> RequestSpec:
+    req = parse(InputTokensRequest, data)
+    check_model(req.model, state)
+    return chat_spec(parse(ChatCompletionRequest, to_chat_request(req.request())), None, state.config)
+
+
+async def input_tokens(request: Request) -> Response:
+    """POST /v1/responses/input_tokens: the prompt tokens a responses request with this input would have."""
+    return await count_prompt_tokens(request, "responses", _input_tokens_spec, lambda err: err.response(),
+                                     lambda tokens: InputTokenCount(input_tokens=tokens).model_dump())
 
 
 def _last_status(record: RequestRecord) -> str | None:

@@ -270,10 +270,28 @@ def _includable(value: Any) -> Any:
     return value
 
 
-class ResponsesRequest(_Responses):
+class _PromptFields(_Responses):
+    """The fields of a responses request that make its prompt (what /v1/responses/input_tokens takes too)."""
+
     model: str | None = None
     input: str | list[Item]
     instructions: str | None = None
+    tools: list[ClientTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedFunction | ResponsesAllowedTools | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
+    truncation: Literal["auto", "disabled"] | None = None   # "auto" is refused with the reason (to_chat_request)
+    previous_response_id: str | None = None         # rejected: stateless server
+    conversation: str | dict[str, Any] | None = None   # rejected: stateless server
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _client_tools_only(cls, value: Any) -> Any:
+        return only_kinds(value, ("function", "custom"), "tools", "the client runs its tools; none are hosted here")
+
+
+class ResponsesRequest(_PromptFields):
     max_output_tokens: PositiveInt32 | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
@@ -281,11 +299,6 @@ class ResponsesRequest(_Responses):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     stream: Stream = False
-    tools: list[ClientTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedFunction | ResponsesAllowedTools | None = None
-    parallel_tool_calls: bool | None = None
-    text: TextConfig | None = None
-    reasoning: ReasoningConfig | None = None
     store: bool | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
@@ -295,15 +308,22 @@ class ResponsesRequest(_Responses):
     prompt_cache_options: dict[str, Any] | None = None
     safety_identifier: str | None = None
     service_tier: str | None = None
-    truncation: Literal["auto", "disabled"] | None = None   # "auto" is refused with the reason (to_chat_request)
-    previous_response_id: str | None = None         # rejected: stateless server
-    conversation: str | dict[str, Any] | None = None   # rejected: stateless server
     background: bool | None = None                  # rejected when true
     max_tool_calls: PositiveInt32 | None = None     # caps hosted-tool calls, of which there are none here
     stream_options: ResponsesStreamOptions | None = None
     engine: str | None = None                       # Switchyard: raw | mtp | ddtree | auto
 
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _client_tools_only(cls, value: Any) -> Any:
-        return only_kinds(value, ("function", "custom"), "tools", "the client runs its tools; none are hosted here")
+
+class InputTokensRequest(_PromptFields):
+    """POST /v1/responses/input_tokens: the prompt of a responses request, counted."""
+
+    personality: str | None = Field(None, max_length=64)   # a style preset: this model has one style
+
+    def request(self) -> ResponsesRequest:
+        """The responses request with this prompt (its other fields at their defaults)."""
+        return ResponsesRequest.model_construct(**{name: getattr(self, name) for name in _PromptFields.model_fields})
+
+
+class InputTokenCount(BaseModel):
+    object: Literal["response.input_tokens"] = "response.input_tokens"
+    input_tokens: int
