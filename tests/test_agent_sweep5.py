@@ -271,3 +271,35 @@ def test_responses_input_tokens_counts_the_prompt(srv):
     assert len(srv.backend.calls) == generated + 1   # counting generated nothing
     bad = _post(srv, "/v1/responses/input_tokens", {"input": "hi", "max_output_tokens": 5})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_output_tokens", bad.text
+
+
+def test_plain_text_documents_are_read_and_others_say_why(srv):
+    """A `document` block was refused as a whole ("content blocks of type 'document' are not supported
+    (text-only model)"), though a text document (source `text`, or `content` of text blocks: what SDKs send
+    for citations and attached text files, in a message or a tool_result) is text this model reads. Those
+    are rendered as their title, context and text; a PDF or file source is a 400 that says why."""
+    claude = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+    document = {"type": "document", "title": "notes.txt", "context": "from the user's desktop",
+                "source": {"type": "text", "media_type": "text/plain", "data": "The cat is called Tom."},
+                "citations": {"enabled": True}, "cache_control": {"type": "ephemeral"}}
+    chunks = {"type": "document", "source": {"type": "content", "content": [{"type": "text", "text": "Rome is hot."},
+                                                                            {"type": "text", "text": "Oslo is cold."}]}}
+    reply = claude.messages.create(model="default", max_tokens=16, messages=[
+        {"role": "user", "content": [document, chunks, {"type": "text", "text": "What is the cat called?"}]}])
+    assert reply.content[-1].text == "It is sunny."
+    assert srv.backend.chats[-1]["messages"][-1] == {"role": "user", "content": (
+        "notes.txt\nfrom the user's desktop\nThe cat is called Tom.\nRome is hot.\nOslo is cold.\n"
+        "What is the cat called?")}
+    claude.messages.create(model="default", max_tokens=16, messages=[
+        {"role": "user", "content": "Read notes.txt"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [document]}]}],
+        tools=[{"name": "read", "input_schema": {"type": "object"}}])
+    assert srv.backend.chats[-1]["messages"][-1]["content"] == \
+        "notes.txt\nfrom the user's desktop\nThe cat is called Tom."
+    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        claude.messages.create(model="default", max_tokens=16, messages=[
+            {"role": "user", "content": [pdf, {"type": "text", "text": "Summarise."}]}])
+    message = bad.value.body["error"]["message"]
+    assert "'base64'" in message and "text-only" in message and "text, content" in message, message

@@ -21,6 +21,7 @@ from gateway.worker.spec import RequestSpec
 from .anthropic_schemas import (
     AnthropicMessage,
     CountTokensRequest,
+    DocumentBlock,
     MessagesRequest,
     TextBlock,
     ThinkingBlock,
@@ -58,6 +59,8 @@ def _openai_messages(message: AnthropicMessage) -> list[dict[str, Any]]:
                 out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": prefix + block.text()})
             elif isinstance(block, TextBlock):
                 texts.append(block.text)
+            elif isinstance(block, DocumentBlock):
+                texts.append(block.text())
         if texts:
             out.append({"role": "user", "content": "\n".join(texts)})
         return out
