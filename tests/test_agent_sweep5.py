@@ -303,3 +303,14 @@ def test_plain_text_documents_are_read_and_others_say_why(srv):
             {"role": "user", "content": [pdf, {"type": "text", "text": "Summarise."}]}])
     message = bad.value.body["error"]["message"]
     assert "'base64'" in message and "text-only" in message and "text, content" in message, message
+
+
+def test_anthropic_clients_read_the_request_id(srv):
+    """The anthropic SDK reads a response's id from the `request-id` header (`_request_id`, logged with
+    every error report), which only OpenAI's `X-Request-Id` carried: both headers carry it now."""
+    claude = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+    reply = claude.messages.create(model="default", max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+    assert reply._request_id == reply.id
+    with claude.messages.stream(model="default", max_tokens=16, messages=[{"role": "user", "content": "hi"}]) as stream:
+        final = stream.get_final_message()
+        assert stream.request_id == final.id

@@ -254,7 +254,7 @@ def _translate(data: dict[str, Any], request: Request, state: GatewayState) -> A
     return Admitted(spec, req.stream, True, AnthropicRenderer(model=req.model))
 
 
-MESSAGES = Endpoint("messages", _translate, error_response)
+MESSAGES = Endpoint("messages", _translate, error_response, id_headers=("X-Request-Id", "request-id"))
 
 
 async def messages(request: Request) -> Response:

@@ -34,7 +34,7 @@ from .views import admin_reload, get_model, health, list_models, metrics, openap
 
 # headers a browser client may read (the route taken, the request id, the queue's Retry-After)
 EXPOSED_HEADERS = ("X-Switchyard-Engine", "X-Switchyard-Class", "X-Switchyard-Route-Reason", "X-Request-Id",
-                   "Retry-After")
+                   "request-id", "Retry-After")
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

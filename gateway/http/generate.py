@@ -161,6 +161,8 @@ class Endpoint:
     name: str                                                          # the metrics' endpoint label
     translate: Callable[[dict[str, Any], Request, GatewayState], Admitted]  # raises APIError
     error_response: Callable[[APIError], Response]                     # errors before a renderer exists
+    # the headers that carry the response's id (the anthropic SDK reads `request-id`)
+    id_headers: tuple[str, ...] = ("X-Request-Id",)
 
 
 def _openai_chat(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
@@ -260,7 +262,7 @@ async def generate(request: Request, endpoint: Endpoint) -> Response:
     if isinstance(started, Response):
         return started
     headers, early = started
-    headers["X-Request-Id"] = renderer.id
+    headers.update(dict.fromkeys(endpoint.id_headers, renderer.id))
     if admitted.stream:
         return _stream_response(ticket, early, record, watcher, renderer, headers, admitted.include_usage)
     return await _json_response(ticket, early, record, watcher, renderer, headers)
