@@ -314,3 +314,40 @@ def test_anthropic_clients_read_the_request_id(srv):
     with claude.messages.stream(model="default", max_tokens=16, messages=[{"role": "user", "content": "hi"}]) as stream:
         final = stream.get_final_message()
         assert stream.request_id == final.id
+
+
+def test_a_stream_waiting_for_its_first_token_is_kept_alive(qwen_chat_tokenizer):
+    """A stream sent nothing, not even its headers, until its first token: a request queued behind other
+    clients or prefilling a long agent context stayed silent for minutes, and clients and proxies with an
+    idle timeout (Codex's stream idle timeout, nginx's 60 s) dropped it and retried. Past
+    stream_keepalive_seconds the stream starts and an SSE comment keeps it alive until the tokens come;
+    an error that then ends it before any output is an in-stream error event."""
+    import threading
+
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply="Fine.\n</think>\n\nIt is sunny.",
+                          gate=threading.Event())
+    config = GatewayConfig(stream_keepalive_seconds=0.2)
+    with live_server(create_app(backend, config=config)) as server:
+        threading.Timer(1.5, backend.gate.set).start()
+        impatient = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=0.8)
+        stream = impatient.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}],
+                                                   stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "It is sunny."
+
+        backend.gate.clear()
+        threading.Timer(0.7, backend.gate.set).start()
+        with httpx.stream("POST", server.base_url + "/v1/messages", json={
+                "model": "default", "max_tokens": 16, "stream": True,
+                "messages": [{"role": "user", "content": "hi"}]}) as response:
+            lines = [line for line in response.iter_lines() if line]
+        kept = [line for line in lines if line == ": keep-alive"]
+        assert response.status_code == 200 and len(kept) >= 2 and lines[:len(kept)] == kept, lines[:4]
+        assert lines[len(kept)] == "event: message_start" and lines[-2] == "event: message_stop"
+
+        backend.gate.clear()
+        backend.fail_after_steps = 0
+        threading.Timer(0.7, backend.gate.set).start()
+        with pytest.raises(openai.APIError) as failed:
+            list(_openai(server).chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}],
+                                                          stream=True))
+        assert "failed" in str(failed.value)

@@ -31,7 +31,7 @@ from .record import CLIENT_CLOSED, RequestRecord
 from .render import Renderer
 from .request_spec import chat_spec, completion_spec, header_priority, resolve_engine
 from .schemas import ChatCompletionRequest, CompletionRequest
-from .sse import SSEResponse
+from .sse import KEEPALIVE, SSEResponse
 from .state import GatewayState
 
 
@@ -214,11 +214,21 @@ async def _admit(request: Request, state: GatewayState, endpoint: Endpoint) -> t
     return admitted, ticket
 
 
-async def _start(
-    ticket: Ticket, record: RequestRecord, watcher: DisconnectWatcher, renderer: Renderer
-) -> Response | tuple[dict[str, str], list[ChoiceStart | GenerationChunk]]:
+@dataclass
+class _Started:
+    """What came before any output: the route's headers and the first items, or the error that ended the
+    request there; `gone`: the client went away first."""
+
+    headers: dict[str, str]
+    early: list[ChoiceStart | GenerationChunk]
+    error: APIError | None = None
+    gone: bool = False
+
+
+async def _start(ticket: Ticket, record: RequestRecord, watcher: DisconnectWatcher) -> _Started:
     """Wait for the route and the first chunk, so errors raised before any output (prompt too long,
-    engine unavailable, a failing prefill) are plain HTTP errors, for streams too."""
+    engine unavailable, a failing prefill) are plain HTTP errors, for streams too (unless a stream had
+    to start before its first token: _stream_frames)."""
     headers: dict[str, str] = {}
     early: list[ChoiceStart | GenerationChunk] = []
     try:
@@ -234,17 +244,17 @@ async def _start(
         watcher.stop()
         err = from_exception(exc)
         record.done(err.status, disconnected=watcher.disconnected)
-        return renderer.error_response(err, headers)
+        return _Started(headers, early, error=err)
     if watcher.disconnected:
         watcher.stop()
         record.done(CLIENT_CLOSED, disconnected=True)
-        return Response(status_code=CLIENT_CLOSED)
+        return _Started(headers, early, gone=True)
     if record.decision is None:  # dropped from the queue without a disconnect: the server is stopping
         watcher.stop()
         err = from_exception(WorkerUnavailable("The server is shutting down."))
         record.done(err.status)
-        return renderer.error_response(err)
-    return headers, early
+        return _Started(headers, early, error=err)
+    return _Started(headers, early)
 
 
 async def generate(request: Request, endpoint: Endpoint) -> Response:
@@ -258,14 +268,21 @@ async def generate(request: Request, endpoint: Endpoint) -> Response:
         return endpoint.error_response(err)
     watcher = DisconnectWatcher(request.receive, ticket.cancel)
     renderer = admitted.renderer
-    started = await _start(ticket, record, watcher, renderer)
-    if isinstance(started, Response):
-        return started
-    headers, early = started
-    headers.update(dict.fromkeys(endpoint.id_headers, renderer.id))
+    start = asyncio.ensure_future(_start(ticket, record, watcher))
+    ids = dict.fromkeys(endpoint.id_headers, renderer.id)
+    keepalive = state.config.stream_keepalive_seconds
+    if admitted.stream and not (await asyncio.wait({start}, timeout=keepalive))[0]:
+        # no first token yet (a queue, a long prefill): the stream starts now and keeps the connection alive
+        return _stream_response(ticket, start, record, watcher, renderer, ids, admitted.include_usage, keepalive)
+    started = await start
+    if started.gone:
+        return Response(status_code=CLIENT_CLOSED)
+    if started.error is not None:
+        return renderer.error_response(started.error, started.headers)
+    headers = {**started.headers, **ids}
     if admitted.stream:
-        return _stream_response(ticket, early, record, watcher, renderer, headers, admitted.include_usage)
-    return await _json_response(ticket, early, record, watcher, renderer, headers)
+        return _stream_response(ticket, start, record, watcher, renderer, headers, admitted.include_usage, keepalive)
+    return await _json_response(ticket, started.early, record, watcher, renderer, headers)
 
 
 async def _json_response(
@@ -291,17 +308,19 @@ async def _json_response(
 
 
 def _stream_response(
-    ticket: Ticket, early: list[ChoiceStart | GenerationChunk], record: RequestRecord, watcher: DisconnectWatcher,
-    renderer: Renderer, headers: dict[str, str], include_usage: bool,
+    ticket: Ticket, start: asyncio.Future[_Started], record: RequestRecord, watcher: DisconnectWatcher,
+    renderer: Renderer, headers: dict[str, str], include_usage: bool, keepalive: float | None,
 ) -> SSEResponse:
     outcome: dict[str, int] = {}  # the status of an in-stream error, for the metrics
 
     async def close() -> None:
+        start.cancel()   # no-op once the first token came
         ticket.cancel()  # no-op when the generation already ended
         watcher.stop()
         record.done(outcome.get("status", 200), disconnected=watcher.disconnected)
 
-    return SSEResponse(_stream_frames(ticket, early, record, renderer, include_usage, outcome), headers, on_close=close)
+    frames = _stream_frames(ticket, start, record, renderer, include_usage, outcome, keepalive)
+    return SSEResponse(frames, headers, on_close=close)
 
 
 def _frames(renderer: Renderer, record: RequestRecord, item: ChoiceStart | GenerationChunk) -> list[bytes]:
@@ -312,13 +331,24 @@ def _frames(renderer: Renderer, record: RequestRecord, item: ChoiceStart | Gener
 
 
 async def _stream_frames(
-    ticket: Ticket, early: list[ChoiceStart | GenerationChunk], record: RequestRecord, renderer: Renderer,
-    include_usage: bool, status: dict[str, int],
+    ticket: Ticket, start: asyncio.Future[_Started], record: RequestRecord, renderer: Renderer,
+    include_usage: bool, status: dict[str, int], keepalive: float | None,
 ) -> AsyncIterator[bytes]:
+    while not start.done():   # started before its first token: comments keep the connection alive
+        yield KEEPALIVE
+        await asyncio.wait({start}, timeout=keepalive)
+    started = await start
+    if started.gone:
+        return
+    if started.error is not None:   # an error before any output, once the stream had started
+        status["status"] = started.error.status
+        for frame in renderer.stream_error(started.error):
+            yield frame
+        return
     for frame in renderer.opening(record):
         yield frame
     try:
-        for item in early:
+        for item in started.early:
             for frame in _frames(renderer, record, item):
                 yield frame
         async for item in ticket:
