@@ -132,7 +132,8 @@ def test_errors_outside_the_messages_handler_are_anthropic_shaped_there(qwen_cha
         assert missing.value.body["type"] == "error" and missing.value.body["error"]["type"] == "not_found_error"
         wrong_method = httpx.get(server.base_url + "/v1/messages", headers={"x-api-key": "sk-right"})
         assert wrong_method.status_code == 405
-        assert wrong_method.json()["error"]["type"] == "invalid_request_error" and wrong_method.json()["type"] == "error"
+        assert wrong_method.json() == {"type": "error", "error": {
+            "type": "invalid_request_error", "message": "Method GET is not allowed on /v1/messages."}}
         openai_side = httpx.post(server.base_url + "/v1/chat/completions", json=ask)
         assert openai_side.status_code == 401 and openai_side.json()["error"]["code"] == "invalid_api_key"
 
@@ -351,3 +352,23 @@ def test_a_stream_waiting_for_its_first_token_is_kept_alive(qwen_chat_tokenizer)
             list(_openai(server).chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}],
                                                           stream=True))
         assert "failed" in str(failed.value)
+
+
+def test_moderation_and_server_side_compaction_say_why(srv):
+    """`moderation` (chat and responses) and `context_management` (responses: server-side compaction) were
+    "Unrecognized request argument"s even when null, as clients that write out every field send them. Null
+    is accepted; a value is a 400 saying this server does neither."""
+    ask = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    assert _post(srv, "/v1/chat/completions", {**ask, "moderation": None}).status_code == 200
+    nulls = _post(srv, "/v1/responses", {"input": "hi", "moderation": None, "context_management": None})
+    assert nulls.status_code == 200, nulls.text
+    for path, body, name in (
+            ("/v1/chat/completions", {**ask, "moderation": {"mode": "auto"}}, "moderation"),
+            ("/v1/responses", {"input": "hi", "moderation": {"mode": "auto"}}, "moderation"),
+            ("/v1/responses", {"input": "hi", "context_management": [{"type": "compaction", "compact_threshold": 9}]},
+             "context_management")):
+        bad = _post(srv, path, body)
+        assert bad.status_code == 400, bad.text
+        error = bad.json()["error"]
+        assert (error["param"], error["code"]) == (name, "unsupported_parameter"), error
+        assert "not supported" in error["message"]

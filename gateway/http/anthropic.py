@@ -18,6 +18,7 @@ from contracts.chat import ToolCall
 from contracts.engine import GenerationChunk
 from gateway.worker.spec import RequestSpec
 
+from .anthropic_errors import error_body, error_response
 from .anthropic_schemas import (
     AnthropicMessage,
     CountTokensRequest,
@@ -29,7 +30,6 @@ from .anthropic_schemas import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from .anthropic_errors import error_body, error_response
 from .errors import APIError
 from .generate import Admitted, Endpoint, check_model, count_prompt_tokens, forced_engine, generate, parse
 from .record import ChoiceReply, RequestRecord

@@ -190,6 +190,8 @@ def _honoured_translations(defs: dict[str, Any], common: dict[str, Any], stop: d
     responses["max_output_tokens"] = common["max_tokens"]
     responses["engine"] = common["engine"]
     responses["background"] = _one_of_values(None, False)
+    for name in responses_schemas.UNSUPPORTED_FIELDS:
+        responses[name] = _one_of_values(None)
     defs["FunctionTool"]["properties"]["parameters"] = _nullable(
         {"type": "object", "properties": {"type": {"const": "object"}}})
     defs["AnthropicTool"]["properties"]["input_schema"] = {"type": "object", "properties": {"type": {"const": "object"}}}

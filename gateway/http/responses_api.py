@@ -27,6 +27,7 @@ from .record import ChoiceReply, RequestRecord, answer_logprobs
 from .request_spec import chat_spec
 from .responses_schemas import (
     CUSTOM_INPUT,
+    UNSUPPORTED_FIELDS,
     CustomTool,
     CustomToolCallItem,
     FunctionCallItem,
@@ -105,6 +106,9 @@ def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
         raise bad_request("truncation 'auto' is not supported: no input item is ever dropped; a conversation "
                           "that outgrows the context is a 400 with code context_length_exceeded (compact it "
                           "and resend).", param="truncation", code="unsupported_value")
+    for name, why in UNSUPPORTED_FIELDS.items():
+        if getattr(req, name) is not None:
+            raise bad_request(f"{name} is not supported: {why}.", param=name, code="unsupported_parameter")
     if req.background:
         raise bad_request("background responses are not supported.", param="background",
                           code="unsupported_parameter")

@@ -270,6 +270,14 @@ def _includable(value: Any) -> Any:
     return value
 
 
+# Responses fields asking for what this server does not do: only null is accepted (responses_api)
+UNSUPPORTED_FIELDS = {
+    "moderation": "no moderation runs on this server (moderate on the client's side)",
+    "context_management": "no server-side compaction (a conversation that outgrows the context is a 400 with code "
+                          "context_length_exceeded: compact it and resend)",
+}
+
+
 class _PromptFields(_Responses):
     """The fields of a responses request that make its prompt (what /v1/responses/input_tokens takes too)."""
 
@@ -309,6 +317,9 @@ class ResponsesRequest(_PromptFields):
     safety_identifier: str | None = None
     service_tier: str | None = None
     background: bool | None = None                  # rejected when true
+    # what this server does not do: only null is accepted (UNSUPPORTED_FIELDS)
+    moderation: Any = None
+    context_management: Any = None
     max_tool_calls: PositiveInt32 | None = None     # caps hosted-tool calls, of which there are none here
     stream_options: ResponsesStreamOptions | None = None
     engine: str | None = None                       # Switchyard: raw | mtp | ddtree | auto

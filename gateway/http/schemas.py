@@ -321,6 +321,7 @@ ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "
 UNSUPPORTED_OUTPUTS = {
     "audio": "this is a text-only model (send modalities [\"text\"] or leave audio out)",
     "web_search_options": "this model has no web search (no hosted tools here: give the client a search tool)",
+    "moderation": "no moderation runs on this server (moderate on the client's side)",
 }
 
 
@@ -346,6 +347,7 @@ class ChatCompletionRequest(_SamplingFields):
     # optional field send it) is accepted, anything else is a 400 naming the parameter (request_spec)
     audio: Any = None
     web_search_options: Any = None
+    moderation: Any = None
 
 
 class CompletionRequest(_SamplingFields):
