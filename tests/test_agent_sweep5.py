@@ -318,11 +318,11 @@ def test_anthropic_clients_read_the_request_id(srv):
 
 
 def test_a_stream_waiting_for_its_first_token_is_kept_alive(qwen_chat_tokenizer):
-    """A stream sent nothing, not even its headers, until its first token: a request queued behind other
-    clients or prefilling a long agent context stayed silent for minutes, and clients and proxies with an
-    idle timeout (Codex's stream idle timeout, nginx's 60 s) dropped it and retried. Past
-    stream_keepalive_seconds the stream starts and an SSE comment keeps it alive until the tokens come;
-    an error that then ends it before any output is an in-stream error event."""
+    """A stream sent nothing, not even its headers, until its first token: a request prefilling a long agent
+    context stayed silent for minutes, and clients and proxies with an idle timeout (Codex's stream idle
+    timeout, nginx's 60 s) dropped it and retried. Routed and past stream_keepalive_seconds, the stream
+    starts (with the route's headers) and an SSE comment keeps it alive until the tokens come; an error
+    that then ends it before any output is an in-stream error event."""
     import threading
 
     backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply="Fine.\n</think>\n\nIt is sunny.",
@@ -343,6 +343,7 @@ def test_a_stream_waiting_for_its_first_token_is_kept_alive(qwen_chat_tokenizer)
             lines = [line for line in response.iter_lines() if line]
         kept = [line for line in lines if line == ": keep-alive"]
         assert response.status_code == 200 and len(kept) >= 2 and lines[:len(kept)] == kept, lines[:4]
+        assert response.headers["x-switchyard-engine"] in backend.engine_names and response.headers["request-id"]
         assert lines[len(kept)] == "event: message_start" and lines[-2] == "event: message_stop"
 
         backend.gate.clear()

@@ -225,16 +225,18 @@ class _Started:
     gone: bool = False
 
 
-async def _start(ticket: Ticket, record: RequestRecord, watcher: DisconnectWatcher) -> _Started:
-    """Wait for the route and the first chunk, so errors raised before any output (prompt too long,
-    engine unavailable, a failing prefill) are plain HTTP errors, for streams too (unless a stream had
-    to start before its first token: _stream_frames)."""
+async def _start(ticket: Ticket, record: RequestRecord, watcher: DisconnectWatcher,
+                 route: asyncio.Future[dict[str, str]]) -> _Started:
+    """Wait for the route (its headers go to `route`) and the first chunk, so errors raised before any
+    output (prompt too long, engine unavailable, a failing prefill) are plain HTTP errors, for streams too
+    (unless a stream had to start before its first token: _stream_frames)."""
     headers: dict[str, str] = {}
     early: list[ChoiceStart | GenerationChunk] = []
     try:
         routed = await ticket.next()
         record.routed(routed)
         headers = route_headers(routed.decision)
+        route.set_result(headers)
         while not early or isinstance(early[-1], ChoiceStart):
             early.append(await ticket.next())
         record.prefilled(early)
@@ -268,12 +270,18 @@ async def generate(request: Request, endpoint: Endpoint) -> Response:
         return endpoint.error_response(err)
     watcher = DisconnectWatcher(request.receive, ticket.cancel)
     renderer = admitted.renderer
-    start = asyncio.ensure_future(_start(ticket, record, watcher))
+    route: asyncio.Future[dict[str, str]] = asyncio.get_running_loop().create_future()
+    start = asyncio.ensure_future(_start(ticket, record, watcher, route))
     ids = dict.fromkeys(endpoint.id_headers, renderer.id)
     keepalive = state.config.stream_keepalive_seconds
-    if admitted.stream and not (await asyncio.wait({start}, timeout=keepalive))[0]:
-        # no first token yet (a queue, a long prefill): the stream starts now and keeps the connection alive
-        return _stream_response(ticket, start, record, watcher, renderer, ids, admitted.include_usage, keepalive)
+    if admitted.stream:
+        # every response carries the route's headers: a stream waits for its route (the queue) in silence
+        await asyncio.wait({start, route}, return_when=asyncio.FIRST_COMPLETED)
+        if not start.done() and not (await asyncio.wait({start}, timeout=keepalive))[0]:
+            # routed, no first token yet (a long prefill): the stream starts and keeps the connection alive
+            headers = {**route.result(), **ids}
+            return _stream_response(ticket, start, record, watcher, renderer, headers, admitted.include_usage,
+                                    keepalive)
     started = await start
     if started.gone:
         return Response(status_code=CLIENT_CLOSED)
