@@ -215,12 +215,14 @@ class Backend(Protocol):
     default_temperature: float      # what a request that leaves `temperature` unset decodes with
 
     def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
-                    template_kwargs: dict[str, Any] | None = None, continue_final: bool = False) -> ChatPrompt:
+                    template_kwargs: dict[str, Any] | None = None, continue_final: bool = False, *,
+                    answer_schema: dict[str, Any] | None = None) -> ChatPrompt:
         """The chat template rendered (tools, thinking switches), how its reply will read, and the
         grammar a forced tool_choice imposes on it (in the template's tool-call syntax). No MLX:
         callable from any thread (token counting runs it off the worker). InvalidRequestError for
         what the template or the grammar cannot hold. `continue_final`: the last message is the
-        assistant's unfinished reply (a prefill), which the generation continues."""
+        assistant's unfinished reply (a prefill), which the generation continues. `answer_schema`
+        (with tools offered, not forced): the reply is JSON matching it or a call of one of the tools."""
         ...
 
     def encode_prompt(self, prompt: str) -> list[int]: ...

@@ -4,7 +4,9 @@ opening ends the prompt, its grammar constrains the rest; engines.forced_call)."
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from typing import Any
 
 from pydantic_core import from_json
@@ -13,14 +15,57 @@ from contracts.chat import ChatPrompt, ReplyFormat
 from contracts.errors import InvalidRequestError
 from contracts.names import forces_tool_call
 
-from .forced_call import ForcedCall, forced_call
+from .forced_call import ForcedCall, answer_or_call, forced_call
 
 
-def _template_messages(messages: list[dict]) -> list[dict]:
+# Client text that spells a control token (a file of an LLM project holding "<|im_end|>", a web page with
+# "<tool_call>") must reach the model as text: encoded whole, the tokenizer reads it as the token, and with
+# it an end of turn, a system turn or a tool call. In the text of system, user and tool messages each such
+# string is held as a placeholder while the template renders, then encoded as plain text (_encode). The
+# assistant's own turns are left alone: templates read their markers (Qwen's split on "</think>").
+_GUARDED_ROLES = ("system", "developer", "user", "tool")
+_HOLD_OPEN, _HOLD_CLOSE = "\U000f8000", "\U000f8001"   # private-use characters: never in a template
+_HELD = re.compile(f"{_HOLD_OPEN}(\\d+){_HOLD_CLOSE}")
+
+
+@functools.lru_cache(maxsize=8)
+def _markers(tokenizer: Any) -> tuple[str, ...]:
+    """The control tokens' strings (added tokens written <...>: <|im_end|>, <think>, <tool_call>, ...),
+    longest first. An added token that is a plain word is left to the tokenizer."""
+    added = [token for token in tokenizer.get_added_vocab() if token.startswith("<") and token.endswith(">")]
+    return tuple(sorted(added, key=len, reverse=True))
+
+
+def _hold(tokenizer: Any, text: str) -> str:
+    for index, marker in enumerate(_markers(tokenizer)):
+        if marker in text:
+            text = text.replace(marker, f"{_HOLD_OPEN}{index}{_HOLD_CLOSE}")
+    return text
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    """The rendered prompt's tokens, each held marker as plain text: its first character apart, so that the
+    tokenizer never matches the whole marker."""
+    markers = _markers(tokenizer)
+    ids: list[int] = []
+    pieces = _HELD.split(text)   # text, marker index, text, ...
+    for number, piece in enumerate(pieces):
+        if number % 2 == 0:
+            ids += tokenizer.encode(piece, add_special_tokens=False) if piece else []
+        else:
+            marker = markers[int(piece)]
+            ids += tokenizer.encode(marker[:1], add_special_tokens=False)
+            ids += tokenizer.encode(marker[1:], add_special_tokens=False)
+    return ids
+
+
+def _template_messages(tokenizer: Any, messages: list[dict]) -> list[dict]:
     """Assistant tool calls carry their arguments as JSON strings in the API; templates iterate them
-    as mappings (`tool_call.arguments|items`)."""
+    as mappings (`tool_call.arguments|items`). Control-token strings in client text are held (_hold)."""
     out = []
     for message in messages:
+        if message.get("role") in _GUARDED_ROLES and isinstance(message.get("content"), str):
+            message = {**message, "content": _hold(tokenizer, message["content"])}
         calls = message.get("tool_calls")
         if calls:
             message = dict(message)
@@ -76,11 +121,12 @@ def _ending(continue_final: bool, messages: list[dict], forced: bool) -> dict[st
 
 
 def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
-                template_kwargs: dict[str, Any] | None = None,
-                continue_final: bool = False) -> tuple[str, ReplyFormat, str | None]:
+                template_kwargs: dict[str, Any] | None = None, continue_final: bool = False, *,
+                answer_schema: dict[str, Any] | None = None) -> tuple[str, ReplyFormat, str | None]:
     """The prompt text, how to read the reply, and the grammar the reply must follow. tool_choice
     "none" hides the tools (the model is not offered them); "required" and named functions start the
-    reply with the call's opening and constrain the rest to one call (engines.forced_call).
+    reply with the call's opening and constrain the rest to one call (engines.forced_call). With tools
+    offered and not forced, `answer_schema` makes the reply that JSON or one call (engines.forced_call).
     `continue_final`: the prompt ends inside the last (assistant) message, and the reply continues it."""
     kwargs = dict(template_kwargs or {})
     offered = tools if tools and tool_choice != "none" else None
@@ -92,7 +138,7 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
     if forced and tokenizer.has_thinking:
         kwargs.setdefault("enable_thinking", False)   # the call starts the reply, unless thinking is asked for
     try:
-        text = tokenizer.apply_chat_template(_template_messages(messages), tools=offered, tokenize=False,
+        text = tokenizer.apply_chat_template(_template_messages(tokenizer, messages), tools=offered, tokenize=False,
                                              **ending, **kwargs)
     except InvalidRequestError:
         raise
@@ -103,8 +149,12 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
         start, end = text.rfind(tokenizer.think_start), text.rfind(tokenizer.think_end)
         opens_in_reasoning = start > end
     # thinking asked for: the forced call comes after a closed thinking block, not inside the open one
-    call = forced_call(tokenizer, list(offered or ()), tool_choice, thinking=opens_in_reasoning) if forced \
-        else ForcedCall("", None)
+    if forced:
+        call = forced_call(tokenizer, list(offered or ()), tool_choice, thinking=opens_in_reasoning)
+    elif offered and answer_schema is not None:
+        call = ForcedCall("", answer_or_call(tokenizer, offered, answer_schema, thinking=opens_in_reasoning))
+    else:
+        call = ForcedCall("", None)
     prefix = call.prefix
     reply = ReplyFormat(tools=tuple(offered or ()), parse_tools=offered is not None,
                         opens_in_reasoning=opens_in_reasoning and not prefix, prefix=prefix, continues=continue_final)
@@ -115,11 +165,11 @@ def _conversation_ids(tokenizer: Any, messages: list[dict], tools: list[dict] | 
                       template_kwargs: dict[str, Any] | None) -> list[int] | None:
     """`messages` rendered without a generation prompt, as token ids (None: the template refuses)."""
     try:
-        text = tokenizer.apply_chat_template(_template_messages(messages), tools=tools, tokenize=False,
+        text = tokenizer.apply_chat_template(_template_messages(tokenizer, messages), tools=tools, tokenize=False,
                                              add_generation_prompt=False, **dict(template_kwargs or {}))
     except Exception:  # noqa: BLE001 - e.g. a template that refuses to end on this turn: no extra point
         return None
-    return list(tokenizer.encode(text, add_special_tokens=False))
+    return _encode(tokenizer, text)
 
 
 def _point(ids: list[int], head: list[int], length: int) -> tuple[int, ...]:
@@ -160,9 +210,11 @@ def _system_point(tokenizer: Any, ids: list[int], messages: list[dict], tools: l
 
 
 def chat_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
-                template_kwargs: dict[str, Any] | None = None, continue_final: bool = False) -> ChatPrompt:
-    text, reply, grammar = render_chat(tokenizer, messages, tools, tool_choice, template_kwargs, continue_final)
-    ids = list(tokenizer.encode(text, add_special_tokens=False))
+                template_kwargs: dict[str, Any] | None = None, continue_final: bool = False, *,
+                answer_schema: dict[str, Any] | None = None) -> ChatPrompt:
+    text, reply, grammar = render_chat(tokenizer, messages, tools, tool_choice, template_kwargs, continue_final,
+                                       answer_schema=answer_schema)
+    ids = _encode(tokenizer, text)
     offered = list(reply.tools) or None   # the tools the template was given (none for tool_choice "none")
     # a continued reply: the conversation ends where the client's unfinished assistant turn begins
     history = messages[:-1] if continue_final else messages

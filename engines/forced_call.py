@@ -99,24 +99,49 @@ def forced_call(tokenizer: Any, tools: list[dict], tool_choice: Any, thinking: b
                                   code="unknown_tool")
     grammar = _Grammar(tokenizer, style).build(functions, named is not None)
     if thinking:
-        grammar = _after_thinking(tokenizer, prefix, grammar)
+        opening = _literal(prefix.removeprefix(tokenizer.tool_call_start))
+        grammar = _after_thinking(tokenizer, f"{_marker(tokenizer, tokenizer.tool_call_start)} {opening} call",
+                                  _as_rule(grammar, "call"))
         prefix = ""
-    check = validated if len(grammar) <= CACHED_GRAMMAR_CHARS else validated.__wrapped__
-    return ForcedCall(prefix, check(grammar))
+    return ForcedCall(prefix, _checked(grammar))
 
 
-def _after_thinking(tokenizer: Any, prefix: str, grammar: str) -> str:
-    """The call's grammar behind a thinking block to close and the call's opening: free reasoning
-    (no markers in it), the end of thinking, the blank line the template writes after it, the prefix."""
+def answer_or_call(tokenizer: Any, tools: list[dict], answer_schema: dict[str, Any],
+                   thinking: bool = False) -> str | None:
+    """The grammar of a reply that is either the JSON answer `answer_schema` describes (a response_format
+    beside tools) or one call of one of the tools, as tool_choice "required" writes it (then the reply ends).
+    None when the template's call syntax has no grammar here (the answer's JSON grammar alone then holds).
+    `thinking`: the prompt ends in an open thinking block, closed before either."""
+    style = tool_call_style(tokenizer)
+    if style not in (XML, JSON):
+        return None
+    call = _as_rule(_Grammar(tokenizer, style).build([tool["function"] for tool in tools], False), "call")
+    opening = f"{_marker(tokenizer, tokenizer.tool_call_start)} {_literal(chr(10))} call"
+    rules = f"answer: %json {json.dumps(answer_schema)}\n{call}"
+    grammar = _after_thinking(tokenizer, f"(answer | {opening})", rules) if thinking \
+        else f"start: answer | {opening}\n{rules}"
+    return _checked(grammar)
+
+
+def _as_rule(grammar: str, name: str) -> str:
+    """A grammar's start rule renamed, to be one part of a larger grammar."""
+    return grammar.replace("start: ", f"{name}: ", 1)
+
+
+def _checked(grammar: str) -> str:
+    return (validated if len(grammar) <= CACHED_GRAMMAR_CHARS else validated.__wrapped__)(grammar)
+
+
+def _after_thinking(tokenizer: Any, reply: str, rules: str) -> str:
+    """`reply` (a Lark sequence over `rules`) behind a thinking block to close: free reasoning (no markers
+    in it), the end of thinking, the blank line the template writes after it, then the reply."""
     start, end = tokenizer.tool_call_start, tokenizer.think_end
-    opening = prefix.removeprefix(start)
     reasoning = _ANY_TEXT
     for marker in (end, start):   # an added token is never text; a marker written as text is kept out
         if not _marker(tokenizer, marker).startswith("<["):
             reasoning += " & ~/(.|\\n)*" + re.escape(marker).replace("/", "\\/") + "(.|\\n)*/"
-    call = grammar.replace("start: ", "call: ", 1)
-    return (f"start: REASONING {_marker(tokenizer, end)} {_literal(chr(10) * 2)} {_marker(tokenizer, start)} "
-            f"{_literal(opening)} call\nREASONING: {reasoning}\n" + call)
+    return (f"start: REASONING {_marker(tokenizer, end)} {_literal(chr(10) * 2)} {reply}\nREASONING: {reasoning}\n"
+            + rules)
 
 
 # Grammars up to this size are cached (an agent's tool list is tens of KiB): 32 entries then hold at
@@ -137,7 +162,7 @@ def validated(lark: str) -> str:
     except (TypeError, ValueError) as exc:
         problem = str(exc)
     if problem:
-        raise InvalidRequestError(f"tools: a forced call's parameters are not a usable JSON schema: {problem}",
+        raise InvalidRequestError(f"tools: a constrained call's parameters are not a usable JSON schema: {problem}",
                                   param="tools", code="invalid_json_schema")
     return grammar
 

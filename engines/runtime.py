@@ -86,8 +86,10 @@ class Runtime:
         return self.chat_prompt(messages).ids
 
     def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
-                    template_kwargs: dict[str, Any] | None = None, continue_final: bool = False) -> ChatPrompt:
-        return chat_prompt(self.bundle.tokenizer, messages, tools, tool_choice, template_kwargs, continue_final)
+                    template_kwargs: dict[str, Any] | None = None, continue_final: bool = False, *,
+                    answer_schema: dict[str, Any] | None = None) -> ChatPrompt:
+        return chat_prompt(self.bundle.tokenizer, messages, tools, tool_choice, template_kwargs, continue_final,
+                           answer_schema=answer_schema)
 
     def encode_prompt(self, prompt: str) -> list[int]:
         return list(self.bundle.tokenizer.encode(prompt, add_special_tokens=False))

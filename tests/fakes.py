@@ -68,15 +68,17 @@ class FakeBackend:
         return self._encode(fake_chat_template(messages))
 
     def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
-                    template_kwargs: dict[str, Any] | None = None, continue_final: bool = False) -> ChatPrompt:
+                    template_kwargs: dict[str, Any] | None = None, continue_final: bool = False, *,
+                    answer_schema: dict[str, Any] | None = None) -> ChatPrompt:
         self.chats.append({"messages": messages, "tools": tools, "tool_choice": tool_choice,
-                           "template_kwargs": template_kwargs, "continue_final": continue_final})
+                           "template_kwargs": template_kwargs, "continue_final": continue_final,
+                           "answer_schema": answer_schema})
         if self.tokenizer is None:
             return ChatPrompt(self.encode_chat(messages))
         from engines.chat import render_chat
 
         text, reply, grammar = render_chat(self.tokenizer, messages, tools, tool_choice, template_kwargs,
-                                           continue_final)
+                                           continue_final, answer_schema=answer_schema)
         self.threads.add(threading.get_ident())
         return ChatPrompt(self._encode(text), reply, grammar=grammar)
 

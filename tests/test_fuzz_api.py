@@ -49,7 +49,7 @@ def test_openapi_document_covers_every_route():
     doc = build_openapi()
     assert doc["openapi"].startswith("3.1")
     assert set(doc["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/messages",
-                                 "/v1/messages/count_tokens", "/v1/responses",
+                                 "/v1/messages/count_tokens", "/v1/responses", "/v1/responses/input_tokens",
                                  "/v1/models", "/v1/models/{model}",
                                  "/health", "/metrics", "/v1/router/stats", "/admin/reload"}
     chat = doc["paths"]["/v1/chat/completions"]["post"]

@@ -70,6 +70,9 @@ def _register_limits_and_auth(p: argparse.ArgumentParser) -> None:
     g.add_argument("--request-timeout", type=float, default=d.request_timeout_seconds, metavar="S",
                    help="seconds a request may take from admission, 0 = unlimited; past it the generation "
                         "stops with a 504 (default: %(default)s)")
+    g.add_argument("--stream-keepalive", type=float, default=d.stream_keepalive_seconds, metavar="S",
+                   help="seconds a stream may wait for its first token before it starts with SSE keep-alive "
+                        "comments every S seconds, 0 = never (default: %(default)s)")
     a = p.add_argument_group("authentication")
     a.add_argument("--api-key-file", metavar="FILE", default=None,
                    help="API keys, one per line (also read from $SWITCHYARD_API_KEYS); required unless "
@@ -92,7 +95,8 @@ def _config_from_args(args: argparse.Namespace) -> GatewayConfig:
         max_tokens_limit=args.max_tokens_limit, default_max_tokens=args.default_max_tokens,
         max_stop_sequences=args.max_stop_sequences, max_messages=args.max_messages, max_choices=args.max_choices,
         allowed_origins=tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip()),
-        request_timeout_seconds=args.request_timeout or None, api_keys=keys,
+        request_timeout_seconds=args.request_timeout or None, stream_keepalive_seconds=args.stream_keepalive or None,
+        api_keys=keys,
         share_prefix_cache=args.share_prefix_cache,
         protect_metrics=not args.open_metrics, protect_admin=not args.open_admin,
     )

@@ -11,17 +11,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_core import from_json
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from contracts.chat import ToolCall
 from contracts.engine import GenerationChunk
-from contracts.errors import ContextLengthExceeded
+from gateway.worker.spec import RequestSpec
 
+from .anthropic_errors import error_body, error_response
 from .anthropic_schemas import (
     AnthropicMessage,
     CountTokensRequest,
+    DocumentBlock,
     MessagesRequest,
     TextBlock,
     ThinkingBlock,
@@ -29,8 +30,8 @@ from .anthropic_schemas import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from .errors import APIError, ContextOverflowError, from_exception
-from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse, read_json_object
+from .errors import APIError
+from .generate import Admitted, Endpoint, check_model, count_prompt_tokens, forced_engine, generate, parse
 from .record import ChoiceReply, RequestRecord
 from .request_spec import chat_spec
 from .schemas import ChatCompletionRequest
@@ -38,34 +39,6 @@ from .sse import event
 from .state import GatewayState
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "cancelled": "end_turn"}
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
-               504: "timeout_error"}
-
-
-def error_body(err: APIError) -> dict[str, Any]:
-    message = overflow_message(err.overflow) if isinstance(err, ContextOverflowError) else err.message
-    # Anthropic has no type for the other 4xx (408, 415): they are the request's fault, not "api_error",
-    # its type for a failure on the server's side
-    fallback = "invalid_request_error" if err.status < 500 else "api_error"
-    return {"type": "error", "error": {"type": ERROR_TYPES.get(err.status, fallback), "message": message}}
-
-
-def overflow_message(overflow: ContextLengthExceeded) -> str:
-    """A prompt that does not fit, in Anthropic's words, which clients parse: "prompt is too long" is what
-    agents compact their conversation on (and litellm's ContextWindowExceededError), and "input length and
-    `max_tokens` exceed context limit: P + T > C" lets them retry with a max_tokens that fits."""
-    longest = overflow.context_length - 1   # the longest prompt that leaves room for one token
-    if overflow.max_tokens is None or overflow.prompt_tokens > longest:
-        return f"prompt is too long: {overflow.prompt_tokens} tokens > {longest} maximum"
-    return (f"input length and `max_tokens` exceed context limit: {overflow.prompt_tokens} + {overflow.max_tokens} "
-            f"> {overflow.context_length}, decrease input length or `max_tokens` and try again")
-
-
-def error_response(err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(err), status_code=err.status, headers={**err.headers, **(headers or {})})
-
-
 def _text(blocks: str | list[TextBlock] | None) -> str:
     if blocks is None or isinstance(blocks, str):
         return blocks or ""
@@ -86,6 +59,8 @@ def _openai_messages(message: AnthropicMessage) -> list[dict[str, Any]]:
                 out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": prefix + block.text()})
             elif isinstance(block, TextBlock):
                 texts.append(block.text)
+            elif isinstance(block, DocumentBlock):
+                texts.append(block.text())
         if texts:
             out.append({"role": "user", "content": "\n".join(texts)})
         return out
@@ -279,30 +254,21 @@ def _translate(data: dict[str, Any], request: Request, state: GatewayState) -> A
     return Admitted(spec, req.stream, True, AnthropicRenderer(model=req.model))
 
 
-MESSAGES = Endpoint("messages", _translate, error_response)
+MESSAGES = Endpoint("messages", _translate, error_response, id_headers=("X-Request-Id", "request-id"))
 
 
 async def messages(request: Request) -> Response:
     return await generate(request, MESSAGES)
 
 
+def _count_spec(data: dict[str, Any], state: GatewayState) -> RequestSpec:
+    req = parse(CountTokensRequest, data)
+    check_model(req.model, state)
+    conversation = MessagesRequest.model_validate({**req.model_dump(exclude_none=True), "max_tokens": 1})
+    return chat_spec(parse(ChatCompletionRequest, to_chat_request(conversation)), None, state.config)
+
+
 async def count_tokens(request: Request) -> Response:
-    """POST /v1/messages/count_tokens (Claude Code sizes its context with it): the prompt's tokens
-    through the model's own chat template, tools included; nothing is generated or queued."""
-    state: GatewayState = request.app.state.gateway
-    try:
-        with request.app.state.body_budget.slot():
-            data = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
-        req = parse(CountTokensRequest, data)
-        check_model(req.model, state)
-        conversation = MessagesRequest.model_validate({**req.model_dump(exclude_none=True), "max_tokens": 1})
-        spec = chat_spec(parse(ChatCompletionRequest, to_chat_request(conversation)), None, state.config)
-        # chat_prompt is the tokenizer and the template, no MLX: safe off the model's worker thread
-        prompt = await run_in_threadpool(state.backend.chat_prompt, spec.messages, spec.tools, spec.tool_choice,
-                                         spec.template_kwargs, spec.continue_final)
-    except Exception as exc:  # noqa: BLE001 - every failure is an Anthropic error object
-        err = from_exception(exc)
-        state.metrics.count_request("messages", None, None, err.status)
-        return error_response(err)
-    state.metrics.count_request("messages", None, None, 200)
-    return JSONResponse(TokenCount(input_tokens=len(prompt.ids)).model_dump())
+    """POST /v1/messages/count_tokens (Claude Code sizes its context with it)."""
+    return await count_prompt_tokens(request, "messages", _count_spec, error_response,
+                                     lambda tokens: TokenCount(input_tokens=tokens).model_dump())

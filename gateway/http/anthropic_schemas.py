@@ -30,22 +30,69 @@ class ToolUseBlock(_Anthropic):
     cache_control: dict[str, Any] | None = None
 
 
+class PlainTextSource(_Anthropic):
+    type: Literal["text"]
+    media_type: Literal["text/plain"]
+    data: str
+
+    def text(self) -> str:
+        return self.data
+
+
+class ContentSource(_Anthropic):
+    """A document given as its text blocks (citable chunks)."""
+
+    type: Literal["content"]
+    content: str | list[TextBlock]
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_only(cls, value: Any) -> Any:
+        return only_kinds(value, ("text",), "document content blocks", "text-only model")
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "\n".join(block.text for block in self.content)
+
+
+class DocumentBlock(_Anthropic):
+    """A document this model can read: plain text. A PDF, a URL or a file id is refused with the reason."""
+
+    type: Literal["document"]
+    source: Annotated[PlainTextSource | ContentSource, Field(discriminator="type")]
+    title: str | None = None
+    context: str | None = None
+    citations: dict[str, Any] | None = None   # accepted; no citations are returned
+    cache_control: dict[str, Any] | None = None
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _text_sources(cls, value: Any) -> Any:
+        return only_kinds([value], ("text", "content"), "document sources",
+                          "text-only model: send the document's text")[0]
+
+    def text(self) -> str:
+        return "\n".join(part for part in (self.title, self.context, self.source.text()) if part)
+
+
+ToolResultContent = Annotated[TextBlock | DocumentBlock, Field(discriminator="type")]
+
+
 class ToolResultBlock(_Anthropic):
     type: Literal["tool_result"]
     tool_use_id: str
-    content: str | list[TextBlock] | None = None
+    content: str | list[ToolResultContent] | None = None
     is_error: bool | None = None
     cache_control: dict[str, Any] | None = None
 
     @field_validator("content", mode="before")
     @classmethod
     def _text_only(cls, value: Any) -> Any:   # e.g. an image the client's Read tool returned
-        return only_kinds(value, ("text",), "tool_result content blocks", "text-only model")
+        return only_kinds(value, ("text", "document"), "tool_result content blocks", "text-only model")
 
     def text(self) -> str:
         if self.content is None or isinstance(self.content, str):
             return self.content or ""
-        return "\n".join(part.text for part in self.content)
+        return "\n".join(part.text if isinstance(part, TextBlock) else part.text() for part in self.content)
 
 
 class ThinkingBlock(_Anthropic):
@@ -59,9 +106,9 @@ class RedactedThinkingBlock(_Anthropic):
     data: str
 
 
-Block = Annotated[TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock,
+Block = Annotated[TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock | DocumentBlock,
                   Field(discriminator="type")]
-BLOCK_TYPES = ("text", "tool_use", "tool_result", "thinking", "redacted_thinking")
+BLOCK_TYPES = ("text", "tool_use", "tool_result", "thinking", "redacted_thinking", "document")
 
 
 class AnthropicMessage(_Anthropic):
@@ -136,6 +183,9 @@ class OutputConfig(_Anthropic):
 # is rendered, and one that outgrows the context is a "prompt is too long" 400, which Claude Code compacts.
 class _ClaudeCodeFields(_Anthropic):
     context_management: dict[str, Any] | None = None
+    # hints: the prefix cache is automatic (top-level cache_control asks Anthropic for that); one speed
+    cache_control: dict[str, Any] | None = None
+    speed: Literal["standard", "fast"] | None = None
     output_config: OutputConfig | None = None
     output_format: OutputFormat | None = None
 
@@ -166,6 +216,9 @@ class MessagesRequest(_ClaudeCodeFields):
     thinking: ThinkingConfig | None = None
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
+    # hints that change nothing a local server returns: one place, and no cache misses to diagnose
+    inference_geo: str | None = None
+    diagnostics: dict[str, Any] | None = None
     engine: str | None = None   # Switchyard: raw | mtp | ddtree | auto
 
 

@@ -22,31 +22,33 @@ from gateway.worker.scheduler import Scheduler
 
 from .admission import BodyBudget, body_slots
 from .anthropic import count_tokens, messages
+from .anthropic_errors import error_response_for
 from .auth import ApiKeyMiddleware
 from .errors import APIError, from_exception
 from .generate import chat_completions, completions
 from .openapi import build_openapi
 from .paths import CanonicalPaths
-from .responses_api import responses
+from .responses_api import input_tokens, responses
 from .state import GatewayState, model_names
 from .views import admin_reload, get_model, health, list_models, metrics, openapi_schema, router_stats
 
 # headers a browser client may read (the route taken, the request id, the queue's Retry-After)
 EXPOSED_HEADERS = ("X-Switchyard-Engine", "X-Switchyard-Class", "X-Switchyard-Route-Reason", "X-Request-Id",
-                   "Retry-After")
+                   "request-id", "Retry-After")
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
-    return exc.response()
+    return error_response_for(request.url.path, exc)
 
 
 async def _worker_error(request: Request, exc: Exception) -> Response:
-    return from_exception(exc).response()
+    return error_response_for(request.url.path, from_exception(exc))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own 404/405 (unknown route, wrong method) as OpenAI error objects."""
+    """Starlette's own 404/405 (unknown route, wrong method) as OpenAI error objects (Anthropic's under
+    /v1/messages)."""
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         err = APIError(404, f"Unknown route: {request.method} {request.url.path}", type="not_found_error", code="unknown_url")
@@ -56,11 +58,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         err = APIError(exc.status_code, str(exc.detail), type="invalid_request_error" if exc.status_code < 500 else "server_error")
     if exc.status_code in (404, 405):
         request.app.state.gateway.metrics.count_request("other", None, None, exc.status_code)
-    return err.response(dict(exc.headers or {}))
+    return error_response_for(request.url.path, err, dict(exc.headers or {}))
 
 
 async def _unhandled(request: Request, exc: Exception) -> Response:
-    return from_exception(exc).response()  # logs the traceback; the client sees a plain 500
+    # logs the traceback; the client sees a plain 500
+    return error_response_for(request.url.path, from_exception(exc))
 
 
 def create_app(backend: Backend, *, router: Router | None = None, config: GatewayConfig = GatewayConfig()) -> Starlette:
@@ -101,6 +104,7 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/responses/input_tokens", input_tokens, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .anthropic_errors import error_response_for
 from .errors import APIError
 
 ENV_VAR = "SWITCHYARD_API_KEYS"
@@ -171,6 +172,6 @@ class ApiKeyMiddleware:
             else:
                 err = unauthorized("Incorrect API key provided.")
             _count_refusal(scope, err.status)
-            await err.response()(scope, receive, send)
+            await error_response_for(scope.get("path", ""), err)(scope, receive, send)
             return
         await self.app(scope, receive, send)

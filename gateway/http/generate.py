@@ -31,7 +31,7 @@ from .record import CLIENT_CLOSED, RequestRecord
 from .render import Renderer
 from .request_spec import chat_spec, completion_spec, header_priority, resolve_engine
 from .schemas import ChatCompletionRequest, CompletionRequest
-from .sse import SSEResponse
+from .sse import KEEPALIVE, SSEResponse
 from .state import GatewayState
 
 
@@ -111,6 +111,29 @@ def parse(model: type[BaseModel], data: dict[str, Any]) -> Any:
         raise from_validation_error(exc) from None
 
 
+async def count_prompt_tokens(request: Request, endpoint: str,
+                              spec_of: Callable[[dict[str, Any], GatewayState], RequestSpec],
+                              error_response: Callable[[APIError], Response],
+                              body_of: Callable[[int], dict[str, Any]]) -> Response:
+    """A token-counting endpoint (Anthropic's count_tokens, OpenAI's responses/input_tokens): the prompt
+    `spec_of` builds from the body, through the model's own chat template, tools included; nothing is
+    generated or queued. Errors in the endpoint's own shape."""
+    state: GatewayState = request.app.state.gateway
+    try:
+        with request.app.state.body_budget.slot():
+            data = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
+        spec = spec_of(data, state)
+        # chat_prompt is the tokenizer and the template, no MLX: safe off the model's worker thread
+        prompt = await run_in_threadpool(state.backend.chat_prompt, spec.messages, spec.tools, spec.tool_choice,
+                                         spec.template_kwargs, spec.continue_final)
+    except Exception as exc:  # noqa: BLE001 - every failure is an error object of the endpoint's API
+        err = from_exception(exc)
+        state.metrics.count_request(endpoint, None, None, err.status)
+        return error_response(err)
+    state.metrics.count_request(endpoint, None, None, 200)
+    return JSONResponse(body_of(len(prompt.ids)))
+
+
 def check_model(model: str | None, state: GatewayState) -> None:
     if model is not None and model not in state.model_names:
         raise APIError(
@@ -138,6 +161,8 @@ class Endpoint:
     name: str                                                          # the metrics' endpoint label
     translate: Callable[[dict[str, Any], Request, GatewayState], Admitted]  # raises APIError
     error_response: Callable[[APIError], Response]                     # errors before a renderer exists
+    # the headers that carry the response's id (the anthropic SDK reads `request-id`)
+    id_headers: tuple[str, ...] = ("X-Request-Id",)
 
 
 def _openai_chat(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
@@ -189,17 +214,29 @@ async def _admit(request: Request, state: GatewayState, endpoint: Endpoint) -> t
     return admitted, ticket
 
 
-async def _start(
-    ticket: Ticket, record: RequestRecord, watcher: DisconnectWatcher, renderer: Renderer
-) -> Response | tuple[dict[str, str], list[ChoiceStart | GenerationChunk]]:
-    """Wait for the route and the first chunk, so errors raised before any output (prompt too long,
-    engine unavailable, a failing prefill) are plain HTTP errors, for streams too."""
+@dataclass
+class _Started:
+    """What came before any output: the route's headers and the first items, or the error that ended the
+    request there; `gone`: the client went away first."""
+
+    headers: dict[str, str]
+    early: list[ChoiceStart | GenerationChunk]
+    error: APIError | None = None
+    gone: bool = False
+
+
+async def _start(ticket: Ticket, record: RequestRecord, watcher: DisconnectWatcher,
+                 route: asyncio.Future[dict[str, str]]) -> _Started:
+    """Wait for the route (its headers go to `route`) and the first chunk, so errors raised before any
+    output (prompt too long, engine unavailable, a failing prefill) are plain HTTP errors, for streams too
+    (unless a stream had to start before its first token: _stream_frames)."""
     headers: dict[str, str] = {}
     early: list[ChoiceStart | GenerationChunk] = []
     try:
         routed = await ticket.next()
         record.routed(routed)
         headers = route_headers(routed.decision)
+        route.set_result(headers)
         while not early or isinstance(early[-1], ChoiceStart):
             early.append(await ticket.next())
         record.prefilled(early)
@@ -209,17 +246,17 @@ async def _start(
         watcher.stop()
         err = from_exception(exc)
         record.done(err.status, disconnected=watcher.disconnected)
-        return renderer.error_response(err, headers)
+        return _Started(headers, early, error=err)
     if watcher.disconnected:
         watcher.stop()
         record.done(CLIENT_CLOSED, disconnected=True)
-        return Response(status_code=CLIENT_CLOSED)
+        return _Started(headers, early, gone=True)
     if record.decision is None:  # dropped from the queue without a disconnect: the server is stopping
         watcher.stop()
         err = from_exception(WorkerUnavailable("The server is shutting down."))
         record.done(err.status)
-        return renderer.error_response(err)
-    return headers, early
+        return _Started(headers, early, error=err)
+    return _Started(headers, early)
 
 
 async def generate(request: Request, endpoint: Endpoint) -> Response:
@@ -233,14 +270,27 @@ async def generate(request: Request, endpoint: Endpoint) -> Response:
         return endpoint.error_response(err)
     watcher = DisconnectWatcher(request.receive, ticket.cancel)
     renderer = admitted.renderer
-    started = await _start(ticket, record, watcher, renderer)
-    if isinstance(started, Response):
-        return started
-    headers, early = started
-    headers["X-Request-Id"] = renderer.id
+    route: asyncio.Future[dict[str, str]] = asyncio.get_running_loop().create_future()
+    start = asyncio.ensure_future(_start(ticket, record, watcher, route))
+    ids = dict.fromkeys(endpoint.id_headers, renderer.id)
+    keepalive = state.config.stream_keepalive_seconds
     if admitted.stream:
-        return _stream_response(ticket, early, record, watcher, renderer, headers, admitted.include_usage)
-    return await _json_response(ticket, early, record, watcher, renderer, headers)
+        # every response carries the route's headers: a stream waits for its route (the queue) in silence
+        await asyncio.wait({start, route}, return_when=asyncio.FIRST_COMPLETED)
+        if not start.done() and not (await asyncio.wait({start}, timeout=keepalive))[0]:
+            # routed, no first token yet (a long prefill): the stream starts and keeps the connection alive
+            headers = {**route.result(), **ids}
+            return _stream_response(ticket, start, record, watcher, renderer, headers, admitted.include_usage,
+                                    keepalive)
+    started = await start
+    if started.gone:
+        return Response(status_code=CLIENT_CLOSED)
+    if started.error is not None:
+        return renderer.error_response(started.error, started.headers)
+    headers = {**started.headers, **ids}
+    if admitted.stream:
+        return _stream_response(ticket, start, record, watcher, renderer, headers, admitted.include_usage, keepalive)
+    return await _json_response(ticket, started.early, record, watcher, renderer, headers)
 
 
 async def _json_response(
@@ -266,17 +316,19 @@ async def _json_response(
 
 
 def _stream_response(
-    ticket: Ticket, early: list[ChoiceStart | GenerationChunk], record: RequestRecord, watcher: DisconnectWatcher,
-    renderer: Renderer, headers: dict[str, str], include_usage: bool,
+    ticket: Ticket, start: asyncio.Future[_Started], record: RequestRecord, watcher: DisconnectWatcher,
+    renderer: Renderer, headers: dict[str, str], include_usage: bool, keepalive: float | None,
 ) -> SSEResponse:
     outcome: dict[str, int] = {}  # the status of an in-stream error, for the metrics
 
     async def close() -> None:
+        start.cancel()   # no-op once the first token came
         ticket.cancel()  # no-op when the generation already ended
         watcher.stop()
         record.done(outcome.get("status", 200), disconnected=watcher.disconnected)
 
-    return SSEResponse(_stream_frames(ticket, early, record, renderer, include_usage, outcome), headers, on_close=close)
+    frames = _stream_frames(ticket, start, record, renderer, include_usage, outcome, keepalive)
+    return SSEResponse(frames, headers, on_close=close)
 
 
 def _frames(renderer: Renderer, record: RequestRecord, item: ChoiceStart | GenerationChunk) -> list[bytes]:
@@ -287,13 +339,24 @@ def _frames(renderer: Renderer, record: RequestRecord, item: ChoiceStart | Gener
 
 
 async def _stream_frames(
-    ticket: Ticket, early: list[ChoiceStart | GenerationChunk], record: RequestRecord, renderer: Renderer,
-    include_usage: bool, status: dict[str, int],
+    ticket: Ticket, start: asyncio.Future[_Started], record: RequestRecord, renderer: Renderer,
+    include_usage: bool, status: dict[str, int], keepalive: float | None,
 ) -> AsyncIterator[bytes]:
+    while not start.done():   # started before its first token: comments keep the connection alive
+        yield KEEPALIVE
+        await asyncio.wait({start}, timeout=keepalive)
+    started = await start
+    if started.gone:
+        return
+    if started.error is not None:   # an error before any output, once the stream had started
+        status["status"] = started.error.status
+        for frame in renderer.stream_error(started.error):
+            yield frame
+        return
     for frame in renderer.opening(record):
         yield frame
     try:
-        for item in early:
+        for item in started.early:
             for frame in _frames(renderer, record, item):
                 yield frame
         async for item in ticket:

@@ -21,10 +21,11 @@ API_KEY_SCHEME = "ApiKey"
 
 _REQUESTS: tuple[type[BaseModel], ...] = (schemas.ChatCompletionRequest, schemas.CompletionRequest,
                                            anthropic_schemas.MessagesRequest, anthropic_schemas.CountTokensRequest,
-                                           responses_schemas.ResponsesRequest)
+                                           responses_schemas.ResponsesRequest, responses_schemas.InputTokensRequest)
 _RESPONSES: tuple[type[BaseModel], ...] = (
     schemas.ChatCompletion, schemas.Completion, schemas.ModelList, schemas.ModelCard, schemas.ErrorResponse,
     schemas.Health, anthropic_schemas.AnthropicErrorResponse, anthropic_schemas.TokenCount,
+    responses_schemas.InputTokenCount,
 )
 
 # Statuses each kind of operation can answer with an error object.
@@ -178,13 +179,19 @@ def _honoured_translations(defs: dict[str, Any], common: dict[str, Any], stop: d
         {"properties": {"type": {"enum": ["any", "tool"]}}, "required": ["type"]})
     defs["AnthropicToolChoice"]["allOf"] = [{"if": {"properties": {"type": {"const": "tool"}}},
                                              "then": {"required": ["name"], "properties": {"name": {"type": "string"}}}}]
+    for name in ("ResponsesRequest", "InputTokensRequest"):
+        prompt = defs[name]["properties"]
+        prompt["model"] = common["model"]
+        prompt["previous_response_id"] = _one_of_values(None)   # stateless: refused with the reason
+        prompt["conversation"] = _one_of_values(None)
+        prompt["truncation"] = _one_of_values(None, "disabled")
+        defs[name]["allOf"] = _forcing_needs_tools({"anyOf": [{"const": "required"}, {"type": "object"}]})
     responses = defs["ResponsesRequest"]["properties"]
-    responses["model"] = common["model"]
     responses["max_output_tokens"] = common["max_tokens"]
     responses["engine"] = common["engine"]
-    responses["previous_response_id"] = _one_of_values(None)
     responses["background"] = _one_of_values(None, False)
-    defs["ResponsesRequest"]["allOf"] = _forcing_needs_tools({"anyOf": [{"const": "required"}, {"type": "object"}]})
+    for name in responses_schemas.UNSUPPORTED_FIELDS:
+        responses[name] = _one_of_values(None)
     defs["FunctionTool"]["properties"]["parameters"] = _nullable(
         {"type": "object", "properties": {"type": {"const": "object"}}})
     defs["AnthropicTool"]["properties"]["input_schema"] = {"type": "object", "properties": {"type": {"const": "object"}}}
@@ -220,6 +227,13 @@ def build_openapi(
         }},
         "/v1/responses": _generation("OpenAI Responses API (stateless: send the whole conversation as input)",
                                      responses_schemas.ResponsesRequest, None, engine_header),
+        "/v1/responses/input_tokens": {"post": {
+            "summary": "OpenAI input token counting: the prompt's tokens through the model's chat template",
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": _ref(responses_schemas.InputTokensRequest)}}},
+            "responses": {"200": _json(responses_schemas.InputTokenCount, "Input tokens"),
+                          **_errors({k: v for k, v in _GENERATION_ERRORS.items() if k not in ("429", "504")})},
+        }},
         "/v1/models": _get("The served model", _json(schemas.ModelList, "Models"), _READ_ERRORS),
         "/v1/models/{model}": _get("One model by name", _json(schemas.ModelCard, "The model"),
                                    {**_READ_ERRORS, "404": "Unknown model"}, parameters=[model_param]),

@@ -30,7 +30,8 @@ from .schemas import (
 
 AUTO = "auto"
 # reasoning_effort -> the template's thinking switch (Qwen3.5/3.6 templates have on/off, no levels)
-THINKING_BY_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
+THINKING_BY_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True, "high": True, "xhigh": True,
+                      "max": True}
 
 
 def _reject_common(req: _SamplingFields, config: GatewayConfig) -> None:
@@ -117,15 +118,19 @@ def _max_tokens(asked: int | None, param: str, config: GatewayConfig) -> int:
     return asked
 
 
+def compact(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with llguidance's option to write it compactly (unless the schema's own x-guidance says)."""
+    guidance = schema.get("x-guidance")
+    return {**schema, "x-guidance": {"whitespace_flexible": False, **(guidance if isinstance(guidance, dict) else {})}}
+
+
 def json_grammar(schema: dict[str, Any], param: str = "response_format.json_schema.schema",
                  what: str = "response_format") -> str:
     """An llguidance grammar for JSON matching `schema`, written compactly: free whitespace would let
     a sampled reply wander in blank space until max_tokens. A schema llguidance cannot compile is a
     400 here, at the door, not an error mid-generation."""
-    guidance = schema.get("x-guidance")
-    options = {"whitespace_flexible": False, **(guidance if isinstance(guidance, dict) else {})}
     try:
-        text = json.dumps({**schema, "x-guidance": options})
+        text = json.dumps(compact(schema))
         grammar, problem = (_compiled if len(text) <= CACHED_SCHEMA_CHARS else _compiled.__wrapped__)(text)
     except (TypeError, ValueError) as exc:
         grammar, problem = "", str(exc)
@@ -163,15 +168,19 @@ def _check_forced_tools(req: ChatCompletionRequest) -> None:
                          what=f"tool {tool.function.name!r}: parameters")
 
 
+def _answer_schema(response_format: ResponseFormat | None) -> tuple[dict[str, Any], str] | None:
+    """The JSON schema a response_format holds the answer to (any object, or the given schema), and its param."""
+    if isinstance(response_format, JsonSchemaResponseFormat):
+        return response_format.json_schema.schema_ or {}, "response_format.json_schema.schema"
+    if isinstance(response_format, JsonObjectFormat):
+        return response_format.schema_ or {"type": "object"}, "response_format.schema"
+    return None
+
+
 def grammar_for(response_format: ResponseFormat | None) -> str | None:
     """The grammar of a JSON response_format: any object, or the given schema."""
-    if response_format is None or response_format.type == "text":
-        return None
-    if isinstance(response_format, JsonSchemaResponseFormat):
-        return json_grammar(response_format.json_schema.schema_ or {})
-    if isinstance(response_format, JsonObjectFormat):
-        return json_grammar(response_format.schema_ or {"type": "object"}, param="response_format.schema")
-    return None
+    answer = _answer_schema(response_format)
+    return json_grammar(*answer) if answer is not None else None
 
 
 def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, logprobs: bool = False,
@@ -327,6 +336,10 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
     logprobs = bool(req.logprobs or req.top_logprobs)   # asking for alternatives implies the tokens' own
     params = _sampling(req, max_tokens, config, logprobs=logprobs, top_logprobs=req.top_logprobs or 0,
                        grammar=grammar_for(req.response_format))
+    # tools the model may call beside a JSON answer: the reply is that JSON or a call, a grammar the engine
+    # writes in the template's call syntax (params.grammar, the JSON alone, stays for a syntax it cannot)
+    answer = _answer_schema(req.response_format)
+    answer_schema = compact(answer[0]) if answer is not None and req.tools and tool_choice != "none" else None
     return RequestSpec(
         messages=messages,
         prompt=None,
@@ -336,6 +349,7 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
         max_tokens_defaulted=req.max_completion_tokens is None and req.max_tokens is None,
         tools=[tool.model_dump(exclude_none=True) for tool in req.tools] if req.tools else None,
         tool_choice=tool_choice,
+        answer_schema=answer_schema,
         template_kwargs=_template_kwargs(req),
         n=req.n or 1,
         parallel_tool_calls=req.parallel_tool_calls is not False,

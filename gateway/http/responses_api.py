@@ -18,18 +18,22 @@ from starlette.responses import JSONResponse, Response
 
 from contracts.chat import TokenLogprob, ToolCall
 from contracts.engine import GenerationChunk
+from gateway.worker.spec import RequestSpec
 
 from .errors import APIError, bad_request
-from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse
+from .generate import Admitted, Endpoint, check_model, count_prompt_tokens, forced_engine, generate, parse
 from .openai_render import chat_logprobs
 from .record import ChoiceReply, RequestRecord, answer_logprobs
 from .request_spec import chat_spec
 from .responses_schemas import (
     CUSTOM_INPUT,
+    UNSUPPORTED_FIELDS,
     CustomTool,
     CustomToolCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,
+    InputTokenCount,
+    InputTokensRequest,
     MessageItem,
     NamedFunction,
     ReasoningItem,
@@ -92,10 +96,19 @@ def _chat_named(choice: NamedFunction) -> dict[str, Any]:
 
 
 def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
-    if req.previous_response_id is not None:
-        raise bad_request("previous_response_id is not supported: this server stores no responses; send the "
-                          "whole conversation in `input` (store: false).", param="previous_response_id",
-                          code="unsupported_parameter")
+    for name in ("previous_response_id", "conversation"):
+        if getattr(req, name) is not None:
+            raise bad_request(f"{name} is not supported: this server stores no responses or conversations; "
+                              "send the whole conversation in `input` (store: false).", param=name,
+                              code="unsupported_parameter")
+    if req.truncation == "auto":
+        # dropping items silently would change what the agent believes the model saw
+        raise bad_request("truncation 'auto' is not supported: no input item is ever dropped; a conversation "
+                          "that outgrows the context is a 400 with code context_length_exceeded (compact it "
+                          "and resend).", param="truncation", code="unsupported_value")
+    for name, why in UNSUPPORTED_FIELDS.items():
+        if getattr(req, name) is not None:
+            raise bad_request(f"{name} is not supported: {why}.", param=name, code="unsupported_parameter")
     if req.background:
         raise bad_request("background responses are not supported.", param="background",
                           code="unsupported_parameter")
@@ -179,7 +192,7 @@ class ResponsesRenderer:
             "tool_choice": (req.tool_choice.model_dump() if isinstance(req.tool_choice, BaseModel)
                             else req.tool_choice or "auto"),
             "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
-            "store": False, "metadata": req.metadata or {}, "usage": None,
+            "store": False, "metadata": req.metadata or {}, "usage": None, "max_tool_calls": req.max_tool_calls,
         }
         if record is not None:
             body["usage"] = {"input_tokens": record.prompt_tokens,
@@ -341,6 +354,18 @@ RESPONSES = Endpoint("responses", _translate, lambda err: err.response())
 
 async def responses(request: Request) -> Response:
     return await generate(request, RESPONSES)
+
+
+def _input_tokens_spec(data: dict[str, Any], state: GatewayState) -> RequestSpec:
+    req = parse(InputTokensRequest, data)
+    check_model(req.model, state)
+    return chat_spec(parse(ChatCompletionRequest, to_chat_request(req.request())), None, state.config)
+
+
+async def input_tokens(request: Request) -> Response:
+    """POST /v1/responses/input_tokens: the prompt tokens a responses request with this input would have."""
+    return await count_prompt_tokens(request, "responses", _input_tokens_spec, lambda err: err.response(),
+                                     lambda tokens: InputTokenCount(input_tokens=tokens).model_dump())
 
 
 def _last_status(record: RequestRecord) -> str | None:

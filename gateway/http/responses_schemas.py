@@ -10,10 +10,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Fiel
 
 from .schemas import (
     TOOL_NAME,
+    CacheBreakpoint,
+    CacheRetention,
     FunctionDefinition,
     JsonSchemaFormat,
     Penalty,
     PositiveInt32,
+    ReasoningEffort,
     Stream,
     TopLogprobs,
     only_kinds,
@@ -30,6 +33,7 @@ class ContentText(_Responses):
     text: str
     annotations: list[Any] | None = None
     logprobs: list[Any] | None = None
+    prompt_cache_breakpoint: CacheBreakpoint = None
 
 
 class MessageItem(_Responses):
@@ -240,8 +244,12 @@ class TextConfig(_Responses):
     verbosity: Literal["low", "medium", "high"] | None = None   # accepted; no template switch for it
 
 
+class ResponsesStreamOptions(_Responses):
+    include_obfuscation: bool | None = None   # no obfuscation padding is sent either way
+
+
 class ReasoningConfig(_Responses):
-    effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    effort: ReasoningEffort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None   # the full reasoning text is returned
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
@@ -262,10 +270,36 @@ def _includable(value: Any) -> Any:
     return value
 
 
-class ResponsesRequest(_Responses):
+# Responses fields asking for what this server does not do: only null is accepted (responses_api)
+UNSUPPORTED_FIELDS = {
+    "moderation": "no moderation runs on this server (moderate on the client's side)",
+    "context_management": "no server-side compaction (a conversation that outgrows the context is a 400 with code "
+                          "context_length_exceeded: compact it and resend)",
+}
+
+
+class _PromptFields(_Responses):
+    """The fields of a responses request that make its prompt (what /v1/responses/input_tokens takes too)."""
+
     model: str | None = None
     input: str | list[Item]
     instructions: str | None = None
+    tools: list[ClientTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedFunction | ResponsesAllowedTools | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
+    truncation: Literal["auto", "disabled"] | None = None   # "auto" is refused with the reason (to_chat_request)
+    previous_response_id: str | None = None         # rejected: stateless server
+    conversation: str | dict[str, Any] | None = None   # rejected: stateless server
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _client_tools_only(cls, value: Any) -> Any:
+        return only_kinds(value, ("function", "custom"), "tools", "the client runs its tools; none are hosted here")
+
+
+class ResponsesRequest(_PromptFields):
     max_output_tokens: PositiveInt32 | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
@@ -273,24 +307,34 @@ class ResponsesRequest(_Responses):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     stream: Stream = False
-    tools: list[ClientTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedFunction | ResponsesAllowedTools | None = None
-    parallel_tool_calls: bool | None = None
-    text: TextConfig | None = None
-    reasoning: ReasoningConfig | None = None
     store: bool | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
     include: list[Annotated[Includable, BeforeValidator(_includable)]] | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: CacheRetention = None
+    prompt_cache_options: dict[str, Any] | None = None
     safety_identifier: str | None = None
     service_tier: str | None = None
-    truncation: Literal["disabled"] | None = None   # "auto" would drop context silently: not offered
-    previous_response_id: str | None = None         # rejected: stateless server
     background: bool | None = None                  # rejected when true
+    # what this server does not do: only null is accepted (UNSUPPORTED_FIELDS)
+    moderation: Any = None
+    context_management: Any = None
+    max_tool_calls: PositiveInt32 | None = None     # caps hosted-tool calls, of which there are none here
+    stream_options: ResponsesStreamOptions | None = None
     engine: str | None = None                       # Switchyard: raw | mtp | ddtree | auto
 
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _client_tools_only(cls, value: Any) -> Any:
-        return only_kinds(value, ("function", "custom"), "tools", "the client runs its tools; none are hosted here")
+
+class InputTokensRequest(_PromptFields):
+    """POST /v1/responses/input_tokens: the prompt of a responses request, counted."""
+
+    personality: str | None = Field(None, max_length=64)   # a style preset: this model has one style
+
+    def request(self) -> ResponsesRequest:
+        """The responses request with this prompt (its other fields at their defaults)."""
+        return ResponsesRequest.model_construct(**{name: getattr(self, name) for name in _PromptFields.model_fields})
+
+
+class InputTokenCount(BaseModel):
+    object: Literal["response.input_tokens"] = "response.input_tokens"
+    input_tokens: int

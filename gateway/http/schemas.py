@@ -40,12 +40,17 @@ class _Strict(BaseModel):
 # SDK's openai-compatible provider (opencode, ...) spreads `cache_control` onto messages, text parts and
 # tool calls. Prefix caching here is automatic and never changes a reply, so the hint is accepted and ignored.
 CacheControl = dict[str, Any] | None
+# OpenAI's own prompt-caching options (a text part's breakpoint; a request's retention and options): the
+# same kind of hint, accepted and ignored on chat and /v1/responses
+CacheBreakpoint = dict[str, Any] | None
+CacheRetention = Literal["in_memory", "24h"] | None
 
 
 class TextPart(_Strict):
     type: Literal["text"]
     text: str
     cache_control: CacheControl = None
+    prompt_cache_breakpoint: CacheBreakpoint = None
 
 
 def only_kinds(value: Any, allowed: tuple[str, ...], what: str, why: str) -> Any:
@@ -303,15 +308,20 @@ class _SamplingFields(_Strict):
     service_tier: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: CacheRetention = None
+    prompt_cache_options: dict[str, Any] | None = None
 
 
 TopLogprobs = Annotated[int, Field(ge=0, le=20), BeforeValidator(_whole_number)]
+# every level the openai SDK's ReasoningEffort names ("xhigh" and "max" too: Codex sends them)
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
 # Chat fields asking for what a text model with no hosted tools cannot give: only null is accepted
 UNSUPPORTED_OUTPUTS = {
     "audio": "this is a text-only model (send modalities [\"text\"] or leave audio out)",
     "web_search_options": "this model has no web search (no hosted tools here: give the client a search tool)",
+    "moderation": "no moderation runs on this server (moderate on the client's side)",
 }
 
 
@@ -325,7 +335,7 @@ class ChatCompletionRequest(_SamplingFields):
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None   # vLLM / SGLang: e.g. {"enable_thinking": false}
-    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    reasoning_effort: ReasoningEffort | None = None
     # OpenAI hints that cannot change what a text model returns here: the output is text anyway, a
     # predicted output only speeds OpenAI's decoding up, and verbosity is accepted as on /v1/responses
     modalities: list[Literal["text"]] | None = None
@@ -337,6 +347,7 @@ class ChatCompletionRequest(_SamplingFields):
     # optional field send it) is accepted, anything else is a 400 naming the parameter (request_spec)
     audio: Any = None
     web_search_options: Any = None
+    moderation: Any = None
 
 
 class CompletionRequest(_SamplingFields):
@@ -482,15 +493,30 @@ class Completion(BaseModel):
 
 
 class ModelCard(BaseModel):
+    """One served name, as OpenAI's and Anthropic's model objects both read it (the anthropic SDK's
+    ModelInfo requires type, display_name and created_at), with the context window agents size
+    their compaction on (Anthropic's max_input_tokens / max_tokens, vLLM's max_model_len)."""
+
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "switchyard"
+    type: Literal["model"] = "model"
+    display_name: str
+    created_at: str                 # RFC 3339, the same instant as `created`
+    lifecycle: Literal["active"] = "active"
+    max_model_len: int
+    max_input_tokens: int           # the longest prompt: one position stays for the reply
+    max_tokens: int                 # the largest max_tokens a request may ask for
 
 
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+    # Anthropic's paging: the whole list is one page
+    has_more: bool = False
+    first_id: str | None = None
+    last_id: str | None = None
 
 
 # ---- errors and service views (documented in /openapi.json) ----

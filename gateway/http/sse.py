@@ -10,6 +10,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 DONE = b"data: [DONE]\n\n"
+KEEPALIVE = b": keep-alive\n\n"   # an SSE comment: every client's parser skips it
 
 
 def event(payload: Any, name: str | None = None) -> bytes:

@@ -6,6 +6,7 @@ GET /v1/router/stats and POST /admin/reload answer loopback clients, or any clie
 from __future__ import annotations
 
 import ipaddress
+from datetime import UTC, datetime
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -53,8 +54,12 @@ async def health(request: Request) -> Response:
     )
 
 
-def _card(state: GatewayState, name: str | None = None) -> ModelCard:
-    return ModelCard(id=name or state.backend.model_id, created=state.created)
+def _card(state: GatewayState, name: str) -> ModelCard:
+    context = state.backend.context_length
+    longest_reply = min(context - 1, state.config.max_tokens_limit or context)
+    created_at = datetime.fromtimestamp(state.created, tz=UTC).isoformat().replace("+00:00", "Z")
+    return ModelCard(id=name, created=state.created, display_name=name, created_at=created_at,
+                     max_model_len=context, max_input_tokens=context - 1, max_tokens=longest_reply)
 
 
 async def list_models(request: Request) -> Response:
@@ -63,7 +68,8 @@ async def list_models(request: Request) -> Response:
     state = _state(request)
     state.metrics.count_request("models", None, None, 200)
     aliases = [a for a in dict.fromkeys(state.config.model_aliases) if a != state.backend.model_id]
-    return JSONResponse(ModelList(data=[_card(state, name) for name in (state.backend.model_id, *aliases)]).model_dump())
+    cards = [_card(state, name) for name in (state.backend.model_id, *aliases)]
+    return JSONResponse(ModelList(data=cards, first_id=cards[0].id, last_id=cards[-1].id).model_dump())
 
 
 async def get_model(request: Request) -> Response:

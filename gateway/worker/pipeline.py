@@ -36,7 +36,8 @@ def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[int], ReplyFormat
     imposes on the reply (a forced tool call's)."""
     if spec.messages is None:
         return backend.encode_prompt(spec.prompt or ""), None, PrefixHint(spec.cache_scope), None
-    prompt = backend.chat_prompt(spec.messages, spec.tools, spec.tool_choice, spec.template_kwargs, spec.continue_final)
+    prompt = backend.chat_prompt(spec.messages, spec.tools, spec.tool_choice, spec.template_kwargs, spec.continue_final,
+                                 answer_schema=spec.answer_schema)
     return prompt.ids, prompt.reply, PrefixHint(spec.cache_scope, prompt.cache_points), prompt.grammar
 
 
@@ -48,7 +49,8 @@ def run_request(
         reply = replace(reply, one_call=True)
     params = spec.params
     if grammar is not None:
-        if params.grammar is not None:   # the gateway refuses a forced call with a response_format
+        # the gateway refuses a forced call with a response_format; a JSON answer beside tools is in the prompt's
+        if params.grammar is not None and spec.answer_schema is None:
             raise InvalidRequestError("a forced tool call and a JSON response_format cannot both shape the reply",
                                       param="response_format", code="conflicting_constraints")
         params = replace(params, grammar=grammar)

@@ -21,6 +21,7 @@ class RequestSpec:
     max_tokens_defaulted: bool = False   # the request did not say: the worker may shorten it to fit the context
     tools: list[dict] | None = None      # OpenAI function tools, offered through the chat template
     tool_choice: Any = None              # "none" | "auto" | "required" | {"type": "function", "function": {...}}
+    answer_schema: dict[str, Any] | None = None   # a JSON answer's schema beside tools: the reply is it or a call
     template_kwargs: dict[str, Any] = field(default_factory=dict)   # chat template switches (enable_thinking...)
     n: int = 1                           # choices, generated one after another
     parallel_tool_calls: bool = True     # False: at most one tool call per choice
