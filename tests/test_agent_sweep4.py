@@ -4,15 +4,12 @@
 from __future__ import annotations
 
 import anthropic
-import httpx
-import openai
 import pytest
 
-from gateway.http.app import create_app
-from tests.fakes import FakeBackend, live_server
+from tests.agent_sweeps import WEATHER, srv  # noqa: F401 - srv is the shared fixture
+from tests.agent_sweeps import openai_client as _openai
+from tests.agent_sweeps import post as _post
 
-WEATHER = {"type": "function", "name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 CLOCK = {"type": "function", "name": "get_time", "parameters": {
     "type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+Hello, world!\n*** End Patch"
@@ -20,22 +17,6 @@ APPLY_PATCH = {"type": "custom", "name": "apply_patch", "description": "Edit fil
                "format": {"type": "text"}}
 PATCH_CALL = (f"Editing.\n</think>\n\n<tool_call>\n<function=apply_patch>\n<parameter=input>\n{PATCH}\n</parameter>\n"
               "</function>\n</tool_call>")
-
-
-@pytest.fixture
-def srv(qwen_chat_tokenizer):
-    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply="Fine.\n</think>\n\nIt is sunny.")
-    with live_server(create_app(backend)) as server:
-        server.backend = backend
-        yield server
-
-
-def _openai(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
-
-
-def _post(server, path: str, body: dict) -> httpx.Response:
-    return httpx.post(server.base_url + path, json={"model": "default", **body})
 
 
 def test_responses_take_a_refusal_part_back_as_text(srv):

@@ -10,26 +10,11 @@ import pytest
 
 from gateway.config import GatewayConfig
 from gateway.http.app import create_app
+from tests.agent_sweeps import WEATHER, srv  # noqa: F401 - srv is the shared fixture
+from tests.agent_sweeps import openai_client as _openai
+from tests.agent_sweeps import post as _post
 from tests.fakes import FakeBackend, live_server
 
-WEATHER = {"type": "function", "name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
-
-
-@pytest.fixture
-def srv(qwen_chat_tokenizer):
-    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply="Fine.\n</think>\n\nIt is sunny.")
-    with live_server(create_app(backend)) as server:
-        server.backend = backend
-        yield server
-
-
-def _openai(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
-
-
-def _post(server, path: str, body: dict) -> httpx.Response:
-    return httpx.post(server.base_url + path, json={"model": "default", **body})
 
 
 @pytest.mark.parametrize("effort", ["xhigh", "max"])
