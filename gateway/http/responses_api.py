@@ -332,13 +332,37 @@ class ResponsesRenderer:
         return [*frames, self._event(kind, response=body)]
 
     def stream_error(self, err: APIError) -> list[bytes]:
+        err = _as_responses(err)
         failed = self._response("failed", [self._item_body(i, True, "incomplete") for i in self._items], None)
         failed["error"] = {"code": err.code or err.type, "message": err.message}
         return [self._event("error", code=err.code or err.type, message=err.message, param=err.param),
                 self._event("response.failed", response=failed)]
 
     def error_response(self, err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
-        return err.response(headers)
+        return _error_response(err, headers)
+
+
+# a responses request is served as a chat request: an error about one of the chat fields names the
+# responses field it came from (longest prefix first), so a client can find what to fix in what it sent
+_CHAT_PARAMS = (("response_format.json_schema", "text.format"), ("response_format", "text.format"),
+                ("messages", "input"))
+
+
+def _as_responses(err: APIError) -> APIError:
+    param = err.param or ""
+    for chat, ours in _CHAT_PARAMS:
+        if param == chat or param.startswith(chat + "."):
+            field = chat.partition(".")[0]   # a message may name the chat field too ("response_format: ...")
+            message = err.message
+            if message.startswith(field + ":"):
+                message = ours + message[len(field):]
+            return APIError(err.status, message, type=err.type, param=ours + param[len(chat):], code=err.code,
+                            headers=err.headers)
+    return err
+
+
+def _error_response(err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return _as_responses(err).response(headers)
 
 
 def _translate(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
@@ -349,7 +373,7 @@ def _translate(data: dict[str, Any], request: Request, state: GatewayState) -> A
     return Admitted(spec, req.stream, True, ResponsesRenderer(model=state.backend.model_id, request=req))
 
 
-RESPONSES = Endpoint("responses", _translate, lambda err: err.response())
+RESPONSES = Endpoint("responses", _translate, _error_response)
 
 
 async def responses(request: Request) -> Response:
@@ -364,7 +388,7 @@ def _input_tokens_spec(data: dict[str, Any], state: GatewayState) -> RequestSpec
 
 async def input_tokens(request: Request) -> Response:
     """POST /v1/responses/input_tokens: the prompt tokens a responses request with this input would have."""
-    return await count_prompt_tokens(request, "responses", _input_tokens_spec, lambda err: err.response(),
+    return await count_prompt_tokens(request, "responses", _input_tokens_spec, _error_response,
                                      lambda tokens: InputTokenCount(input_tokens=tokens).model_dump())
 
 
