@@ -402,3 +402,17 @@ def test_responses_errors_name_the_responses_fields(srv):
     assert refused.status_code == 400, refused.text
     error = refused.json()["error"]
     assert error["param"] == "text.format.schema" and error["message"].startswith("text.format:"), error
+
+
+def test_retrieving_a_response_says_none_are_stored(srv):
+    """GET / DELETE /v1/responses/{id} (the SDK's responses.retrieve / delete / input_items.list) answered
+    "Unknown route"; a 404 now says responses are not stored and what to send instead."""
+    client = _openai(srv)
+    for call in (lambda: client.responses.retrieve("resp_123"), lambda: client.responses.delete("resp_123"),
+                 lambda: client.responses.input_items.list("resp_123")):
+        with pytest.raises(openai.NotFoundError) as raised:
+            call()
+        assert raised.value.body["code"] == "response_not_stored", raised.value.body
+        assert "does not store responses" in raised.value.body["message"]
+    unknown = httpx.get(srv.base_url + "/v1/nothing-here")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_url"

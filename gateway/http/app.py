@@ -50,7 +50,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own 404/405 (unknown route, wrong method) as OpenAI error objects (Anthropic's under
     /v1/messages)."""
     assert isinstance(exc, HTTPException)
-    if exc.status_code == 404:
+    if exc.status_code == 404 and request.url.path.startswith("/v1/responses/"):
+        # a client retrieving, cancelling or deleting a stored response (GET/DELETE /v1/responses/{id}, .../cancel,
+        # .../input_items): say why there is none rather than that the route is unknown
+        err = APIError(404, f"No stored response at {request.url.path}: this server does not store responses "
+                            "(every response is store: false); send the whole conversation in `input`.",
+                       type="not_found_error", code="response_not_stored")
+    elif exc.status_code == 404:
         err = APIError(404, f"Unknown route: {request.method} {request.url.path}", type="not_found_error", code="unknown_url")
     elif exc.status_code == 405:
         err = APIError(405, f"Method {request.method} is not allowed on {request.url.path}.", code="method_not_allowed")
