@@ -88,8 +88,8 @@ def walk(layout: TreeLayout, tokens: Sequence[int], choices: Sequence[int]) -> t
     return path, int(choices[node])
 
 
-MAX_WARM_LAYOUTS = 120
-SHARPEN_SUPPORT = 64   # tokens per depth that normalise a sharpened tree score   # budget 5 (5! layouts); larger budgets meet their layouts in requests
+MAX_WARM_LAYOUTS = 120   # budget 5 (5! layouts); larger budgets meet their layouts in requests
+SHARPEN_SUPPORT = 64     # tokens per depth that normalise a sharpened tree score
 
 
 class DDTreeEngine:

@@ -55,7 +55,7 @@ def pasted_sources() -> dict[str, str]:
 
 
 def _pasted(module: str) -> str:
-    return f"Here is {module}.py from our codebase:\n```python\n{pasted_sources()[module][:CONTEXT_CHARS]}\n```\n\n"
+    return f"Here is {module}.py from our codebase:\n```python\n{pasted_sources()[module]}\n```\n\n"
 
 
 def with_context(prompts: list[Prompt]) -> list[Prompt]:
