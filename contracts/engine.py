@@ -78,32 +78,43 @@ class SwitchRule:
         """Per-step sd of an engine's accepted tokens (raw accepts nothing, exactly)."""
         return 0.0 if engine == "raw" else float(self.step_sd.get(engine, 0.5))
 
-    def carry(self, engine: str) -> float:
-        """How much of a window's deviation from the arm's mean the next window keeps (0..1); 1 (the
-        window at face value) for an engine without an arm mean."""
+    def carry(self, engine: str, windows: float = 1.0) -> float:
+        """How much of a dip's deviation from the arm's mean the rest of the request keeps (0..1), for a
+        dip that has lasted `windows` windows; 1 (face value) for an engine without an arm mean. With
+        p the learned share one window keeps, k windows of a dip estimate the request's own level as
+        a per-request effect seen through k windows of noise: k·p / (k·p + 1 - p) (p at k = 1, towards
+        1 as the dip lasts), so a one-window dip is discounted and a lasting collapse is not."""
         if engine == "raw" or engine not in self.expected:
             return 1.0
-        return min(1.0, max(0.0, float(self.persistence.get(engine, 1.0))))
+        share = min(1.0, max(0.0, float(self.persistence.get(engine, 1.0))))
+        if share >= 1.0:
+            return 1.0
+        k = max(1.0, float(windows))
+        return k * share / (k * share + 1.0 - share)
 
-    def projected(self, engine: str, window_mean: float) -> float:
-        """The engine's alpha over the rest of the request, from its last window: the arm's mean plus
-        the share of the window's deviation that persists (learned per engine and decoding mode: on the
-        demo family a greedy dip is mostly gone a window later, a sampled one lasts), else the window."""
+    def projected(self, engine: str, window_mean: float, windows: float = 1.0) -> float:
+        """The engine's alpha over the rest of the request, from the mean of its last `windows` windows
+        of a dip: the arm's mean plus the share of the deviation that lasts (learned per engine and
+        decoding mode: on the demo family a greedy dip is mostly gone a window later, a sampled one
+        lasts longer), else the window as it is."""
         if engine == "raw" or engine not in self.expected:
             return window_mean
         mean = float(self.expected[engine])
-        return mean + self.carry(engine) * (window_mean - mean)
+        return mean + self.carry(engine, windows) * (window_mean - mean)
 
     def break_even(self, engine: str, other: str, other_accepted: float = 0.0) -> float:
         """alpha at which `engine` and `other` (with alpha `other_accepted`) decode equally fast."""
         return self.cost(engine) * (1.0 + other_accepted) / self.cost(other) - 1.0
 
-    def threshold(self, engine: str, other: str, other_accepted: float = 0.0) -> float:
-        """The projected alpha of `engine` below which the request moves to `other` (whose projected
-        alpha is `other_accepted`): break-even, minus the margin, minus evidence_z standard errors of
-        the two projections (a window's noise enters a projection scaled by its carry)."""
+    def threshold(self, engine: str, other: str, other_accepted: float = 0.0, windows: float = 1.0) -> float:
+        """The projected alpha of `engine` (from `windows` windows) below which the request moves to
+        `other` (whose projected alpha is `other_accepted`, from one window): break-even, minus the
+        margin, minus evidence_z standard errors of the two projections (a mean's noise enters a
+        projection scaled by its carry)."""
         scale = self.cost(engine) / self.cost(other)  # break-even moves by this per token of the other's alpha
-        mine, theirs = self.carry(engine) * self.spread(engine), scale * self.carry(other) * self.spread(other)
+        k = max(1.0, float(windows))
+        mine = self.carry(engine, k) * self.spread(engine) / math.sqrt(k)
+        theirs = scale * self.carry(other) * self.spread(other)
         noise = self.evidence_z * math.sqrt((mine**2 + theirs**2) / self.window)
         return self.break_even(engine, other, other_accepted) - self.margin - noise
 

@@ -124,8 +124,8 @@ def test_fallback_threshold_allows_for_the_noise_of_a_window_of_steps():
         router.observe(mtp, StepResult([1, 2][: 1 + accepted], drafted=1, accepted=accepted, seconds=0.015, engine="mtp"))
     decision = router.choose(_request())
     assert decision.engine == "mtp"                                   # 1.75 / 1.5 = 1.17x
-    sd = (0.75 * 0.25) ** 0.5
-    assert decision.switch.threshold("mtp", "raw") == pytest.approx(0.5 - 0.1 - 1.645 * sd / 8**0.5)
+    sd = (0.75 * 0.25) ** 0.5   # projected through the prior share 0.5 of a one-window dip
+    assert decision.switch.threshold("mtp", "raw") == pytest.approx(0.5 - 0.1 - 1.645 * 0.5 * sd / 8**0.5)
     blind = SwitchRule(window=8, margin=0.1, evidence_z=0.0, costs={"mtp": 1.5})   # margin only, as before
 
     def trips(rule: SwitchRule, alpha: float, seed: int) -> bool:
@@ -291,8 +291,9 @@ def test_switch_rule_comes_from_the_measured_cost_ratio():
     before = router.choose(_request())
     assert before.engine == "mtp"
     assert before.switch.window == 6
-    # prior cost 1.15; no data yet, so the prior sd (0.5) stands in for the per-step spread
-    assert before.switch.threshold("mtp", "raw") == pytest.approx(1.15 - 1 - 0.1 - 1.645 * 0.5 / 6**0.5)
+    # prior cost 1.15; no data yet, so the prior sd (0.5) stands in for the per-step spread, and the
+    # policy's prior share of a window's dip that lasts (0.5) scales its noise
+    assert before.switch.threshold("mtp", "raw") == pytest.approx(1.15 - 1 - 0.1 - 1.645 * 0.5 * 0.5 / 6**0.5)
     decision = router.choose(_request(forced="raw"))
     for _ in range(20):  # raw steps 10 ms, mtp steps 18 ms => c = 1.8, break-even 0.8
         router.observe(decision, StepResult([1], seconds=0.010, engine="raw"))
@@ -638,5 +639,7 @@ def test_the_router_cuts_windows_learns_their_persistence_and_hands_it_to_the_ru
     assert rule.persistence["ddtree"] == pytest.approx(pairs["persistence"])
     assert rule.expected["ddtree"] == pytest.approx(router.predict("code", "ddtree", router.store.policy, False).accepted)
     sampled = dataclasses.replace(_request(), sampled=True)
-    assert router.choose(sampled).switch.persistence["ddtree"] == 1.0   # sampled: not measured
+    assert router.choose(sampled).switch.persistence["ddtree"] == 0.5   # sampled: not measured, the prior
+    face_value = _router({**policy, "fallback": {**policy["fallback"], "persistence_prior": 1.0}})
+    assert face_value.choose(sampled).switch.persistence["ddtree"] == 1.0
     assert not router._windows   # finished() let go of every request's window

@@ -289,3 +289,48 @@ def test_a_window_is_projected_through_its_learned_persistence():
 
     assert not hands_off(transient)
     assert hands_off(lasting) and hands_off(unlearned)
+
+
+def test_a_dip_counts_for_more_the_longer_it_lasts():
+    """The share of a dip that lasts grows with the windows it has lasted, k·p / (k·p + 1 - p): one
+    bad window is discounted (p), a collapse is soon taken nearly at face value; 1 stays 1."""
+    base = dict(window=4, costs={"ddtree": 2.4}, step_sd={"ddtree": 1.0}, expected={"ddtree": 2.5})
+    rule = SwitchRule(**base, persistence={"ddtree": 0.5})
+    assert [rule.carry("ddtree", k) for k in (1, 2, 3, 9)] == pytest.approx([0.5, 2 / 3, 0.75, 0.9])
+    assert rule.carry("ddtree", 0.5) == 0.5                        # never less than one window's share
+    assert SwitchRule(**base).carry("ddtree", 5) == 1.0           # unlearned, face value: stays so
+    assert SwitchRule(**base, persistence={"ddtree": 0.0}).carry("ddtree", 50) == 0.0
+    assert rule.projected("ddtree", 0.5, 3) == pytest.approx(2.5 - 0.75 * 2.0)
+    # k windows' mean is sqrt(k) times less noisy; it enters through the larger share
+    noise = 1.645 * (0.75 * 1.0 / 3**0.5) / 4**0.5
+    assert rule.threshold("ddtree", "raw", windows=3) == pytest.approx(1.4 - 0.1 - noise)
+
+
+def _first_hand_off(rule: SwitchRule, accepted: list[float]) -> int | None:
+    """The verify after which a DDTree request with `rule` hands off to raw, or None."""
+    watch = SwitchWatch(rule, "ddtree")
+    for i, value in enumerate(accepted):
+        watch.record(value)
+        if watch.choice(("raw",)) == "raw":
+            return i
+    return None
+
+
+def test_one_bad_first_window_no_longer_hands_off_but_a_collapse_still_does():
+    """Before the monitor has learned how long a dip lasts, the policy's prior share (0.5) stands in:
+    a request whose first window dips and then recovers keeps its engine (face value handed it to
+    raw after 8 verifies: the early greedy hand-offs that lost 9 % of an H200 run), while one whose
+    acceptance collapses for good still goes to raw within a few windows, and alternating bad and
+    good windows never add up to a lasting dip."""
+    base = dict(window=8, margin=0.1, evidence_z=1.645, costs={"ddtree": 2.4}, step_sd={"ddtree": 1.2},
+                targets=("raw",), expected={"ddtree": 2.5})
+    prior, face_value = SwitchRule(**base, persistence={"ddtree": 0.5}), SwitchRule(**base)
+    dip_then_recover = [0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0] + [3.0, 2.0, 4.0, 2.0] * 8
+    assert _first_hand_off(face_value, dip_then_recover) == 7
+    assert _first_hand_off(prior, dip_then_recover) is None
+    collapse = [2.0, 3.0, 2.0, 4.0] * 4 + [0.0] * 40
+    at = _first_hand_off(prior, collapse)
+    assert at is not None and 16 + 8 < at <= 16 + 4 * 8      # more than one window, at most four
+    assert 16 < _first_hand_off(face_value, collapse) < 16 + 8   # face value: within the first window
+    alternating = ([0.0] * 8 + [4.0] * 8) * 4
+    assert _first_hand_off(prior, alternating) is None

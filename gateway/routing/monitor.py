@@ -284,14 +284,14 @@ class Monitor:
                 previous, following, self._weight)
             self._dirty = True
 
-    def persistence(self, engine: str, sampled: bool, warmup: int) -> float:
+    def persistence(self, engine: str, sampled: bool, warmup: int, prior: float = 1.0) -> float:
         """The measured share of a window's deviation that the next window keeps, once `warmup` pairs
         of windows of this engine and decoding mode are in (the modes differ most here: not borrowed);
-        until then 1.0, the window at face value."""
+        until then `prior` (1.0: the window at face value)."""
         with self._lock:
             pairs = self._state.window_pairs.get(_mode_key(engine, sampled))
             slope = pairs.slope() if pairs is not None and pairs.n >= max(warmup, 1) else None
-            return 1.0 if slope is None else slope
+            return prior if slope is None else slope
 
     def _time_locked(self, table: dict[str, Ewma], key: str, seconds: float) -> float | None:
         """Fold one step's seconds into table[key], past this process's first uses and clipped at a stall;

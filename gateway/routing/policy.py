@@ -153,10 +153,15 @@ class FallbackPolicy(_Strict):
     # A window says something about the rest of a request only as far as its dip lasts: the monitor
     # learns per engine and decoding mode how much of a window's deviation from the arm's mean the
     # next window keeps (regression of consecutive windows), and the rule projects the rest from the
-    # arm's mean plus that share. Until this many pairs of windows are in, the window is taken at
-    # face value. On the demo family greedy hand-offs lost (0.60-0.98x the engine kept, in all 14
-    # bench runs with any, CPU and H200) and sampled ones won (1.00-1.17x).
+    # arm's mean plus that share, growing as a dip lasts more windows (contracts.engine.SwitchRule.carry).
+    # On the demo family greedy hand-offs lost (0.60-0.98x the engine kept, in all 14 bench runs with
+    # any, CPU and H200) and sampled ones won (1.00-1.17x).
     persistence_warmup: int = Field(30, ge=1)
+    # The share used until `persistence_warmup` pairs are in. 1.0 takes a first window at face value:
+    # early greedy hand-offs after one bad window then lost 9 % of an H200 run. Every share measured in
+    # the stored bench runs is below 1 (0.21-0.84, median ~0.57); 0.5 discounts a single window by
+    # half and still hands a collapse (0.75 -> 0.05 tokens a verify) to raw within ~4 windows.
+    persistence_prior: float = Field(0.5, ge=0.0, le=1.0)
 
 
 class SwitchingPolicy(_Strict):

@@ -422,7 +422,8 @@ class AdaptiveRouter:
             targets=targets, probe_steps=switching.probe_steps if speculative else 0,
             probe_every=switching.probe_every, batch_costs=tuple(batch_costs),
             expected={e: p.accepted for e, p in predictions.items() if e != "raw"},
-            persistence={e: self.monitor.persistence(e, sampled, evidence.persistence_warmup)
+            persistence={e: self.monitor.persistence(e, sampled, evidence.persistence_warmup,
+                                                     evidence.persistence_prior)
                          for e in predictions if e != "raw"},
         )
 
