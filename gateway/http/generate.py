@@ -170,7 +170,8 @@ def _openai_chat(data: dict[str, Any], request: Request, state: GatewayState) ->
     check_model(req.model, state)
     spec = chat_spec(req, forced_engine(req.engine, request, state), state.config)
     renderer = OpenAIRenderer(chat=True, model=state.backend.model_id, logprobs=spec.params.logprobs,
-                              call_only=bool(spec.tools) and forces_tool_call(spec.tool_choice))
+                              call_only=bool(spec.tools) and forces_tool_call(spec.tool_choice),
+                              custom_tools=req.custom_tool_names())
     return Admitted(spec, req.stream, bool(req.stream_options and req.stream_options.include_usage), renderer)
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from .schemas import (
+    CUSTOM_INPUT,
     TOOL_NAME,
     CacheBreakpoint,
     CacheRetention,
@@ -19,8 +20,11 @@ from .schemas import (
     ReasoningEffort,
     Stream,
     TopLogprobs,
+    custom_tool_function,
     only_kinds,
     refusals_as_text,
+    text_format_only,
+    tool_kind,
 )
 
 
@@ -52,10 +56,6 @@ class MessageItem(_Responses):
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
-
-
-# A custom tool's freeform input reaches the model as this one string argument of a function.
-CUSTOM_INPUT = "input"
 
 
 class _CallItem(_Responses):
@@ -180,30 +180,15 @@ class CustomTool(_Responses):
     @field_validator("format", mode="before")
     @classmethod
     def _text_only(cls, value: Any) -> Any:
-        # a grammar binds every call's input; here the model may answer in text or call any tool, so the
-        # input could only be constrained once a call of this tool had begun, which no engine does
-        if isinstance(value, dict) and value.get("type") == "grammar":
-            raise ValueError("custom tools whose input must follow a grammar are not supported (it cannot be "
-                             "enforced on a call the model chooses to make); send format {\"type\": \"text\"} "
-                             "or a function tool")
-        return value
+        return text_format_only(value)
 
     def function(self) -> dict[str, Any]:
         """The chat pipeline's function tool the model is offered for it."""
-        function: dict[str, Any] = {"name": self.name, "parameters": {
-            "type": "object", "properties": {CUSTOM_INPUT: {"type": "string"}}, "required": [CUSTOM_INPUT]}}
-        if self.description is not None:
-            function["description"] = self.description
-        return function
-
-
-def _tool_kind(value: Any) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return "Custom" if kind == "custom" else "Function"   # capitalised: not part of the error's param path
+        return custom_tool_function(self.name, self.description)
 
 
 ClientTool = Annotated[Annotated[FunctionTool, Tag("Function")] | Annotated[CustomTool, Tag("Custom")],
-                       Discriminator(_tool_kind)]
+                       Discriminator(tool_kind)]
 
 
 class NamedFunction(_Responses):
