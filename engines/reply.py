@@ -44,6 +44,16 @@ def _transitions(tokenizer: Any, reply: ReplyFormat) -> dict[str, list[tuple[str
     return transitions
 
 
+def call_markers(tokenizer: Any, reply: ReplyFormat) -> tuple[tuple[str, str] | None, bool]:
+    """A tool call's opening and closing markers in the reply's text, inside which stop strings are not
+    looked for (engines.text.StopMatcher), and whether the reply starts inside a call (a forced call: the
+    prompt opened it). None where calls are not read (no tools, tool_choice none: the markup is text)."""
+    if not (reply.parse_tools and tokenizer.has_tool_calling and tokenizer.tool_call_end):
+        return None, False
+    start, end = tokenizer.tool_call_start, tokenizer.tool_call_end
+    return (start, end), reply.prefix.rfind(start) > reply.prefix.rfind(end)
+
+
 def _start_state(tokenizer: Any, reply: ReplyFormat) -> str:
     return "reasoning" if reply.opens_in_reasoning and tokenizer.has_thinking else "normal"
 

@@ -4,6 +4,7 @@ the sweep found."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -16,6 +17,7 @@ from gateway.http.app import create_app
 from tests.agent_sweeps import WEATHER, srv  # noqa: F401 - srv is the shared fixture
 from tests.agent_sweeps import openai_client as _openai
 from tests.agent_sweeps import post as _post
+from tests.test_agent_sweep3 import _script, scripted_server  # noqa: F401 - a real Runtime over scripted engines
 from tests.fakes import FakeBackend, live_server
 
 HI = [{"role": "user", "content": "hi"}]
@@ -42,13 +44,14 @@ def test_a_stream_waiting_in_a_full_queue_is_kept_alive(qwen_chat_tokenizer):
         busy = threading.Thread(target=_post, args=(server, "/v1/chat/completions", {"messages": HI}))
         busy.start()
         _wait_until(backend.started.is_set)        # the worker's one slot is taken, and held by the gate
-        threading.Timer(1.5, backend.gate.set).start()
 
         impatient = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=0.8)
         stream = impatient.chat.completions.create(model="default", messages=HI, stream=True)
         assert scheduler.waiting == 1
         # the queue is full: one more is a 429, so the stream above really waits in it
         assert _post(server, "/v1/chat/completions", {"messages": HI}).status_code == 429
+        time.sleep(1.2)   # longer than the client's read timeout: only the keep-alive comments hold it
+        backend.gate.set()
         assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "It is sunny."
         busy.join()
 
@@ -57,10 +60,12 @@ def test_a_stream_waiting_in_a_full_queue_is_kept_alive(qwen_chat_tokenizer):
         busy = threading.Thread(target=_post, args=(server, "/v1/chat/completions", {"messages": HI}))
         busy.start()
         _wait_until(backend.started.is_set)
-        threading.Timer(0.8, backend.gate.set).start()
         with httpx.stream("POST", server.base_url + "/v1/chat/completions", json={
                 "model": "default", "stream": True, "messages": HI}) as response:
-            lines = [line for line in response.iter_lines() if line]
+            lines = response.iter_lines()
+            first = next(lines)
+            backend.gate.set()
+            lines = [first, *(line for line in lines if line)]
         busy.join()
         assert response.status_code == 200 and "x-switchyard-engine" not in response.headers
         assert response.headers["x-request-id"].startswith("chatcmpl-")
@@ -76,11 +81,11 @@ def test_a_stream_waiting_in_a_full_queue_is_kept_alive(qwen_chat_tokenizer):
         busy = threading.Thread(target=_post, args=(server, "/v1/chat/completions", {"messages": HI}))
         busy.start()
         _wait_until(backend.started.is_set)
-        threading.Timer(0.8, backend.gate.set).start()
         with pytest.raises(openai.BadRequestError) as overflow:   # 200 + an in-stream error would be APIError
             list(_openai(server).chat.completions.create(model="default", messages=HI, stream=True,
                                                          max_tokens=backend.context_length))
         assert overflow.value.code == "context_length_exceeded" and scheduler.waiting == 0
+        backend.gate.set()
         busy.join()
 
 
@@ -147,3 +152,53 @@ def test_chat_custom_tools_that_cannot_be_served_say_why(srv):
         assert response.status_code == 400, (body, response.text)
         error = response.json()["error"]
         assert error["param"] == param and words in error["message"], (body, error)
+
+
+RUN = {"type": "function", "function": {"name": "run", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+ECHO = "make test && echo 'Observation: done'"
+STOP_IN_CALL = (f"Checking.\n</think>\n\n<tool_call>\n<function=run>\n<parameter=command>\n{ECHO}\n</parameter>\n"
+                "</function>\n</tool_call>")
+
+
+def test_a_stop_string_inside_a_tool_call_does_not_cut_the_call(scripted_server):
+    """A stop string (a ReAct agent's "Observation:", a chat UI's user-set stops) that a tool call's arguments
+    happened to contain ended the reply inside the call, which came back with its arguments cut
+    ('{"command": "make test && echo \\'') under finish_reason "tool_calls", as if whole: the agent ran a broken
+    command or failed on the JSON. Stop strings end the text of the reply; inside a call's markup they are not
+    looked for, under every engine. Outside it they still end the reply."""
+    _script(scripted_server, STOP_IN_CALL)
+    client = openai.OpenAI(base_url=scripted_server.base_url + "/v1", api_key="unused", max_retries=0)
+    ask = [{"role": "user", "content": "Run the tests."}]
+    for engine in ("raw", "mtp", "ddtree"):
+        reply = client.chat.completions.create(model="default", messages=ask, tools=[RUN], stop=["Observation:"],
+                                               max_tokens=200, extra_body={"engine": engine})
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls", (engine, choice)
+        assert [json.loads(c.function.arguments) for c in choice.message.tool_calls] == [{"command": ECHO}], engine
+    _script(scripted_server, "Checking.\n</think>\n\nThe tests pass. Observation: all green.")
+    reply = client.chat.completions.create(model="default", messages=ask, tools=[RUN], stop=["Observation:"],
+                                           max_tokens=200)
+    assert (reply.choices[0].message.content, reply.choices[0].finish_reason) == ("The tests pass. ", "stop")
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 1000])
+def test_stop_strings_are_not_looked_for_inside_calls_split_anyhow(size):
+    """The call markers are found wherever the chunks split them (a template whose markers are several
+    tokens), and a reply that starts inside a call (a forced call) skips it too."""
+    from engines.text import StopMatcher
+
+    def run(text: str, in_call: bool = False) -> tuple[str, bool]:
+        matcher, out = StopMatcher(["STOP"], ("<tool_call>", "</tool_call>"), in_call), ""
+        for at in range(0, len(text), size):
+            piece, stopped = matcher.feed(text[at:at + size])
+            out += piece
+            if stopped:
+                return out, True
+        return out + matcher.flush(), False
+
+    text = 'Sure.<tool_call>{"a": "x STOP y"}</tool_call><tool_call>{"b": "STOP"}</tool_call> then STOP here'
+    assert run(text) == (text[:text.rindex("STOP")], True)
+    assert run('{"a": "STOP"}</tool_call>STOP', in_call=True) == ('{"a": "STOP"}</tool_call>', True)
+    assert run("no call, STOP <tool_call>") == ("no call, ", True)
+    assert run("<tool_cSTOP") == ("<tool_c", True)
