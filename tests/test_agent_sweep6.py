@@ -202,3 +202,30 @@ def test_stop_strings_are_not_looked_for_inside_calls_split_anyhow(size):
     assert run('{"a": "STOP"}</tool_call>STOP', in_call=True) == ('{"a": "STOP"}</tool_call>', True)
     assert run("no call, STOP <tool_call>") == ("no call, ", True)
     assert run("<tool_cSTOP") == ("<tool_c", True)
+
+
+def test_unsupported_tool_shapes_say_what_is_wrong(srv):
+    """An image in a Responses tool output was "output.0.type: Input should be 'input_text', 'output_text' or
+    'text'" (chat and Anthropic tool results say it is a text-only model), and a custom tool_choice written in
+    the Responses' flat shape on chat was "tool_choice.type: Input should be 'function'", though custom is
+    accepted: each now names what is wrong."""
+    call = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"}
+    image = [{"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]
+    response = _post(srv, "/v1/responses", {"input": [
+        {"role": "user", "content": "hi"}, call, {"type": "function_call_output", "call_id": "c1", "output": image}]})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert "'input_image' are not supported (text-only model)" in error["message"], error
+    assert error["param"] == "input.2.output", error
+
+    flat = _post(srv, "/v1/chat/completions", {"messages": ADD, "tools": [APPLY_PATCH],
+                                               "tool_choice": {"type": "custom", "name": "apply_patch"}})
+    assert flat.status_code == 400, flat.text
+    assert flat.json()["error"]["param"] == "tool_choice.custom", flat.json()
+    mode = _post(srv, "/v1/chat/completions", {"messages": ADD, "tools": [CHAT_WEATHER], "tool_choice": "any"})
+    assert mode.status_code == 400 and "'required'" in mode.json()["error"]["message"], mode.json()
+    # a `type` that is no string (schemathesis sent these) is a 400, not a 500 of a failed lookup
+    odd = _post(srv, "/v1/chat/completions", {"messages": ADD, "tool_choice": {"type": {}}})
+    assert odd.status_code == 400 and odd.json()["error"]["param"] == "tool_choice.type", odd.json()
+    odd = _post(srv, "/v1/responses", {"input": [{"type": [None]}]})
+    assert odd.status_code == 400 and odd.json()["error"]["param"] == "input.0", odd.json()

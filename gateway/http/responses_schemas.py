@@ -93,6 +93,12 @@ class FunctionCallOutputItem(_Responses):
     id: str | None = None
     status: str | None = None
 
+    @field_validator("output", mode="before")
+    @classmethod
+    def _text_parts(cls, value: Any) -> Any:
+        # a tool's image output is refused as a message's image is, with the reason
+        return only_kinds(value, ("input_text", "output_text", "text"), "content parts", "text-only model")
+
     def text(self) -> str:
         return self.output if isinstance(self.output, str) else "\n".join(p.text for p in self.output)
 
@@ -133,16 +139,21 @@ class UnsupportedItem(_Responses):
         return {"not": {}}   # accepts nothing: /openapi.json lists only the supported items
 
 
+# each item type's tag in the union, capitalised: not part of an error's param path ("input.2.output")
+_ITEM_TAGS = {kind: "".join(word.title() for word in kind.split("_")) for kind in ITEM_TYPES}
+
+
 def _item_kind(value: Any) -> str:
     kind = (value.get("type") if isinstance(value, dict) else getattr(value, "type", None)) or "message"
-    return kind if kind in ITEM_TYPES else "Unsupported"   # capitalised: not part of the error's param path
+    return _ITEM_TAGS.get(kind, "Unsupported") if isinstance(kind, str) else "Unsupported"   # [null]: unhashable
 
 
-Item = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
-                 | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
-                 | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
-                 | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
-                 | Annotated[ReasoningItem, Tag("reasoning")]
+Item = Annotated[Annotated[MessageItem, Tag(_ITEM_TAGS["message"])]
+                 | Annotated[FunctionCallItem, Tag(_ITEM_TAGS["function_call"])]
+                 | Annotated[FunctionCallOutputItem, Tag(_ITEM_TAGS["function_call_output"])]
+                 | Annotated[CustomToolCallItem, Tag(_ITEM_TAGS["custom_tool_call"])]
+                 | Annotated[CustomToolCallOutputItem, Tag(_ITEM_TAGS["custom_tool_call_output"])]
+                 | Annotated[ReasoningItem, Tag(_ITEM_TAGS["reasoning"])]
                  | Annotated[UnsupportedItem, Tag("Unsupported")],
                  Discriminator(_item_kind)]
 

@@ -203,7 +203,20 @@ class AllowedToolChoice(_Strict):
     allowed_tools: AllowedTools
 
 
-ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | NamedCustomToolChoice | AllowedToolChoice
+def _choice_kind(value: Any) -> str:
+    """The tool_choice's member by its shape, so that an error names what is wrong with that one (a custom
+    choice missing `custom`) instead of what the first member of the union expected."""
+    if isinstance(value, str):
+        return "Mode"
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    if kind == "custom":   # compared, not looked up: a client's `type` may be an object
+        return "Custom"
+    return "Allowed" if kind == "allowed_tools" else "Function"
+
+
+ToolChoice = Annotated[Annotated[Literal["none", "auto", "required"], Tag("Mode")]
+                       | Annotated[NamedToolChoice, Tag("Function")] | Annotated[NamedCustomToolChoice, Tag("Custom")]
+                       | Annotated[AllowedToolChoice, Tag("Allowed")], Discriminator(_choice_kind)]
 
 
 class FunctionCall(_Strict):
