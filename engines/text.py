@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from contracts.engine import GenerationChunk, Pause, StepResult
@@ -11,39 +11,55 @@ from contracts.engine import GenerationChunk, Pause, StepResult
 class StopMatcher:
     """Finds stop strings across chunk boundaries; holds back text that may begin one.
 
-    With `calls` (a tool call's opening and closing markers, as the chat template writes them), the text
-    of a call is not searched: a stop string ends the reply's text, while a call whose arguments happen to
-    hold one (a ReAct agent's "Observation:" in a command) must reach the client whole, not cut into
-    arguments that do not parse. `in_call`: the reply starts inside a call (the prompt opened it)."""
+    `skip`: (opening, closing) marker pairs of the reply's parts that are no answer text (the thinking
+    block, a tool call, as the chat template writes them), inside which stop strings are not looked for: a
+    stop string ends the answer, while a call whose arguments happen to hold one (a ReAct agent's
+    "Observation:" in a command) must reach the client whole, and a thinking model drafts what it answers.
+    `inside`: the pair the reply starts in (the prompt opened the thinking block, or a forced call)."""
 
-    def __init__(self, stops: Iterable[str], calls: tuple[str, str] | None = None, in_call: bool = False):
+    def __init__(self, stops: Iterable[str], skip: Sequence[tuple[str, str]] = (),
+                 inside: tuple[str, str] | None = None):
         self.stops = tuple(s for s in stops if s)
         self._held = ""
         self.matched: str | None = None   # the stop string found (the earliest in the text)
-        self._calls = calls if calls is not None and all(calls) and self.stops else None
-        self._in_call = in_call and self._calls is not None
+        self._skip = tuple(pair for pair in skip if all(pair)) if self.stops else ()
+        self._inside = inside if inside in self._skip else None
         # the end of the text already let through, long enough to find a marker split across chunks
         self._tail = ""
-        self._reach = max(map(len, self._calls)) - 1 if self._calls is not None else 0
+        self._reach = max((len(marker) for pair in self._skip for marker in pair), default=1) - 1
 
     def feed(self, text: str) -> tuple[str, bool]:
         """Returns (text safe to emit, stopped)."""
         buffer, self._held = self._held + text, ""
         out = ""
-        while self._calls is not None:
-            end = self._marker_end(buffer, self._calls[1] if self._in_call else self._calls[0])
-            if self._in_call and end is None:   # inside a call to the end of the text: nothing to look for
-                self._passed(buffer)
-                return out + buffer, False
-            hit = self._earliest(buffer)
-            if end is None or (not self._in_call and hit is not None and hit[0] < end):
-                break   # no marker, or a stop string starts before the call opens: it ends the reply
+        while self._skip:
+            if self._inside is not None:
+                end = self._marker_end(buffer, self._inside[1])
+                if end is None:   # inside to the end of the text: nothing to look for
+                    self._passed(buffer)
+                    return out + buffer, False
+                pair = None
+            else:
+                opened = self._opening(buffer)
+                hit = self._earliest(buffer)
+                if opened is None or (hit is not None and hit[0] < opened[0]):
+                    break   # no part opens, or a stop string starts before it has: it ends the reply
+                end, pair = opened
             out += buffer[:end]
             buffer = buffer[end:]
-            self._in_call, self._tail = not self._in_call, ""
+            self._inside, self._tail = pair, ""
         piece, stopped = self._match(buffer)
         self._passed(piece)
         return out + piece, stopped
+
+    def _opening(self, buffer: str) -> tuple[int, tuple[str, str]] | None:
+        """(where its marker ends, the pair) of the first skipped part that opens in `buffer`."""
+        found = [(end - len(pair[0]), end, pair) for pair in self._skip
+                 if (end := self._marker_end(buffer, pair[0])) is not None]
+        if not found:
+            return None
+        _, end, pair = min(found, key=lambda f: f[0])
+        return end, pair
 
     def _earliest(self, buffer: str) -> tuple[int, str] | None:
         return min(((buffer.find(s), s) for s in self.stops if s in buffer), default=None)
@@ -104,15 +120,15 @@ def stream_text(
     prompt_tokens: int,
     cancelled: Any,
     ends: Callable[[str], bool] | None = None,
-    calls: tuple[str, str] | None = None,
-    in_call: bool = False,
+    skip: Sequence[tuple[str, str]] = (),
+    inside: tuple[str, str] | None = None,
 ) -> Iterator[GenerationChunk]:
     """Wraps an engine's steps; closes the engine generator when the request is finished. `ends`, fed
     the text token by token, says when the reply is complete at it (parallel_tool_calls false: its first
-    tool call closed); the reply then finishes "stop" there, as at a stop string. `calls` / `in_call`: the
-    tool-call markers inside which stop strings are not looked for (StopMatcher)."""
+    tool call closed); the reply then finishes "stop" there, as at a stop string. `skip` / `inside`: the
+    parts of the reply (thinking, tool calls) in which stop strings are not looked for (StopMatcher)."""
     detok = untrimmed_detokenizer(tokenizer)
-    matcher = StopMatcher(stops, calls, in_call)
+    matcher = StopMatcher(stops, skip, inside)
     produced = 0
     try:
         for step in steps:

@@ -189,7 +189,8 @@ def test_stop_strings_are_not_looked_for_inside_calls_split_anyhow(size):
     from engines.text import StopMatcher
 
     def run(text: str, in_call: bool = False) -> tuple[str, bool]:
-        matcher, out = StopMatcher(["STOP"], ("<tool_call>", "</tool_call>"), in_call), ""
+        call = ("<tool_call>", "</tool_call>")
+        matcher, out = StopMatcher(["STOP"], [("<think>", "</think>"), call], call if in_call else None), ""
         for at in range(0, len(text), size):
             piece, stopped = matcher.feed(text[at:at + size])
             out += piece
@@ -202,6 +203,7 @@ def test_stop_strings_are_not_looked_for_inside_calls_split_anyhow(size):
     assert run('{"a": "STOP"}</tool_call>STOP', in_call=True) == ('{"a": "STOP"}</tool_call>', True)
     assert run("no call, STOP <tool_call>") == ("no call, ", True)
     assert run("<tool_cSTOP") == ("<tool_c", True)
+    assert run("<think>a STOP</think>b STOP") == ("<think>a STOP</think>b ", True)
 
 
 def test_unsupported_tool_shapes_say_what_is_wrong(srv):
@@ -229,3 +231,17 @@ def test_unsupported_tool_shapes_say_what_is_wrong(srv):
     assert odd.status_code == 400 and odd.json()["error"]["param"] == "tool_choice.type", odd.json()
     odd = _post(srv, "/v1/responses", {"input": [{"type": [None]}]})
     assert odd.status_code == 400 and odd.json()["error"]["param"] == "input.0", odd.json()
+
+
+def test_a_stop_string_in_the_thinking_does_not_end_the_reply(scripted_server):
+    """A stop string the model wrote while thinking (a paragraph break, a code fence it drafted) ended the
+    reply there: the client got an empty answer with finish_reason "stop", under a thinking model for every
+    request with such a stop. Stop strings end the answer's text; the thinking block is not searched."""
+    _script(scripted_server, "Draft:\n```\nprint(1)\n```\nGood.\n</think>\n\nHere:\n```\nprint(1)\n```\nDone.")
+    client = openai.OpenAI(base_url=scripted_server.base_url + "/v1", api_key="unused", max_retries=0)
+    for engine in ("raw", "mtp", "ddtree"):
+        reply = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Code?"}],
+                                               stop=["```"], max_tokens=200, extra_body={"engine": engine})
+        choice = reply.choices[0]
+        assert (choice.message.content, choice.finish_reason) == ("Here:\n", "stop"), (engine, choice.message)
+        assert choice.message.reasoning_content == "Draft:\n```\nprint(1)\n```\nGood.\n", engine
