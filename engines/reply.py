@@ -44,6 +44,22 @@ def _transitions(tokenizer: Any, reply: ReplyFormat) -> dict[str, list[tuple[str
     return transitions
 
 
+def stop_skips(tokenizer: Any, reply: ReplyFormat) -> tuple[tuple[tuple[str, str], ...], tuple[str, str] | None]:
+    """The parts of the reply that are no answer text, as (opening, closing) markers, inside which stop
+    strings are not looked for (engines.text.StopMatcher): the thinking block, and tool calls where they are
+    read (no tools or tool_choice none: call markup is text). And the part the reply starts in: a forced
+    call the prompt opened, or the thinking block the generation prompt opened."""
+    pairs: list[tuple[str, str]] = []
+    if tokenizer.has_thinking:
+        pairs.append((tokenizer.think_start, tokenizer.think_end))
+    if reply.parse_tools and tokenizer.has_tool_calling and tokenizer.tool_call_end:
+        call = (tokenizer.tool_call_start, tokenizer.tool_call_end)
+        pairs.append(call)
+        if reply.prefix.rfind(call[0]) > reply.prefix.rfind(call[1]):
+            return tuple(pairs), call
+    return tuple(pairs), pairs[0] if reply.opens_in_reasoning and tokenizer.has_thinking else None
+
+
 def _start_state(tokenizer: Any, reply: ReplyFormat) -> str:
     return "reasoning" if reply.opens_in_reasoning and tokenizer.has_thinking else "normal"
 

@@ -35,7 +35,7 @@ from .mtp_head import load_mtp_head
 from .prefill import PrefixPlan
 from .prefix_cache import PrefixCache
 from .raw import RawEngine
-from .reply import FirstCallEnd, ReplySplitter, split_reply
+from .reply import FirstCallEnd, ReplySplitter, split_reply, stop_skips
 from .text import stream_text
 
 log = logging.getLogger("switchyard.runtime")
@@ -117,11 +117,13 @@ class Runtime:
             if prefix is not None and self.prefix_cache is not None else None
         steps = self._counted(self.engines[engine].generate(prompt_ids, params, cancel, switch=switch, peers=peers,
                                                             prefix=plan))
+        skip, inside = stop_skips(self.bundle.tokenizer, reply) if reply is not None else ((), None)
         chunks = stream_text(
             steps, self.bundle.tokenizer, eos_token_ids=self.bundle.eos_token_ids,
             max_tokens=params.max_tokens, stops=params.stop, prompt_tokens=len(prompt_ids),
             cancelled=lambda: cancel.cancelled,
             ends=FirstCallEnd(self.bundle.tokenizer, reply) if reply is not None and reply.one_call else None,
+            skip=skip, inside=inside,
         )
         if reply is not None:
             chunks = split_reply(chunks, ReplySplitter(self.bundle.tokenizer, reply))

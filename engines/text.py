@@ -2,27 +2,72 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from contracts.engine import GenerationChunk, Pause, StepResult
 
 
 class StopMatcher:
-    """Finds stop strings across chunk boundaries; holds back text that may begin one."""
+    """Finds stop strings across chunk boundaries; holds back text that may begin one.
 
-    def __init__(self, stops: Iterable[str]):
+    `skip`: (opening, closing) marker pairs of the reply's parts that are no answer text (the thinking
+    block, a tool call, as the chat template writes them), inside which stop strings are not looked for: a
+    stop string ends the answer, while a call whose arguments happen to hold one (a ReAct agent's
+    "Observation:" in a command) must reach the client whole, and a thinking model drafts what it answers.
+    `inside`: the pair the reply starts in (the prompt opened the thinking block, or a forced call)."""
+
+    def __init__(self, stops: Iterable[str], skip: Sequence[tuple[str, str]] = (),
+                 inside: tuple[str, str] | None = None):
         self.stops = tuple(s for s in stops if s)
         self._held = ""
         self.matched: str | None = None   # the stop string found (the earliest in the text)
+        self._skip = tuple(pair for pair in skip if all(pair)) if self.stops else ()
+        self._inside = inside if inside in self._skip else None
+        # the end of the text already let through, long enough to find a marker split across chunks
+        self._tail = ""
+        self._reach = max((len(marker) for pair in self._skip for marker in pair), default=1) - 1
 
     def feed(self, text: str) -> tuple[str, bool]:
         """Returns (text safe to emit, stopped)."""
-        buffer = self._held + text
-        hits = [(buffer.find(s), s) for s in self.stops if s in buffer]
-        if hits:
-            self._held = ""
-            position, self.matched = min(hits)
+        buffer, self._held = self._held + text, ""
+        out = ""
+        while self._skip:
+            if self._inside is not None:
+                end = self._marker_end(buffer, self._inside[1])
+                if end is None:   # inside to the end of the text: nothing to look for
+                    self._passed(buffer)
+                    return out + buffer, False
+                pair = None
+            else:
+                opened = self._opening(buffer)
+                hit = self._earliest(buffer)
+                if opened is None or (hit is not None and hit[0] < opened[0]):
+                    break   # no part opens, or a stop string starts before it has: it ends the reply
+                end, pair = opened
+            out += buffer[:end]
+            buffer = buffer[end:]
+            self._inside, self._tail = pair, ""
+        piece, stopped = self._match(buffer)
+        self._passed(piece)
+        return out + piece, stopped
+
+    def _opening(self, buffer: str) -> tuple[int, tuple[str, str]] | None:
+        """(where its marker ends, the pair) of the first skipped part that opens in `buffer`."""
+        found = [(end - len(pair[0]), end, pair) for pair in self._skip
+                 if (end := self._marker_end(buffer, pair[0])) is not None]
+        if not found:
+            return None
+        _, end, pair = min(found, key=lambda f: f[0])
+        return end, pair
+
+    def _earliest(self, buffer: str) -> tuple[int, str] | None:
+        return min(((buffer.find(s), s) for s in self.stops if s in buffer), default=None)
+
+    def _match(self, buffer: str) -> tuple[str, bool]:
+        hit = self._earliest(buffer)
+        if hit is not None:
+            position, self.matched = hit
             return buffer[:position], True
         keep = 0
         for stop in self.stops:
@@ -32,6 +77,14 @@ class StopMatcher:
                     break
         self._held = buffer[len(buffer) - keep :] if keep else ""
         return buffer[: len(buffer) - keep], False
+
+    def _marker_end(self, buffer: str, marker: str) -> int | None:
+        """Where `marker` ends in `buffer`, also when it began in text already let through; None if absent."""
+        at = (self._tail + buffer).find(marker)
+        return None if at < 0 else at + len(marker) - len(self._tail)
+
+    def _passed(self, text: str) -> None:
+        self._tail = (self._tail + text)[-self._reach:] if self._reach else ""
 
     def flush(self) -> str:
         held, self._held = self._held, ""
@@ -67,12 +120,15 @@ def stream_text(
     prompt_tokens: int,
     cancelled: Any,
     ends: Callable[[str], bool] | None = None,
+    skip: Sequence[tuple[str, str]] = (),
+    inside: tuple[str, str] | None = None,
 ) -> Iterator[GenerationChunk]:
     """Wraps an engine's steps; closes the engine generator when the request is finished. `ends`, fed
     the text token by token, says when the reply is complete at it (parallel_tool_calls false: its first
-    tool call closed); the reply then finishes "stop" there, as at a stop string."""
+    tool call closed); the reply then finishes "stop" there, as at a stop string. `skip` / `inside`: the
+    parts of the reply (thinking, tool calls) in which stop strings are not looked for (StopMatcher)."""
     detok = untrimmed_detokenizer(tokenizer)
-    matcher = StopMatcher(stops)
+    matcher = StopMatcher(stops, skip, inside)
     produced = 0
     try:
         for step in steps:

@@ -39,10 +39,11 @@ class GatewayConfig(BaseModel):
     # Wall-clock budget of one request from admission (queue wait included), checked between engine
     # steps; past it the generation stops and the client gets a 504 (in-stream error event for SSE).
     request_timeout_seconds: float | None = Field(600.0, gt=0)
-    # Seconds a routed stream may wait for its first token (prefilling a long prompt) before its headers go
-    # out and an SSE comment follows every as many seconds until the tokens come: clients and proxies drop
-    # a connection idle for a minute or so. An error after that is in the stream. None: a stream starts
-    # with its first token (every error before it is a plain HTTP error).
+    # Seconds a stream may wait for its first token (in the queue, or prefilling a long prompt) before its
+    # headers go out and an SSE comment follows every as many seconds until the tokens come: clients and
+    # proxies drop a connection idle for a minute or so. Still queued, its route is not chosen yet: the route's
+    # headers then come later, as an SSE comment. An error after that is in the stream. None: a stream
+    # starts with its first token (every error before it is a plain HTTP error).
     stream_keepalive_seconds: float | None = Field(10.0, gt=0)
     # API keys (Authorization: Bearer); empty = no auth (only allowed on a loopback bind, see serve).
     api_keys: tuple[str, ...] = Field((), repr=False)

@@ -19,7 +19,7 @@ from contracts.engine import GenerationChunk
 from contracts.names import forces_tool_call
 from gateway.routing.interface import RouteDecision
 from gateway.worker.errors import QueueFull, WorkerError, WorkerUnavailable
-from gateway.worker.pipeline import ChoiceStart, run_request
+from gateway.worker.pipeline import ChoiceStart, check_prompt, run_request
 from gateway.worker.scheduler import Ticket
 from gateway.worker.spec import RequestSpec
 
@@ -170,7 +170,8 @@ def _openai_chat(data: dict[str, Any], request: Request, state: GatewayState) ->
     check_model(req.model, state)
     spec = chat_spec(req, forced_engine(req.engine, request, state), state.config)
     renderer = OpenAIRenderer(chat=True, model=state.backend.model_id, logprobs=spec.params.logprobs,
-                              call_only=bool(spec.tools) and forces_tool_call(spec.tool_choice))
+                              call_only=bool(spec.tools) and forces_tool_call(spec.tool_choice),
+                              custom_tools=req.custom_tool_names())
     return Admitted(spec, req.stream, bool(req.stream_options and req.stream_options.include_usage), renderer)
 
 
@@ -275,13 +276,9 @@ async def generate(request: Request, endpoint: Endpoint) -> Response:
     ids = dict.fromkeys(endpoint.id_headers, renderer.id)
     keepalive = state.config.stream_keepalive_seconds
     if admitted.stream:
-        # every response carries the route's headers: a stream waits for its route (the queue) in silence
-        await asyncio.wait({start, route}, return_when=asyncio.FIRST_COMPLETED)
-        if not start.done() and not (await asyncio.wait({start}, timeout=keepalive))[0]:
-            # routed, no first token yet (a long prefill): the stream starts and keeps the connection alive
-            headers = {**route.result(), **ids}
-            return _stream_response(ticket, start, record, watcher, renderer, headers, admitted.include_usage,
-                                    keepalive)
+        early = await _early_stream(state, admitted, ticket, start, route, record, watcher, ids, keepalive)
+        if early is not None:
+            return early
     started = await start
     if started.gone:
         return Response(status_code=CLIENT_CLOSED)
@@ -291,6 +288,46 @@ async def generate(request: Request, endpoint: Endpoint) -> Response:
     if admitted.stream:
         return _stream_response(ticket, start, record, watcher, renderer, headers, admitted.include_usage, keepalive)
     return await _json_response(ticket, started.early, record, watcher, renderer, headers)
+
+
+async def _early_stream(
+    state: GatewayState, admitted: Admitted, ticket: Ticket, start: asyncio.Future[_Started],
+    route: asyncio.Future[dict[str, str]], record: RequestRecord, watcher: DisconnectWatcher,
+    ids: dict[str, str], keepalive: float | None,
+) -> Response | None:
+    """A stream that has no first token after `keepalive` seconds starts before it, so that clients and
+    proxies with an idle timeout keep it: routed (a long prefill), with the route's headers; still queued
+    (every running slot taken), without them — the route is then reported in the stream, as an SSE comment
+    (route_comment), once known. A queued stream's prompt is checked first (check_prompt), so a prompt too
+    long or a template error is still a plain HTTP error. None: no early start (the first item came, or an
+    error before it)."""
+    renderer = admitted.renderer
+    if not (await asyncio.wait({start, route}, timeout=keepalive, return_when=asyncio.FIRST_COMPLETED))[0]:
+        try:
+            await run_in_threadpool(check_prompt, state.backend, admitted.spec)
+        except Exception as exc:  # noqa: BLE001 - the worker would fail it the same way: answer now
+            ticket.cancel()
+            start.cancel()
+            watcher.stop()
+            err = from_exception(exc)
+            record.done(err.status, disconnected=watcher.disconnected)
+            return renderer.error_response(err)
+        if not start.done() and not route.done():
+            return _stream_response(ticket, start, record, watcher, renderer, ids, admitted.include_usage,
+                                    keepalive, route=route)
+    elif not start.done():   # routed within keepalive: it waits as long again for its first token
+        await asyncio.wait({start}, timeout=keepalive)
+    if start.done():
+        return None
+    # routed, no first token yet (a long prefill): the stream starts, with its route's headers
+    return _stream_response(ticket, start, record, watcher, renderer, {**route.result(), **ids},
+                            admitted.include_usage, keepalive)
+
+
+def route_comment(headers: dict[str, str]) -> bytes:
+    """The route's headers as one SSE comment (every client's parser skips it), for a stream whose headers
+    went out while it was still queued, before its route was chosen."""
+    return b"".join(f": {name}: {value}\n".encode() for name, value in headers.items()) + b"\n"
 
 
 async def _json_response(
@@ -318,7 +355,9 @@ async def _json_response(
 def _stream_response(
     ticket: Ticket, start: asyncio.Future[_Started], record: RequestRecord, watcher: DisconnectWatcher,
     renderer: Renderer, headers: dict[str, str], include_usage: bool, keepalive: float | None,
+    route: asyncio.Future[dict[str, str]] | None = None,
 ) -> SSEResponse:
+    """`route`: the route is not in `headers` (the stream started while queued) and goes in the stream."""
     outcome: dict[str, int] = {}  # the status of an in-stream error, for the metrics
 
     async def close() -> None:
@@ -327,7 +366,7 @@ def _stream_response(
         watcher.stop()
         record.done(outcome.get("status", 200), disconnected=watcher.disconnected)
 
-    frames = _stream_frames(ticket, start, record, renderer, include_usage, outcome, keepalive)
+    frames = _stream_frames(ticket, start, record, renderer, include_usage, outcome, keepalive, route)
     return SSEResponse(frames, headers, on_close=close)
 
 
@@ -341,10 +380,20 @@ def _frames(renderer: Renderer, record: RequestRecord, item: ChoiceStart | Gener
 async def _stream_frames(
     ticket: Ticket, start: asyncio.Future[_Started], record: RequestRecord, renderer: Renderer,
     include_usage: bool, status: dict[str, int], keepalive: float | None,
+    route: asyncio.Future[dict[str, str]] | None = None,
 ) -> AsyncIterator[bytes]:
-    while not start.done():   # started before its first token: comments keep the connection alive
+    if not start.done():   # started before its first token: comments keep the connection alive
         yield KEEPALIVE
-        await asyncio.wait({start}, timeout=keepalive)
+    while not start.done():
+        await asyncio.wait({start} if route is None else {start, route}, timeout=keepalive,
+                           return_when=asyncio.FIRST_COMPLETED)
+        if route is not None and route.done():
+            yield route_comment(route.result())
+            route = None
+        elif not start.done():
+            yield KEEPALIVE
+    if route is not None and route.done():   # routed and started at once
+        yield route_comment(route.result())
     started = await start
     if started.gone:
         return

@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_core import from_json
 from starlette.responses import JSONResponse
 
 from contracts.chat import TokenLogprob, ToolCall
@@ -17,6 +18,7 @@ from contracts.engine import GenerationChunk
 from .errors import APIError
 from .record import ChoiceReply, RequestRecord
 from .schemas import (
+    CUSTOM_INPUT,
     AssistantMessage,
     ChatChoice,
     ChatChunkChoice,
@@ -28,6 +30,9 @@ from .schemas import (
     CompletionTokensDetails,
     CompletionChoice,
     CompletionLogprobs,
+    CustomCallOut,
+    CustomToolCallDelta,
+    CustomToolCallOut,
     FunctionCallDelta,
     FunctionCallOut,
     PromptTokensDetails,
@@ -70,8 +75,32 @@ def completion_logprobs(tokens: list[TokenLogprob], start: int = 0) -> Completio
                               text_offset=offsets)
 
 
-def tool_calls_out(calls: list[ToolCall]) -> list[ToolCallOut] | None:
-    return [ToolCallOut(id=c.id, function=FunctionCallOut(name=c.name, arguments=c.arguments)) for c in calls] or None
+def custom_input(arguments: str) -> str:
+    """A custom tool's input: the one string argument of the function the model was offered for it. A
+    call that max_tokens cut off keeps the text written so far."""
+    try:
+        value = from_json(arguments, allow_partial="trailing-strings") if arguments.strip() else {}
+    except ValueError:
+        return arguments
+    if not isinstance(value, dict):
+        return arguments
+    if isinstance(value.get(CUSTOM_INPUT), str):
+        return value[CUSTOM_INPUT]
+    strings = [v for v in value.values() if isinstance(v, str)]
+    if len(value) <= 1:   # none, or one argument the model named otherwise
+        return strings[0] if strings else ""
+    return arguments
+
+
+def tool_call_out(call: ToolCall, customs: frozenset[str]) -> ToolCallOut | CustomToolCallOut:
+    """A call as the client offered its tool: a custom tool's as a custom call of its input text."""
+    if call.name in customs:
+        return CustomToolCallOut(id=call.id, custom=CustomCallOut(name=call.name, input=custom_input(call.arguments)))
+    return ToolCallOut(id=call.id, function=FunctionCallOut(name=call.name, arguments=call.arguments))
+
+
+def tool_calls_out(calls: list[ToolCall], customs: frozenset[str] = frozenset()) -> list[ToolCallOut | CustomToolCallOut] | None:
+    return [tool_call_out(c, customs) for c in calls] or None
 
 
 @dataclass
@@ -84,6 +113,7 @@ class OpenAIRenderer:
     # a forced tool_choice: the reply is a call, so its stream opens with no content, as OpenAI's tool-call
     # streams do (openai-agents turns an opening `content: ""` into an empty message beside the call)
     call_only: bool = False
+    custom_tools: frozenset[str] = frozenset()   # the custom tools offered: their calls come back as custom calls
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -105,13 +135,12 @@ class OpenAIRenderer:
                  for c in record.choices]
         return Completion(id=self.id, created=self.created, model=self.model, choices=texts, usage=u).model_dump()
 
-    @staticmethod
-    def _message(choice: ChoiceReply) -> AssistantMessage:
+    def _message(self, choice: ChoiceReply) -> AssistantMessage:
         reasoning = choice.reasoning_text or None
         content = choice.content
         return AssistantMessage(content=content if content or not choice.tool_calls else None,
                                 reasoning_content=reasoning, reasoning=reasoning,
-                                tool_calls=tool_calls_out(choice.tool_calls))
+                                tool_calls=tool_calls_out(choice.tool_calls, self.custom_tools))
 
     # ---- stream ----
     def opening(self, record: RequestRecord) -> list[bytes]:
@@ -137,12 +166,18 @@ class OpenAIRenderer:
             return [event(Completion(id=self.id, created=self.created, model=self.model,
                                      choices=[body]).model_dump(exclude={"usage"}))]
         first = len(choice.tool_calls) - len(chunk.tool_calls)
-        calls = [ToolCallDelta(index=first + i, id=c.id, type="function",
-                               function=FunctionCallDelta(name=c.name, arguments=c.arguments))
-                 for i, c in enumerate(chunk.tool_calls)] or None
+        calls = [self._call_delta(first + i, c) for i, c in enumerate(chunk.tool_calls)] or None
         delta = ChatDelta(content=chunk.text or None, reasoning_content=chunk.reasoning or None,
                           reasoning=chunk.reasoning or None, tool_calls=calls)
         return [event(self._chunk(choice.index, delta, chunk.finish_reason, logprobs))]
+
+    def _call_delta(self, index: int, call: ToolCall) -> ToolCallDelta | CustomToolCallDelta:
+        """A whole call in a stream: a custom tool's as OpenAI streams it, {"type": "custom", "custom": {...}}."""
+        if call.name in self.custom_tools:
+            return CustomToolCallDelta(index=index, id=call.id,
+                                       custom=CustomCallOut(name=call.name, input=custom_input(call.arguments)))
+        return ToolCallDelta(index=index, id=call.id, type="function",
+                             function=FunctionCallDelta(name=call.name, arguments=call.arguments))
 
     def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
         frames = []

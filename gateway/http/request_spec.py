@@ -18,10 +18,12 @@ from .schemas import (
     AllowedToolChoice,
     AssistantTurn,
     ChatCompletionRequest,
+    ChatCustomTool,
     ChatMessage,
     CompletionRequest,
     JsonObjectFormat,
     JsonSchemaResponseFormat,
+    NamedCustomToolChoice,
     NamedToolChoice,
     ResponseFormat,
     ToolMessage,
@@ -321,8 +323,33 @@ def _allowed_only(req: ChatCompletionRequest) -> ChatCompletionRequest:
     return req.model_copy(update={"tools": tools, "tool_choice": allowed.mode})
 
 
+def _named_custom(choice: NamedCustomToolChoice, customs: frozenset[str], param: str) -> NamedToolChoice:
+    if choice.custom.name not in customs:
+        raise bad_request(f"{param} names the custom tool {choice.custom.name!r}, which is not among the custom tools "
+                          f"({', '.join(sorted(customs)) or 'none given'}).", param="tool_choice", code="unknown_tool")
+    return choice.as_function()
+
+
+def _customs_as_functions(req: ChatCompletionRequest) -> ChatCompletionRequest:
+    """Custom tools as the functions the model is offered for them, and a custom tool_choice as the named
+    function: what follows reads function tools only (the renderer turns their calls back into custom
+    calls). A custom tool_choice naming no custom tool is a 400, as a named function's is."""
+    customs = req.custom_tool_names()
+    choice = req.tool_choice
+    if isinstance(choice, NamedCustomToolChoice):
+        choice = _named_custom(choice, customs, "tool_choice")
+    elif isinstance(choice, AllowedToolChoice):
+        named = [_named_custom(c, customs, "tool_choice.allowed_tools") if isinstance(c, NamedCustomToolChoice)
+                 else c for c in choice.allowed_tools.tools]
+        choice = choice.model_copy(update={"allowed_tools": choice.allowed_tools.model_copy(update={"tools": named})})
+    if not customs and choice is req.tool_choice:
+        return req
+    tools = [t.as_function() if isinstance(t, ChatCustomTool) else t for t in req.tools or ()]
+    return req.model_copy(update={"tools": tools or req.tools, "tool_choice": choice})
+
+
 def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: GatewayConfig) -> RequestSpec:
-    req = _allowed_only(req)
+    req = _allowed_only(_customs_as_functions(req))
     _reject_chat(req, config)
     if len(req.messages) > config.max_messages:
         raise bad_request(f"At most {config.max_messages} messages are allowed per request.", param="messages")

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic_core import from_json
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -22,11 +21,10 @@ from gateway.worker.spec import RequestSpec
 
 from .errors import APIError, bad_request
 from .generate import Admitted, Endpoint, check_model, count_prompt_tokens, forced_engine, generate, parse
-from .openai_render import chat_logprobs
+from .openai_render import chat_logprobs, custom_input
 from .record import ChoiceReply, RequestRecord, answer_logprobs
 from .request_spec import chat_spec
 from .responses_schemas import (
-    CUSTOM_INPUT,
     UNSUPPORTED_FIELDS,
     CustomTool,
     CustomToolCallItem,
@@ -139,23 +137,6 @@ def to_chat_request(req: ResponsesRequest) -> dict[str, Any]:
     return body
 
 
-def _custom_input(arguments: str) -> str:
-    """A custom tool's input: the one string argument of the function the model was offered for it. A
-    call that max_tokens cut off keeps the text written so far (its item is marked incomplete)."""
-    try:
-        value = from_json(arguments, allow_partial="trailing-strings") if arguments.strip() else {}
-    except ValueError:
-        return arguments
-    if not isinstance(value, dict):
-        return arguments
-    if isinstance(value.get(CUSTOM_INPUT), str):
-        return value[CUSTOM_INPUT]
-    strings = [v for v in value.values() if isinstance(v, str)]
-    if len(value) <= 1:   # none, or one argument the model named otherwise
-        return strings[0] if strings else ""
-    return arguments
-
-
 ID_PREFIXES = {"reasoning": "rs", "message": "msg", "function_call": "fc", "custom_tool_call": "ctc"}
 
 
@@ -218,7 +199,7 @@ class ResponsesRenderer:
         call = item.call
         if item.kind == "custom_tool_call":
             return {"type": "custom_tool_call", "id": item.id, "call_id": call.id, "name": call.name,
-                    "input": _custom_input(call.arguments) if done else "", "status": status}
+                    "input": custom_input(call.arguments) if done else "", "status": status}
         return {"type": "function_call", "id": item.id, "call_id": call.id, "name": call.name,
                 "arguments": call.arguments if done else "", "status": status}
 
@@ -279,7 +260,7 @@ class ResponsesRenderer:
             where = {"item_id": item.id, "output_index": item.output_index}
             if item.kind == "custom_tool_call":
                 frames.append(self._event("response.custom_tool_call_input.delta", **where,
-                                          delta=_custom_input(call.arguments)))
+                                          delta=custom_input(call.arguments)))
             else:
                 frames.append(self._event("response.function_call_arguments.delta", **where, delta=call.arguments))
         return frames
@@ -315,7 +296,7 @@ class ResponsesRenderer:
                                             "logprobs": _logprobs(item.logprobs)}))
         elif item.kind == "custom_tool_call":
             frames.append(self._event("response.custom_tool_call_input.done", **where,
-                                      input=_custom_input(item.call.arguments)))
+                                      input=custom_input(item.call.arguments)))
         else:
             frames.append(self._event("response.function_call_arguments.done", **where,
                                       arguments=item.call.arguments))

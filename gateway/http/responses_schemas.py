@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from .schemas import (
+    CUSTOM_INPUT,
     TOOL_NAME,
     CacheBreakpoint,
     CacheRetention,
@@ -19,8 +20,11 @@ from .schemas import (
     ReasoningEffort,
     Stream,
     TopLogprobs,
+    custom_tool_function,
     only_kinds,
     refusals_as_text,
+    text_format_only,
+    tool_kind,
 )
 
 
@@ -52,10 +56,6 @@ class MessageItem(_Responses):
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
-
-
-# A custom tool's freeform input reaches the model as this one string argument of a function.
-CUSTOM_INPUT = "input"
 
 
 class _CallItem(_Responses):
@@ -92,6 +92,12 @@ class FunctionCallOutputItem(_Responses):
     output: str | list[ContentText]
     id: str | None = None
     status: str | None = None
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _text_parts(cls, value: Any) -> Any:
+        # a tool's image output is refused as a message's image is, with the reason
+        return only_kinds(value, ("input_text", "output_text", "text"), "content parts", "text-only model")
 
     def text(self) -> str:
         return self.output if isinstance(self.output, str) else "\n".join(p.text for p in self.output)
@@ -133,16 +139,21 @@ class UnsupportedItem(_Responses):
         return {"not": {}}   # accepts nothing: /openapi.json lists only the supported items
 
 
+# each item type's tag in the union, capitalised: not part of an error's param path ("input.2.output")
+_ITEM_TAGS = {kind: "".join(word.title() for word in kind.split("_")) for kind in ITEM_TYPES}
+
+
 def _item_kind(value: Any) -> str:
     kind = (value.get("type") if isinstance(value, dict) else getattr(value, "type", None)) or "message"
-    return kind if kind in ITEM_TYPES else "Unsupported"   # capitalised: not part of the error's param path
+    return _ITEM_TAGS.get(kind, "Unsupported") if isinstance(kind, str) else "Unsupported"   # [null]: unhashable
 
 
-Item = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
-                 | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
-                 | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
-                 | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
-                 | Annotated[ReasoningItem, Tag("reasoning")]
+Item = Annotated[Annotated[MessageItem, Tag(_ITEM_TAGS["message"])]
+                 | Annotated[FunctionCallItem, Tag(_ITEM_TAGS["function_call"])]
+                 | Annotated[FunctionCallOutputItem, Tag(_ITEM_TAGS["function_call_output"])]
+                 | Annotated[CustomToolCallItem, Tag(_ITEM_TAGS["custom_tool_call"])]
+                 | Annotated[CustomToolCallOutputItem, Tag(_ITEM_TAGS["custom_tool_call_output"])]
+                 | Annotated[ReasoningItem, Tag(_ITEM_TAGS["reasoning"])]
                  | Annotated[UnsupportedItem, Tag("Unsupported")],
                  Discriminator(_item_kind)]
 
@@ -180,30 +191,15 @@ class CustomTool(_Responses):
     @field_validator("format", mode="before")
     @classmethod
     def _text_only(cls, value: Any) -> Any:
-        # a grammar binds every call's input; here the model may answer in text or call any tool, so the
-        # input could only be constrained once a call of this tool had begun, which no engine does
-        if isinstance(value, dict) and value.get("type") == "grammar":
-            raise ValueError("custom tools whose input must follow a grammar are not supported (it cannot be "
-                             "enforced on a call the model chooses to make); send format {\"type\": \"text\"} "
-                             "or a function tool")
-        return value
+        return text_format_only(value)
 
     def function(self) -> dict[str, Any]:
         """The chat pipeline's function tool the model is offered for it."""
-        function: dict[str, Any] = {"name": self.name, "parameters": {
-            "type": "object", "properties": {CUSTOM_INPUT: {"type": "string"}}, "required": [CUSTOM_INPUT]}}
-        if self.description is not None:
-            function["description"] = self.description
-        return function
-
-
-def _tool_kind(value: Any) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return "Custom" if kind == "custom" else "Function"   # capitalised: not part of the error's param path
+        return custom_tool_function(self.name, self.description)
 
 
 ClientTool = Annotated[Annotated[FunctionTool, Tag("Function")] | Annotated[CustomTool, Tag("Custom")],
-                       Discriminator(_tool_kind)]
+                       Discriminator(tool_kind)]
 
 
 class NamedFunction(_Responses):

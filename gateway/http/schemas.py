@@ -3,6 +3,7 @@ are strict (no "5" for 5, no 1 for true), so what is accepted is exactly what /o
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
@@ -101,6 +102,70 @@ class Tool(_Strict):
     type: Literal["function"]
     function: FunctionDefinition
 
+    @field_validator("type", mode="before")
+    @classmethod
+    def _client_tool(cls, value: Any) -> Any:
+        # custom tools validate as ChatCustomTool (tool_kind): any other type is a hosted tool
+        if value != "function":
+            raise ValueError(f"tools of type {value!r} are not supported (the client runs its tools; none are "
+                             "hosted here); supported: function, custom")
+        return value
+
+
+# A custom tool's freeform input reaches the model as this one string argument of a function.
+CUSTOM_INPUT = "input"
+
+
+def custom_tool_function(name: str, description: str | None) -> dict[str, Any]:
+    """The function a custom tool (freeform text input) is offered to the model as: one string argument."""
+    function: dict[str, Any] = {"name": name, "parameters": {
+        "type": "object", "properties": {CUSTOM_INPUT: {"type": "string"}}, "required": [CUSTOM_INPUT]}}
+    if description is not None:
+        function["description"] = description
+    return function
+
+
+def text_format_only(value: Any) -> Any:
+    """Before validation of a custom tool's `format`: a grammar binds every call's input, but here the model
+    may answer in text or call any tool, so the input could only be constrained once a call of this tool
+    had begun, which no engine does. Refused with that reason rather than pydantic's literal mismatch."""
+    if isinstance(value, dict) and value.get("type") == "grammar":
+        raise ValueError("custom tools whose input must follow a grammar are not supported (it cannot be "
+                         "enforced on a call the model chooses to make); send format {\"type\": \"text\"} "
+                         "or a function tool")
+    return value
+
+
+class CustomTextFormat(_Strict):
+    type: Literal["text"]
+
+
+class ChatCustomToolDefinition(_Strict):
+    name: str = Field(pattern=TOOL_NAME)
+    description: str | None = None
+    format: Annotated[CustomTextFormat | None, BeforeValidator(text_format_only)] = None   # absent: text
+
+
+class ChatCustomTool(_Strict):
+    """OpenAI's chat `custom` tool, whose input is freeform text (Codex's apply_patch): the model is offered
+    a function taking that text as its one string argument, and its calls come back as custom calls."""
+
+    type: Literal["custom"]
+    custom: ChatCustomToolDefinition
+
+    def as_function(self) -> Tool:
+        return Tool(type="function", function=FunctionDefinition.model_validate(
+            custom_tool_function(self.custom.name, self.custom.description)))
+
+
+def tool_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "Custom" if kind == "custom" else "Function"   # capitalised: not part of the error's param path
+
+
+ChatTool = Annotated[Annotated[Tool, Tag("Function")] | Annotated[ChatCustomTool, Tag("Custom")],
+                     Discriminator(tool_kind)]
+
 
 class FunctionName(_Strict):
     name: str
@@ -111,9 +176,23 @@ class NamedToolChoice(_Strict):
     function: FunctionName
 
 
+class NamedCustomToolChoice(_Strict):
+    """A forced call of one custom tool."""
+
+    type: Literal["custom"]
+    custom: FunctionName
+
+    def as_function(self) -> NamedToolChoice:
+        return NamedToolChoice(type="function", function=self.custom)
+
+
+NamedChoice = Annotated[Annotated[NamedToolChoice, Tag("Function")] | Annotated[NamedCustomToolChoice, Tag("Custom")],
+                        Discriminator(tool_kind)]
+
+
 class AllowedTools(_Strict):
     mode: Literal["auto", "required"]
-    tools: list[NamedToolChoice] = Field(min_length=1)
+    tools: list[NamedChoice] = Field(min_length=1)
 
 
 class AllowedToolChoice(_Strict):
@@ -124,7 +203,20 @@ class AllowedToolChoice(_Strict):
     allowed_tools: AllowedTools
 
 
-ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolChoice
+def _choice_kind(value: Any) -> str:
+    """The tool_choice's member by its shape, so that an error names what is wrong with that one (a custom
+    choice missing `custom`) instead of what the first member of the union expected."""
+    if isinstance(value, str):
+        return "Mode"
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    if kind == "custom":   # compared, not looked up: a client's `type` may be an object
+        return "Custom"
+    return "Allowed" if kind == "allowed_tools" else "Function"
+
+
+ToolChoice = Annotated[Annotated[Literal["none", "auto", "required"], Tag("Mode")]
+                       | Annotated[NamedToolChoice, Tag("Function")] | Annotated[NamedCustomToolChoice, Tag("Custom")]
+                       | Annotated[AllowedToolChoice, Tag("Allowed")], Discriminator(_choice_kind)]
 
 
 class FunctionCall(_Strict):
@@ -140,6 +232,31 @@ class ToolCallIn(_Strict):
     function: FunctionCall
     index: Int | None = None   # streaming clients keep the delta's index
     cache_control: CacheControl = None
+
+
+class CustomCall(_Strict):
+    name: str
+    input: str
+
+
+class CustomToolCallIn(_Strict):
+    """An assistant turn's call of a custom tool: the model wrote `input` as the function's one argument."""
+
+    id: str | None = None
+    type: Literal["custom"]
+    custom: CustomCall
+    index: Int | None = None
+    cache_control: CacheControl = None
+
+    @property
+    def function(self) -> FunctionCall:
+        """The call as the model wrote it: of the function the custom tool is offered as."""
+        return FunctionCall(name=self.custom.name, arguments=json.dumps({CUSTOM_INPUT: self.custom.input},
+                                                                        ensure_ascii=False))
+
+
+ToolCallInAny = Annotated[Annotated[ToolCallIn, Tag("Function")] | Annotated[CustomToolCallIn, Tag("Custom")],
+                          Discriminator(tool_kind)]
 
 
 class _Message(_Strict):
@@ -185,7 +302,7 @@ class AssistantTurn(_Message):
 
     role: Literal["assistant"]
     content: str | list[TextPart] | None = None
-    tool_calls: list[ToolCallIn] | None = None
+    tool_calls: list[ToolCallInAny] | None = None
     reasoning_content: str | None = None            # the thinking (vLLM / DeepSeek name)
     reasoning: str | None = None                    # the same (OpenRouter / Ollama name)
     # DeepSeek's and Mistral's prefix completion: this last message is the start of the reply, which the
@@ -331,7 +448,7 @@ class ChatCompletionRequest(_SamplingFields):
     response_format: ResponseFormat | None = None
     logprobs: bool | None = None
     top_logprobs: TopLogprobs | None = None
-    tools: list[Tool] | None = None
+    tools: list[ChatTool] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None   # vLLM / SGLang: e.g. {"enable_thinking": false}
@@ -348,6 +465,10 @@ class ChatCompletionRequest(_SamplingFields):
     audio: Any = None
     web_search_options: Any = None
     moderation: Any = None
+
+    def custom_tool_names(self) -> frozenset[str]:
+        """The tools whose calls come back as custom calls."""
+        return frozenset(t.custom.name for t in self.tools or () if isinstance(t, ChatCustomTool))
 
 
 class CompletionRequest(_SamplingFields):
@@ -388,6 +509,19 @@ class ToolCallOut(BaseModel):
     function: FunctionCallOut
 
 
+class CustomCallOut(BaseModel):
+    name: str
+    input: str
+
+
+class CustomToolCallOut(BaseModel):
+    """A call of a custom tool, as OpenAI returns one."""
+
+    id: str
+    type: Literal["custom"] = "custom"
+    custom: CustomCallOut
+
+
 class TopLogprobOut(BaseModel):
     token: str
     logprob: float
@@ -407,7 +541,7 @@ class AssistantMessage(BaseModel):
     content: str | None
     reasoning_content: str | None = None   # the thinking, under both names clients read
     reasoning: str | None = None
-    tool_calls: list[ToolCallOut] | None = None
+    tool_calls: list[ToolCallOut | CustomToolCallOut] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -439,12 +573,21 @@ class ToolCallDelta(BaseModel):
     function: FunctionCallDelta
 
 
+class CustomToolCallDelta(BaseModel):
+    """A custom tool's call in a stream: whole, as every call is streamed here."""
+
+    index: int
+    id: str
+    type: Literal["custom"] = "custom"
+    custom: CustomCallOut
+
+
 class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None
+    tool_calls: list[ToolCallDelta | CustomToolCallDelta] | None = None
 
 
 class ChatChunkChoice(BaseModel):

@@ -41,6 +41,24 @@ def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[int], ReplyFormat
     return prompt.ids, prompt.reply, PrefixHint(spec.cache_scope, prompt.cache_points), prompt.grammar
 
 
+def check_fits(prompt_tokens: int, context_length: int, spec: RequestSpec) -> None:
+    """Raise ContextLengthExceeded when the prompt (plus the max_tokens the client asked for) does not fit
+    the context, as run_request (an unasked max_tokens: the prompt alone) and the backend's generate (an
+    asked one) would."""
+    if spec.max_tokens_defaulted:
+        if context_length - prompt_tokens <= 0:   # the client set no max_tokens: do not blame one
+            raise ContextLengthExceeded(prompt_tokens, context_length)
+    elif prompt_tokens + spec.params.max_tokens > context_length:
+        raise ContextLengthExceeded(prompt_tokens, context_length, spec.params.max_tokens)
+
+
+def check_prompt(backend: Backend, spec: RequestSpec) -> None:
+    """Render the prompt as run_request will and raise what it would raise about it (a template's error,
+    a prompt that does not fit). Tokenizer only, no model: safe off the worker thread. For a stream that
+    must start while it still waits in the queue, so that those errors stay plain HTTP errors."""
+    check_fits(len(_prompt(backend, spec)[0]), backend.context_length, spec)
+
+
 def run_request(
     backend: Backend, router: Router, spec: RequestSpec, cancel: CancelToken, queue_depth: int, concurrent: int = 0
 ) -> Iterator[Routed | ChoiceStart | GenerationChunk | Pause]:
