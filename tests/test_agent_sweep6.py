@@ -233,6 +233,17 @@ def test_unsupported_tool_shapes_say_what_is_wrong(srv):
     assert odd.status_code == 400 and odd.json()["error"]["param"] == "input.0", odd.json()
 
 
+def test_a_responses_shaped_tool_sent_to_chat_says_which_shape_chat_takes(srv):
+    """A client that speaks both APIs sent its flat Responses tool ({type, name, parameters}) to chat and got
+    "tools.0.function: Field required", with no word of the shape chat takes."""
+    flat_tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    with pytest.raises(openai.BadRequestError) as refused:
+        _openai(srv).chat.completions.create(model="default", messages=ADD, tools=[flat_tool])
+    error = refused.value.body
+    assert error["param"] == "tools.0" and "Responses API's flat shape" in error["message"], error
+    assert '"function": {"name"' in error["message"], error
+
+
 def test_a_stop_string_in_the_thinking_does_not_end_the_reply(scripted_server):
     """A stop string the model wrote while thinking (a paragraph break, a code fence it drafted) ended the
     reply there: the client got an empty answer with finish_reason "stop", under a thinking model for every

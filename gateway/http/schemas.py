@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator,
+                      model_validator)
 
 INT32_MAX = 2**31 - 1
 
@@ -101,6 +102,16 @@ class FunctionDefinition(_Strict):
 class Tool(_Strict):
     type: Literal["function"]
     function: FunctionDefinition
+
+    @model_validator(mode="before")
+    @classmethod
+    def _chat_shape(cls, value: Any) -> Any:
+        # a client that also speaks /v1/responses sends its flat tools here too: say which shape chat takes
+        if isinstance(value, dict) and "function" not in value and "name" in value:
+            raise ValueError("this tool is in the Responses API's flat shape ({type, name, parameters}); chat "
+                             "completions take {\"type\": \"function\", \"function\": {\"name\", "
+                             "\"description\", \"parameters\"}}")
+        return value
 
     @field_validator("type", mode="before")
     @classmethod
