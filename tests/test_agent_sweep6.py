@@ -17,7 +17,7 @@ from gateway.http.app import create_app
 from tests.agent_sweeps import WEATHER, srv  # noqa: F401 - srv is the shared fixture
 from tests.agent_sweeps import openai_client as _openai
 from tests.agent_sweeps import post as _post
-from tests.test_agent_sweep3 import _script, scripted_server  # noqa: F401 - a real Runtime over scripted engines
+from tests.test_agent_sweep3 import _script, _xml_call, scripted_server  # noqa: F401 - a real Runtime over scripted engines
 from tests.fakes import FakeBackend, live_server
 
 HI = [{"role": "user", "content": "hi"}]
@@ -231,6 +231,27 @@ def test_unsupported_tool_shapes_say_what_is_wrong(srv):
     assert odd.status_code == 400 and odd.json()["error"]["param"] == "tool_choice.type", odd.json()
     odd = _post(srv, "/v1/responses", {"input": [{"type": [None]}]})
     assert odd.status_code == 400 and odd.json()["error"]["param"] == "input.0", odd.json()
+
+
+def test_chat_logprobs_are_the_contents_not_the_thinkings_or_the_calls(scripted_server):
+    """Chat logprobs covered every generated token, the thinking and the tool-call markup included (105
+    entries for a call-only reply whose content is null), so a client that lines them up with the content
+    (perplexity, confidence of an answer) read the wrong tokens. Like OpenAI's (and /v1/responses'), they now
+    cover the message content only, whole and streamed, under every engine; usage still counts every token."""
+    _script(scripted_server, "The user asks about weather.\n</think>\n\nIt is sunny.\n\n" + _xml_call("Paris"))
+    client = _openai(scripted_server)
+    ask = dict(model="default", messages=HI, tools=[CHAT_WEATHER], logprobs=True, top_logprobs=1)
+    for engine in ("raw", "mtp", "ddtree"):
+        reply = client.chat.completions.create(**ask, extra_body={"engine": engine})
+        choice = reply.choices[0]
+        assert choice.message.content == "It is sunny." and choice.message.tool_calls, engine
+        assert "".join(lp.token for lp in choice.logprobs.content).rstrip() == "It is sunny.", engine
+        assert reply.usage.completion_tokens > len(choice.logprobs.content), engine
+        chunks = list(client.chat.completions.create(**ask, stream=True, extra_body={"engine": engine}))
+        streamed = [lp.token for c in chunks if c.choices and c.choices[0].logprobs
+                    for lp in c.choices[0].logprobs.content or []]
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert "".join(streamed) == content and content.strip() == "It is sunny.", engine   # as streamed
 
 
 def test_a_responses_shaped_tool_sent_to_chat_says_which_shape_chat_takes(srv):

@@ -16,7 +16,7 @@ from contracts.chat import TokenLogprob, ToolCall
 from contracts.engine import GenerationChunk
 
 from .errors import APIError
-from .record import ChoiceReply, RequestRecord
+from .record import ChoiceReply, RequestRecord, answer_logprobs
 from .schemas import (
     CUSTOM_INPUT,
     AssistantMessage,
@@ -125,8 +125,10 @@ class OpenAIRenderer:
     def full(self, record: RequestRecord) -> dict[str, Any]:
         u = usage(record)
         if self.chat:
+            # a chat choice's logprobs are its answer's, as OpenAI's: not the thinking's or a call's markup (the
+            # blank line before calls, which `content` drops, may share a token with the answer's last word)
             choices = [ChatChoice(index=c.index, message=self._message(c), finish_reason=c.finish_reason,
-                                  logprobs=chat_logprobs(c.logprobs) if self.logprobs else None)
+                                  logprobs=chat_logprobs(c.answer_logprobs) if self.logprobs else None)
                        for c in record.choices]
             return ChatCompletion(id=self.id, created=self.created, model=self.model, choices=choices,
                                   usage=u).model_dump()
@@ -156,9 +158,9 @@ class OpenAIRenderer:
 
     def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
         has_output = chunk.text or chunk.reasoning or chunk.tool_calls or chunk.finish_reason is not None
-        if not has_output and not (self.logprobs and chunk.logprobs):
+        logprobs = (answer_logprobs(chunk) if self.chat else chunk.logprobs) if self.logprobs else None
+        if not has_output and not logprobs:
             return []   # e.g. text held back while it may be the start of a stop sequence
-        logprobs = chunk.logprobs if self.logprobs else None
         if not self.chat:
             start = sum(map(len, choice.text)) - len(chunk.text)   # the record already holds this chunk
             body = CompletionChoice(index=choice.index, text=chunk.text, finish_reason=chunk.finish_reason,

@@ -18,7 +18,10 @@ CLIENT_CLOSED = 499  # nginx's "client closed request", used only in metrics
 
 
 def answer_logprobs(chunk: GenerationChunk) -> list[TokenLogprob]:
-    """The chunk's log-probabilities of answer tokens (not reasoning, not tool calls or markers)."""
+    """The chunk's log-probabilities of answer tokens (not reasoning, not tool calls or markers); every
+    token's where the reply is not split into parts (all of it is answer)."""
+    if not chunk.parts:
+        return list(chunk.logprobs)
     return [lp for lp, part in zip(chunk.logprobs, chunk.parts) if part == ANSWER]
 
 
