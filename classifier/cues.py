@@ -120,11 +120,6 @@ CUES: tuple[Cue, ...] = (
     Cue("code_howto", requires=("howto", "code_domain")),
     Cue("question_mark", pattern=r"\?\s*(?:\n|$)"),
     Cue("options", words="options option choices choice", pattern=r"(?:^|\n)\s*\(?[a-e1-5][).]\s+\S"),
-    # functions offered to the model to call ("You have access to the following tools:", "Available
-    # functions:"): the reply is a call, a name and its arguments (see structured/tool_call)
-    Cue("tool_offer", words="available_tools available_functions functions_available tools_available following_tools "
-                            "following_functions function_calling function_call function_calls tool_call tool_calls",
-        left="access available call invoke following these given", right="tools functions apis", window=3),
 )  # fmt: skip
 CUE_NAMES: tuple[str, ...] = tuple(cue.name for cue in CUES)
 assert len(CUES) <= 32  # one bit per cue in a uint32 mask

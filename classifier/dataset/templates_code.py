@@ -9,7 +9,6 @@ from classifier.dataset.common import (
     CODE_LANGS, FENCE_TAGS, Template, around, clip, code_with_lang, describe_as_clause, dress, paste,
 )  # fmt: skip
 from classifier.dataset.corpus import Corpus, table_csv
-from classifier.dataset.tool_catalogue import TOOL_HEADERS, TOOLS, render_tools
 
 ALGORITHMS = (
     "binary search", "quicksort", "merge sort", "Dijkstra's shortest path", "a trie with insert and lookup",
@@ -614,27 +613,6 @@ SYSTEM_GENERIC = (
 )  # fmt: skip
 
 
-def _tool_implement(rng: random.Random, corpus: Corpus) -> dict:
-    """The tool lists of structured/tool_call with asks to implement or wire them up: code, not a call."""
-    tools = rng.sample(TOOLS, rng.randint(1, 3))
-    name = tools[0].name
-    lang = rng.choice(("Python", "Python", "TypeScript", "Go", "JavaScript", "Java", "Rust"))
-    ask = phrase(rng, (
-        f"Implement {name} in {lang}.", f"Write the {lang} handler behind {name}; it should validate its arguments.",
-        f"Write a {lang} client that calls these functions over HTTP.",
-        "Write a dispatcher that takes a model's tool call (name + JSON arguments) and runs the matching function.",
-        f"Write unit tests for {name}.", f"Give me a {lang} stub for each of these functions.",
-        "Write code that checks a tool call's arguments against these parameter lists before running it.",
-        f"How do I register {name} as a tool with the OpenAI Python SDK? Show the code.",
-        f"Write a mock of {name} that returns fake data, for testing the agent loop.",
-    ))  # fmt: skip
-    definition = rng.choice(TOOL_HEADERS) + "\n" + render_tools(rng, tools)
-    if rng.random() < 0.4:
-        return {"messages": [{"role": "system", "content": rng.choice(SYSTEM_GENERIC)},
-                             {"role": "user", "content": dress(rng, f"{definition}\n\n{ask}")}]}  # fmt: skip
-    return {"text": dress(rng, around(rng, ask, definition) if rng.random() < 0.5 else f"{definition}\n\n{ask}")}
-
-
 TEMPLATES: tuple[Template, ...] = (
     Template("code/write_function", "code", _write_function, 130),
     Template("code/algorithm", "code", _implement_algorithm, 90),
@@ -661,7 +639,6 @@ TEMPLATES: tuple[Template, ...] = (
     Template("code/howto_plain", "code", _howto_plain, 100),
     Template("code/write_and_explain", "code", _write_and_explain, 60),
     Template("code/dataframe_ops", "code", _dataframe_ops, 120),
-    Template("code/tool_implement", "code", _tool_implement, 50),
 )
 
 

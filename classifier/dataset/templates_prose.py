@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 
 from classifier.dataset.common import (
@@ -367,42 +366,6 @@ def _math_notation(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask + rng.choice(MATH_TAILS))}
 
 
-_ASSISTANT_ROLES = (
-    ("Juniper", "front desk assistant of the Alder Street dental clinic", "Opening hours: Mon-Fri 8:00-18:00"),
-    ("Max", "study buddy for secondary-school students", "Subjects: history, biology, literature"),
-    ("Ola", "concierge of a seaside hotel in Split", "Breakfast: 7:00-10:30, pool closes at 21:00"),
-    ("Rowan", "support agent for a bicycle shop", "Returns: 30 days with receipt"),
-    ("Kiki", "cooking companion", "Diet: vegetarian household, no nuts"),
-    ("Atlas", "museum guide for the city history museum", "Floors: 1 antiquity, 2 middle ages, 3 modern"),
-    ("Bea", "onboarding helper for new employees of a logistics firm", "Holidays: 25 days a year"),
-    ("Sol", "wellbeing coach", "Style: short, kind, practical"),
-)  # fmt: skip
-
-
-def _system_settings(rng: random.Random, corpus: Corpus) -> dict:
-    """A system prompt written as settings (key: value lines, a JSON object, rules in bullets) and an
-    everyday question: the settings look like data, the reply is in words."""
-    name, role, fact = rng.choice(_ASSISTANT_ROLES)
-    tone = rng.choice(("friendly", "formal", "warm", "concise", "playful"))
-    language = rng.choice(("English", "English", "Spanish", "German"))
-    key, value = fact.split(": ", 1)
-    system = phrase(rng, (
-        f"Name: {name}\nRole: {role}\nTone: {tone}\nLanguage: {language}\n{fact}",
-        json.dumps({"assistant_name": name, "role": role, "tone": tone, "language": language, key.lower(): value}, indent=rng.choice((None, 2))),
-        f"# Persona\n- name: {name}\n- role: {role}\n- tone: {tone}\n\n# Rules\n- answer in {language}\n- never give medical or legal advice\n- {fact}",
-        f"[assistant]\nname = {name}\nrole = {role}\ntone = {tone}\n\n[facts]\n{key.lower()} = {value}",
-        f"You are {name}, the {role}.\nSettings:\n  tone: {tone}\n  audience: adults\n  max_length: 150 words\nKnown facts:\n  {fact}",
-    ))  # fmt: skip
-    user = rng.choice((
-        f"Tell me about {rng.choice(EVERYDAY_TOPICS)}.", f"What do you think about {rng.choice(EVERYDAY_TOPICS)}?",
-        "Can you recommend something to do this weekend?", "I'm nervous about tomorrow, any advice?",
-        f"Why does {rng.choice(EVERYDAY_TOPICS)} matter?", "What are your opening hours on Saturday?",
-        "How should I prepare for my first day?", "Could you explain that rule to me in simple words?",
-        "What would you suggest for someone who is new here?", "Is it worth it?",
-    ))  # fmt: skip
-    return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": dress(rng, user)}]}
-
-
 TEMPLATES: tuple[Template, ...] = (
     Template("prose/summarise", "prose", _summarise, 130),
     Template("prose/explain_code", "prose", _explain_code, 110),
@@ -426,5 +389,4 @@ TEMPLATES: tuple[Template, ...] = (
     Template("prose/programming_question", "prose", _programming_question, 100),
     Template("prose/writing_brief", "prose", _writing_brief, 80),
     Template("prose/math_notation", "prose", _math_notation, 100),
-    Template("prose/system_settings", "prose", _system_settings, 60),
 )

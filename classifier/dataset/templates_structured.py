@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import random
 import re
 
-from classifier.dataset.common import EVERYDAY_TOPICS, Template, around, clip, dress, lower_first, phrase
+from classifier.dataset.common import EVERYDAY_TOPICS, Template, around, clip, dress, phrase
 from classifier.dataset.corpus import Corpus, Table, table_csv
 from classifier.dataset.templates_code import SYSTEM_GENERIC
-from classifier.dataset.tool_catalogue import CALL_INSTRUCTIONS, REQUEST_LEADS, TOOL_HEADERS, TOOLS, render_tools
 
 FORMATS = ("JSON", "YAML", "CSV", "XML", "a markdown table", "TOML")
 
@@ -225,32 +223,6 @@ def _multilingual_structured(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, around(rng, ask, data, "csv"))}
 
 
-def _tool_call(rng: random.Random, corpus: Corpus) -> dict:
-    """Functions offered in the prompt (system or user) and a request that one of them answers: the
-    reply is the call (a name and JSON arguments). Tools and requests: classifier/dataset/tool_catalogue.py."""
-    needed = TOOLS[phrase(rng, tuple(range(len(TOOLS))))]  # grouped by the tool asked for
-    tools = [needed] + rng.sample([t for t in TOOLS if t is not needed], rng.randint(0, 3))
-    ask = rng.choice(needed.asks(rng))
-    if rng.random() < 0.15 and len(tools) > 1:  # two calls in one request
-        ask = f"{ask} Also: {lower_first(rng.choice(tools[1].asks(rng)))}"
-    rng.shuffle(tools)
-    header = rng.choice(TOOL_HEADERS)
-    instruction = rng.choice(CALL_INSTRUCTIONS)
-    definition = "\n".join(x for x in (header, render_tools(rng, tools), instruction) if x)
-    if rng.random() < 0.55:
-        messages = [{"role": "system", "content": definition}, {"role": "user", "content": dress(rng, ask)}]
-        if rng.random() < 0.2:  # an earlier request already answered with a call
-            other = rng.choice(TOOLS)
-            earlier = rng.choice(other.asks(rng))
-            call = json.dumps({"name": other.name, "arguments": {p: "..." for p, _, _, req in other.params if req}})
-            messages[1:1] = [{"role": "user", "content": earlier}, {"role": "assistant", "content": call}]
-        return {"messages": messages}
-    lead = rng.choice(REQUEST_LEADS)
-    if rng.random() < 0.75:
-        return {"text": f"{definition}\n\n{lead}{ask}"}
-    return {"text": f"{ask}\n\n{definition}"}
-
-
 TEMPLATES: tuple[Template, ...] = (
     Template("structured/sql_query", "structured", _sql_query, 130),
     Template("structured/optimise_sql", "structured", _optimise_sql, 70),
@@ -268,6 +240,4 @@ TEMPLATES: tuple[Template, ...] = (
     Template("structured/json_api", "structured", _json_api_answer, 70),
     Template("structured/followup", "structured", _followup_structured, 70),
     Template("structured/multilingual", "structured", _multilingual_structured, 60),
-    Template("structured/tool_call", "structured", _tool_call, 60),
 )
-
