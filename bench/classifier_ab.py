@@ -31,9 +31,9 @@ from types import ModuleType
 import numpy as np
 
 from bench.classifier_latency import LENGTHS, prompts_of_length
-from classifier.dataset_io import DEFAULT_DATASET, REAL_DATASET, record_request
+from classifier.dataset_io import DEFAULT_DATASET, REAL_DATASET
 from classifier.model import Classifier
-from contracts.request_text import RequestText
+from contracts.request_text import RequestText, from_record
 
 ROOT = Path(__file__).resolve().parent.parent
 _IMPORT = re.compile(r"\b(from|import) classifier\b")
@@ -104,7 +104,7 @@ def check_features(base_module: ModuleType, head: Classifier, random_texts: int)
 
     base = base_module.Classifier.load()
     spec_base, spec_head = base.model.spec, head.model.spec
-    requests = [record_request(json.loads(line)) for path in (DEFAULT_DATASET, REAL_DATASET) for line in path.open()]
+    requests = [from_record(json.loads(line)) for path in (DEFAULT_DATASET, REAL_DATASET) for line in path.open()]
     rng = random.Random(0)
     requests += [RequestText(system=random_text(rng)[:300], user=random_text(rng), history=random_text(rng)[:2000])
                  for _ in range(random_texts)]  # fmt: skip

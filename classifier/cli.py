@@ -43,7 +43,7 @@ def _open_input(name: str) -> IO[str]:
 
 
 def _parse_line(line: str):
-    from contracts.request_text import RequestText, from_messages, response_format_type
+    from contracts.request_text import from_record, reply_format
 
     if not line.strip():
         raise InvalidRequestError("blank line: expected a JSON object with `text` or `messages`")
@@ -53,16 +53,16 @@ def _parse_line(line: str):
         raise InvalidRequestError(f"not valid JSON: {exc.msg} (column {exc.colno})") from exc
     if not isinstance(record, dict):
         raise InvalidRequestError("expected a JSON object with `text` or `messages`")
-    response_format = response_format_type(record.get("response_format"))
+    reply_format(record.get("response_format"), record.get("tool_choice"))   # its errors name the field
     if "messages" in record:
-        request = from_messages(record["messages"], record.get("response_format"))
+        request = from_record(record)
         if not request.user and not request.system and not request.history:
             raise InvalidRequestError("`messages` holds no text", param="messages")
         return request
     if "text" in record:
         if not isinstance(record["text"], str):
             raise InvalidRequestError("`text` must be a string", param="text")
-        return RequestText(user=record["text"], response_format=response_format)
+        return from_record(record)
     raise InvalidRequestError("object has neither `text` nor `messages`")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from contracts.errors import InvalidRequestError
 from contracts.names import CLASSES as LABELS
-from contracts.request_text import RequestText, from_messages
+from contracts.request_text import RequestText, from_record
 
 DEFAULT_DATASET = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
 REAL_DATASET = Path(__file__).resolve().parent / "data" / "real_prompts.jsonl"
@@ -32,10 +32,6 @@ class LabelledSet:
                            self.groups + other.groups, self.sources + other.sources)  # fmt: skip
 
 
-def record_request(record: dict) -> RequestText:
-    if "messages" in record:
-        return from_messages(record["messages"], record.get("response_format"))
-    return RequestText(user=record["text"])
 
 
 def load_split(split: str, path: Path = DEFAULT_DATASET) -> LabelledSet:
@@ -46,7 +42,7 @@ def load_split(split: str, path: Path = DEFAULT_DATASET) -> LabelledSet:
             record = json.loads(line)
             if split != "all" and record.get("split") != split:
                 continue
-            requests.append(record_request(record))
+            requests.append(from_record(record))
             labels.append(record["label"])
             groups.append(record.get("group", ""))
             sources.append(record.get("source", ""))
@@ -72,7 +68,7 @@ def read_labelled_jsonl(path: Path) -> LabelledSet:
                 raise InvalidRequestError(f"line {number}: expected an object with `label` in {list(LABELS)}")
             if not isinstance(record.get("text"), str) and not isinstance(record.get("messages"), list):
                 raise InvalidRequestError(f"line {number}: expected a `text` string or a `messages` list")
-            requests.append(record_request(record))
+            requests.append(from_record(record))
             labels.append(record["label"])
     if not labels:
         raise InvalidRequestError(f"{path}: no labelled lines")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .errors import InvalidRequestError
+from .names import forces_tool_call
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,26 @@ def response_format_type(response_format: Any) -> str | None:
         if kind is None or isinstance(kind, str):
             return kind
     raise InvalidRequestError("response_format must be an object with a string `type`", param="response_format")
+
+
+def reply_format(response_format: Any, tool_choice: Any = None) -> str | None:
+    """The response_format type the classifier reads: the request's own, else "json_object" where
+    `tool_choice` (OpenAI's, as sent) forces a call, whose reply is the call's JSON arguments; the
+    gateway routes such a request the same way."""
+    kind = response_format_type(response_format)
+    if isinstance(tool_choice, Mapping) and tool_choice.get("type") == "allowed_tools":
+        allowed = tool_choice.get("allowed_tools")
+        tool_choice = allowed.get("mode") if isinstance(allowed, Mapping) else None
+    return "json_object" if kind is None and forces_tool_call(tool_choice) else kind
+
+
+def from_record(record: Mapping[str, Any]) -> RequestText:
+    """A classifier JSONL line ({"text"} or {"messages"}, optional "response_format" and "tool_choice") as
+    the request the gateway would classify; its types are the caller's to check."""
+    kind = reply_format(record.get("response_format"), record.get("tool_choice"))
+    if "messages" in record:
+        return from_messages(record["messages"], kind)
+    return RequestText(user=record["text"], response_format=kind)
 
 
 def from_messages(messages: Sequence[Mapping[str, Any]], response_format: Any = None) -> RequestText:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from classifier.dataset_io import DEFAULT_DATASET, REAL_DATASET, record_request
+from classifier.dataset_io import DEFAULT_DATASET, REAL_DATASET
 from classifier.features import FeatureSpec, featurize
 from classifier.model import Classifier
-from contracts.request_text import RequestText
+from contracts.request_text import RequestText, from_record
 
 GOLDEN_PATH = Path(__file__).resolve().parent / "data" / "classifier_golden.json"
 FULL_ROW_CHARS = 45  # requests this short (all texts together) keep their whole row in the file
@@ -47,7 +47,7 @@ def cases() -> list[RequestText]:
     templates = _records(DEFAULT_DATASET)
     for label in ("code", "prose", "structured"):
         for chat in (False, True):
-            requests = sorted((record_request(r) for r in templates if r["label"] == label and ("messages" in r) == chat),
+            requests = sorted((from_record(r) for r in templates if r["label"] == label and ("messages" in r) == chat),
                               key=_size)  # fmt: skip
             out += [requests[int(q * (len(requests) - 1))] for q in ((0.5, 0.97) if chat else (0.02, 0.5, 1.0))]
     real = _records(REAL_DATASET)

@@ -155,3 +155,29 @@ def test_train_then_eval_round_trip_on_a_small_dataset(tmp_path):
     assert evaluated["confusion_matrix"] == trained["held_out"]["confusion_matrix"]
     for key in ("accuracy", "macro_f1", "ece", "brier"):
         assert evaluated[key] == pytest.approx(trained["held_out"][key], abs=1e-9)
+
+
+def test_a_forced_tool_choice_is_structured_in_predict_and_eval_as_in_the_gateway(tmp_path):
+    """A request whose tool_choice forces a call is answered by the call's JSON arguments: the gateway routes
+    it as structured, and the CLI now reads `tool_choice` the same way (as sent: "required", a named function
+    or custom tool, allowed_tools in mode "required"); "auto" and "none" leave the label to the model."""
+    ask = "What is the weather in Paris tomorrow?"
+    forced = ["required", {"type": "function", "function": {"name": "get_weather"}},
+              {"type": "custom", "custom": {"name": "apply_patch"}},
+              {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": []}}]
+    free = ["auto", "none", {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}]
+    lines = [{"text": ask, "tool_choice": choice} for choice in forced + free]
+    lines.append({"messages": [{"role": "user", "content": ask}], "tool_choice": "required"})
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = _run(["-m", "gateway.cli", "classifier", "predict", "--jsonl", str(path)])
+    assert done.returncode == 0, done.stderr
+    out = [json.loads(line) for line in done.stdout.splitlines()]
+    structured = {"code": 0.0, "prose": 0.0, "structured": 1.0}
+    assert [o["probs"] == structured for o in out] == [True] * 4 + [False] * 3 + [True]
+    assert out[4]["label"] == "prose"   # the ask alone: weather talk
+    labelled = tmp_path / "labelled.jsonl"
+    labelled.write_text("".join(json.dumps({**line, "label": "structured"}) + "\n" for line in lines))
+    report = _run(["-m", "gateway.cli", "classifier", "eval", "--jsonl", str(labelled), "--json"])
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["accuracy"] == pytest.approx(5 / 8)   # eval reads them as predict does

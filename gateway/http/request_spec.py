@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from contracts.names import forces_tool_call
-from contracts.request_text import from_messages, from_prompt
+from contracts.request_text import from_messages, from_prompt, reply_format
 from contracts.sampling import SamplingParams
 from gateway.config import GatewayConfig
 from gateway.worker.spec import RequestSpec
@@ -358,8 +358,7 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
     turns, continue_final = _prefilled(req)
     messages = one_system_message([template_message(m) for m in turns])
     tool_choice = req.tool_choice.model_dump() if isinstance(req.tool_choice, NamedToolChoice) else req.tool_choice
-    forcing = forces_tool_call(tool_choice)
-    response_format = req.response_format.type if req.response_format else ("json_object" if forcing else None)
+    response_format = reply_format(req.response_format.type if req.response_format else None, tool_choice)
     logprobs = bool(req.logprobs or req.top_logprobs)   # asking for alternatives implies the tokens' own
     params = _sampling(req, max_tokens, config, logprobs=logprobs, top_logprobs=req.top_logprobs or 0,
                        grammar=grammar_for(req.response_format))
