@@ -130,9 +130,10 @@ def replay(traces: Sequence[Trace], costs: dict[str, float]) -> list[dict]:
 
 
 def record(per_class: int, skip: int, max_tokens: int, engines: Sequence[str], modes: Sequence[str],
-           dtype: str | None) -> list[Trace]:
+           dtype: str | None, out: Path) -> list[Trace]:
     """Run every engine to the end (no rule) on prompts skip..skip+per_class of each class of the bench
-    workload: `switchyard bench --per-class 8` measures the first 8 and warms routers with the last 8."""
+    workload: `switchyard bench --per-class 8` measures the first 8 and warms routers with the last 8.
+    `out` is rewritten after every prompt, so a run cut short keeps what it recorded."""
     from contracts.engine import CancelToken
     from engines.runtime import load_runtime
 
@@ -142,15 +143,16 @@ def record(per_class: int, skip: int, max_tokens: int, engines: Sequence[str], m
     runtime = load_runtime(dtype=dtype)
     sampled = model_defaults(runtime.bundle.generation)   # what a client that sets nothing gets
     traces = []
-    for klass in CLASSES:
-        for prompt in load_class(klass)[skip:skip + per_class]:
-            ids = runtime.encode_chat(list(prompt.messages))
-            for mode in modes:
-                params = sampling_params(mode, max_tokens, prompt.id, 0, sampled)
-                for engine in engines:
-                    accepted = [chunk.step.accepted for chunk in runtime.generate(ids, params, engine, CancelToken())
-                                if chunk.step is not None and chunk.step.drafted > 0]
-                    traces.append(Trace(klass, engine, mode, tuple(accepted)))
+    by_class = [load_class(klass)[skip:skip + per_class] for klass in CLASSES]
+    for prompt in (p for round_ in zip(*by_class) for p in round_):   # classes alternate: a cut run has all
+        ids = runtime.encode_chat(list(prompt.messages))
+        for mode in modes:
+            params = sampling_params(mode, max_tokens, prompt.id, 0, sampled)
+            for engine in engines:
+                accepted = [chunk.step.accepted for chunk in runtime.generate(ids, params, engine, CancelToken())
+                            if chunk.step is not None and chunk.step.drafted > 0]
+                traces.append(Trace(prompt.klass, engine, mode, tuple(accepted)))
+        out.write_text(json.dumps([t.__dict__ for t in traces]))
     return traces
 
 
@@ -169,8 +171,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.record:
         traces = record(args.per_class, args.skip, args.max_tokens, args.engines.split(","),
-                        args.modes.split(","), args.dtype)
-        Path(args.record).write_text(json.dumps([t.__dict__ for t in traces]))
+                        args.modes.split(","), args.dtype, Path(args.record))
     elif args.traces:
         traces = [Trace(t["klass"], t["engine"], t["mode"], tuple(t["accepted"]))
                   for t in json.loads(Path(args.traces).read_text())]
