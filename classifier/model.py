@@ -16,6 +16,7 @@ import numpy as np
 
 from classifier import lexicon
 from classifier.features import FeatureSpec, featurize
+from classifier.tool_offer import offers_tools, without_catalogue
 from contracts.errors import ModelLoadError
 from contracts.names import CLASSES as LABELS
 from contracts.names import forces_structured
@@ -29,7 +30,7 @@ FORMAT = "switchyard-classifier/1"
 class Prediction:
     label: str
     probs: dict[str, float]
-    reason: str = "model"  # "model", or "response_format" when the rule decided
+    reason: str = "model"  # "model", or the rule that decided: "response_format", "tool_catalogue"
 
     @property
     def confidence(self) -> float:
@@ -110,7 +111,16 @@ class Classifier:
 
     def predict(self, request: RequestText) -> Prediction:
         if forces_structured(request.response_format):
-            return Prediction("structured", {label: float(label == "structured") for label in LABELS}, "response_format")
+            return Prediction("structured", _certain("structured"), "response_format")
+        if offers_tools(request) and self._model_says(without_catalogue(request)).label != "code":
+            return Prediction("structured", _certain("structured"), "tool_catalogue")
+        return self._model_says(request)
+
+    def _model_says(self, request: RequestText) -> Prediction:
         probs = self.model.probabilities(request)[self._order]
         best = int(probs.argmax())
         return Prediction(LABELS[best], {label: float(p) for label, p in zip(LABELS, probs)})
+
+
+def _certain(label: str) -> dict[str, float]:
+    return {name: float(name == label) for name in LABELS}

@@ -257,3 +257,30 @@ def test_load_refuses_pickled_arrays_and_bad_json(tmp_path):
     (tmp_path / "model.json").write_text("{not json")
     with pytest.raises(ModelLoadError):
         Classifier.load(tmp_path)
+
+
+def test_a_tool_catalogue_in_the_prompt_asks_for_a_call(shipped):
+    """Clients without native tools (and eval harnesses) list functions in the prompt and expect a call
+    back: structured (its JSON arguments), where the model read the everyday ask as prose or the catalogue
+    as code. Found by its form: a JSON definition, or signatures after an offer of tools."""
+    from classifier.tool_offer import offers_tools
+
+    definition = json.dumps([{"type": "function", "function": {
+        "name": "order_pizza", "description": "Order a pizza for delivery",
+        "parameters": {"type": "object", "properties": {"size": {"type": "string"}, "address": {"type": "string"}},
+                       "required": ["size", "address"]}}}])
+    asks = [
+        RequestText(system=definition, user="A large margherita to 12 Elm Street, please."),
+        RequestText(system="You may call these functions:\n- water_plants(zone: int, minutes: int)\n"
+                           "- read_soil(zone: int)", user="Give the tomatoes ten minutes."),
+        RequestText(user="Tools: track_parcel(tracking_id). Where is parcel JD0142 now?"),
+    ]
+    for ask in asks:
+        assert offers_tools(ask), ask
+        prediction = shipped.predict(ask)
+        assert (prediction.label, prediction.reason, prediction.probs["structured"]) == ("structured", "tool_catalogue", 1.0)
+    # an ask for code about the tools stays code; prose that mentions a call is no catalogue
+    handler = shipped.predict(RequestText(user="Implement this tool's handler in Go with net/http:\n" + definition))
+    assert (handler.label, handler.reason) == ("code", "model")
+    docs = RequestText(user="To free the cache you can use drop_caches() from the admin shell. Summarise this in a sentence.")
+    assert not offers_tools(docs) and shipped.predict(docs).reason == "model"
