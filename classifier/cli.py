@@ -43,7 +43,7 @@ def _open_input(name: str) -> IO[str]:
 
 
 def _parse_line(line: str):
-    from contracts.request_text import from_record, reply_format
+    from contracts.request_text import from_record
 
     if not line.strip():
         raise InvalidRequestError("blank line: expected a JSON object with `text` or `messages`")
@@ -53,7 +53,6 @@ def _parse_line(line: str):
         raise InvalidRequestError(f"not valid JSON: {exc.msg} (column {exc.colno})") from exc
     if not isinstance(record, dict):
         raise InvalidRequestError("expected a JSON object with `text` or `messages`")
-    reply_format(record.get("response_format"), record.get("tool_choice"))   # its errors name the field
     if "messages" in record:
         request = from_record(record)
         if not request.user and not request.system and not request.history:

@@ -32,8 +32,6 @@ class LabelledSet:
                            self.groups + other.groups, self.sources + other.sources)  # fmt: skip
 
 
-
-
 def load_split(split: str, path: Path = DEFAULT_DATASET) -> LabelledSet:
     """split: "train", "test" or "all" (records without a `split` field belong to "all" only)."""
     requests, labels, groups, sources = [], [], [], []
