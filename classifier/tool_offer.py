@@ -21,7 +21,7 @@ from contracts.request_text import RequestText
 _JSON_DEFINITION = re.compile(
     r'"name"\s*:\s*"[A-Za-z_][\w.\-]*"[^{}]{0,600}?"(?:parameters|input_schema)"\s*:\s*\{')
 # words that offer tools to the model (on lower-cased text), and a signature such an offer lists; no
-# alternative starts with \b: that costs ~0.4 ms per 4k prompt, the literal starts ~0.03
+# alternative starts with \b: with it the search cost ~0.4 ms per 4k prompt, starting on letters ~0.03 ms
 _OFFER_LABEL = re.compile(r"^[ \t#*>-]*(?:available\s+)?(?:functions?|tools?|apis?)(?:\s+available)?\s*[:=]",
                           re.MULTILINE)   # a "Tools:" label line
 _OFFER_PHRASE = re.compile(
