@@ -26,6 +26,7 @@ from pathlib import Path
 from contracts.engine import SwitchRule
 from contracts.names import CLASSES
 from engines.switching import SwitchWatch
+from gateway.routing.monitor import WindowPairs
 
 # the rule's defaults (gateway.routing.policy.FallbackPolicy); repeated here to keep MLX-free replays
 # independent of a policy file, and checked against it in the tests
@@ -52,19 +53,16 @@ class _LastWindowWatch(SwitchWatch):
 
 
 def window_persistence(traces: Sequence[Trace], window: int = WINDOW) -> float:
-    """The monitor's estimator: slope of a request's next window mean on its previous one, pooled."""
-    pairs = []
+    """The monitor's estimator (WindowPairs, here a plain mean over all pairs): the slope of a request's
+    next window mean on its previous one, pooled; 1.0 while the windows have not varied."""
+    pairs = WindowPairs()
     for trace in traces:
         means = [statistics.fmean(trace.accepted[i:i + window])
                  for i in range(0, len(trace.accepted) - window + 1, window)]
-        pairs += list(zip(means, means[1:]))
-    if len(pairs) < 2:
-        return 1.0
-    xs, ys = [p for p, _ in pairs], [f for _, f in pairs]
-    mx_, my = statistics.fmean(xs), statistics.fmean(ys)
-    var = statistics.fmean([(x - mx_) ** 2 for x in xs])
-    cov = statistics.fmean([(x - mx_) * (y - my) for x, y in zip(xs, ys)])
-    return 1.0 if var <= 1e-9 else min(1.0, max(0.0, cov / var))
+        for previous, following in zip(means, means[1:]):
+            pairs.update(previous, following, 0.0)   # weight 0: every pair counts alike
+    slope = pairs.slope()
+    return 1.0 if slope is None else slope
 
 
 def hand_off_at(trace: Trace, rule: SwitchRule, watch_type: type[SwitchWatch] = SwitchWatch) -> int | None:
