@@ -127,6 +127,49 @@ def replay(traces: Sequence[Trace], costs: dict[str, float]) -> list[dict]:
     return rows
 
 
+def routing_bounds(traces: Sequence[Trace], costs: dict[str, float]) -> list[dict]:
+    """What any router could reach on these requests, per decoding mode, in tokens per raw step: every
+    fixed engine (raw included, at one step a token), the best engine per class (a perfect class
+    router) and per request (an oracle that knows each request's acceptance before it starts), both
+    against the best fixed engine. A request's engines are paired by their order in the recording;
+    sampled traces of one prompt differ in tokens, so each engine's time is its seconds per token
+    times the mean length of the prompt's traces (greedy: the same length)."""
+    rows = []
+    for mode in sorted({t.mode for t in traces}):
+        engines = sorted({t.engine for t in traces if t.mode == mode and t.engine in costs})
+        totals = {name: 0.0 for name in ("raw", *engines)}
+        per_class_best = oracle = tokens = 0.0
+        classes = {}
+        for klass in CLASSES:
+            groups = [[t for t in traces if t.mode == mode and t.klass == klass and t.engine == e] for e in engines]
+            if not groups or not all(groups):
+                continue
+            class_time = {name: 0.0 for name in totals}
+            class_tokens = class_oracle = 0.0
+            for runs in zip(*groups):
+                length = statistics.fmean(t.tokens for t in runs)
+                times = {"raw": length} | {t.engine: length * seconds(t, costs[t.engine], None) / t.tokens
+                                           for t in runs}
+                for name, value in times.items():
+                    class_time[name] += value
+                class_oracle += min(times.values())
+                class_tokens += length
+            for name, value in class_time.items():
+                totals[name] += value
+            per_class_best += min(class_time.values())
+            oracle += class_oracle
+            tokens += class_tokens
+            classes[klass] = {name: class_tokens / value for name, value in class_time.items()} | {
+                "oracle": class_tokens / class_oracle}
+        if not tokens:
+            continue
+        best = min(totals, key=totals.get)
+        rows.append({"mode": mode, "fixed": {name: tokens / value for name, value in totals.items()},
+                     "best_fixed": best, "per_class_vs_best": totals[best] / per_class_best,
+                     "per_request_vs_best": totals[best] / oracle, "classes": classes})
+    return rows
+
+
 def record(per_class: int, skip: int, max_tokens: int, engines: Sequence[str], modes: Sequence[str],
            dtype: str | None, out: Path) -> list[Trace]:
     """Run every engine to the end (no rule) on prompts skip..skip+per_class of each class of the bench
@@ -176,6 +219,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         parser.error("--record FILE or --traces FILE")
     costs = {"mtp": 1.45, "ddtree": 2.25} | {k: float(v) for k, v in (c.split("=", 1) for c in args.cost)}
+    print("What a router could reach, tokens per raw step (engine speeds from the traces at these costs):")
+    for row in routing_bounds(traces, costs):
+        fixed = ", ".join(f"{name} {value:.3f}" for name, value in row["fixed"].items())
+        print(f"  {row['mode']}: {fixed}; best per class {row['per_class_vs_best']:.3f}x and per request "
+              f"{row['per_request_vs_best']:.3f}x the best fixed engine ({row['best_fixed']})")
+        for klass, speeds in row["classes"].items():
+            print(f"    {klass:10s} " + ", ".join(f"{name} {value:.3f}" for name, value in speeds.items()))
     for row in replay(traces, costs):
         print(f"\n{row['engine']} {row['mode']}: {row['requests']} requests, c {row['cost']}, measured share "
               f"{row['measured_share']}, {row['never_tok_per_step']:.3f} tokens a raw step never handing off; "

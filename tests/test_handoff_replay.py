@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from bench.handoff_replay import (EVIDENCE_Z, MARGIN, PRIOR, WINDOW, Trace, replay, seconds,
-                                  window_persistence)
+from bench.handoff_replay import (EVIDENCE_Z, MARGIN, PRIOR, WINDOW, Trace, replay, routing_bounds,
+                                  seconds, window_persistence)
 from gateway.routing.policy import FallbackPolicy
 
 
@@ -43,3 +43,20 @@ def test_a_collapsing_request_is_handed_off_and_a_healthy_one_is_not():
         assert result["hand_offs"] == (0 if name == blind else 1), name   # the collapsed one only
         assert result["vs_never"] == 1.0 if name == blind else result["vs_never"] > 1.0, name   # it pays
     assert row["oracle_vs_never"] > 1.0
+
+
+def test_routing_bounds_price_every_engine_per_class_and_per_request():
+    # code: ddtree accepts 3 a verify (4 tokens for 2 raw steps), mtp 1 (2 tokens for 1.5): ddtree wins;
+    # prose: ddtree accepts 0 (1 token for 2), mtp 1: mtp wins; the second prose prompt favours ddtree
+    traces = [Trace("code", "ddtree", "greedy", (3,) * 4), Trace("code", "mtp", "greedy", (1,) * 8),
+              Trace("prose", "ddtree", "greedy", (0,) * 16), Trace("prose", "mtp", "greedy", (1,) * 8),
+              Trace("prose", "ddtree", "greedy", (3,) * 4), Trace("prose", "mtp", "greedy", (0,) * 16)]
+    (row,) = routing_bounds(traces, {"ddtree": 2.0, "mtp": 1.5})
+    # raw steps for 16 tokens a prompt (raw 16): code ddtree 8, mtp 12; prose #1 ddtree 32, mtp 12;
+    # prose #2 ddtree 8, mtp 24. Every fixed engine takes 48 for the 48 tokens
+    assert row["fixed"] == pytest.approx({"raw": 1.0, "ddtree": 1.0, "mtp": 1.0})
+    assert row["classes"]["code"] == pytest.approx({"raw": 1.0, "ddtree": 2.0, "mtp": 16 / 12, "oracle": 2.0})
+    assert row["classes"]["prose"] == pytest.approx({"raw": 1.0, "ddtree": 32 / 40, "mtp": 32 / 36,
+                                                     "oracle": 32 / 20})
+    assert row["per_class_vs_best"] == pytest.approx(48 / (8 + 32))       # code on ddtree, prose on raw
+    assert row["per_request_vs_best"] == pytest.approx(48 / (8 + 12 + 8))
