@@ -1,7 +1,8 @@
 """`switchyard classifier train|eval|predict` (also runnable as `python -m classifier.cli ...`).
 
 predict (public contract): `--jsonl FILE` (`-` = stdin) reads one JSON object per line, with a
-`text` string or OpenAI `messages` (optionally `response_format`), and prints exactly one JSON line
+`text` string or OpenAI `messages` (optionally `response_format`, `tools` and `tool_choice`, read as the
+gateway reads a chat request's), and prints exactly one JSON line
 per input line: {"label": ..., "probs": {"code": p, "prose": p, "structured": p}}.
 A line that cannot be classified (not JSON, no text/messages, wrong types, blank) prints
 {"error": {"line": N, "message": ...}} in its place, the message also goes to stderr, and the

@@ -16,7 +16,7 @@ import numpy as np
 
 from classifier import lexicon
 from classifier.features import FeatureSpec, featurize
-from classifier.tool_offer import offers_tools, without_catalogue
+from classifier.tool_offer import offers_tools, the_ask
 from contracts.errors import ModelLoadError
 from contracts.names import CLASSES as LABELS
 from contracts.names import forces_structured
@@ -30,7 +30,7 @@ FORMAT = "switchyard-classifier/1"
 class Prediction:
     label: str
     probs: dict[str, float]
-    reason: str = "model"  # "model", or the rule that decided: "response_format", "tool_catalogue"
+    reason: str = "model"  # "model", or the rule that decided: "response_format", "tools", "tool_catalogue"
 
     @property
     def confidence(self) -> float:
@@ -95,6 +95,12 @@ class LinearModel:
         return cls(labels, spec, np.ascontiguousarray(coef.T), intercept, float(meta["beta"]), meta.get("info", {}))
 
 
+# where tools are offered the reply is a call unless the ask alone is surely for code ("implement this
+# handler": p 0.90-1.00 on the check sets); short everyday asks read as code up to 0.78 ("Clean the
+# kitchen on max, then dock"), and those are calls
+SURE_CODE = 0.85
+
+
 class Classifier:
     """Public API the router uses: code / prose / structured with calibrated probabilities."""
 
@@ -112,8 +118,8 @@ class Classifier:
     def predict(self, request: RequestText) -> Prediction:
         if forces_structured(request.response_format):
             return Prediction("structured", _certain("structured"), "response_format")
-        if offers_tools(request) and self._model_says(without_catalogue(request)).label != "code":
-            return Prediction("structured", _certain("structured"), "tool_catalogue")
+        if offers_tools(request) and self._model_says(the_ask(request)).probs["code"] < SURE_CODE:
+            return Prediction("structured", _certain("structured"), "tools" if request.tools else "tool_catalogue")
         return self._model_says(request)
 
     def _model_says(self, request: RequestText) -> Prediction:

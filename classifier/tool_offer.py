@@ -13,50 +13,116 @@ handler") stays code; anything else is structured.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
-
 from contracts.request_text import RequestText
 
 # a JSON function definition: a name, then (within the same object level) its parameter schema
 _JSON_DEFINITION = re.compile(
-    r'"name"\s*:\s*"[A-Za-z_][\w.\-]*"[^{}]{0,600}?"(?:parameters|input_schema)"\s*:\s*\{')
-# words that offer tools to the model (on lower-cased text), and a signature such an offer lists; no
+    r'"name"\s*:\s*"[A-Za-z_][\w.\-]*"[^{}]{0,600}?"(?:parameters|input_schema|arguments)"\s*:\s*\{')
+# an XML catalogue: <tools> / <functions> holding a <tool name=...> / <function name=...>
+_XML_DEFINITION = re.compile(r"<(?:tool|function)\b[^>]{0,80}\bname\s*=", re.IGNORECASE)
+# words that offer tools to the model (on lower-cased text), and a name such an offer lists; no
 # alternative starts with \b: with it the search cost ~0.4 ms per 4k prompt, starting on letters ~0.03 ms
-_OFFER_LABEL = re.compile(r"^[ \t#*>-]*(?:available\s+)?(?:functions?|tools?|apis?)(?:\s+available)?\s*[:=]",
-                          re.MULTILINE)   # a "Tools:" label line
-_OFFER_PHRASE = re.compile(
-    r"available\s+(?:functions|tools)\b|you\s+have\s+access\s+to\b|<tools>"
-    r"|you\s+(?:can|may)\s+(?:use|call)\s+(?:the\s+following|these|this|one\s+of\s+these)\s+(?:functions?|tools?)\b"
-    r"|call\s+(?:the|a|one\s+of\s+the)\s+(?:appropriate\s+|right\s+)?(?:function|tool)s?\b")
-_OFFER_WORDS = ("unction", "ool", "api", "API", "Api")   # a cheap test before lower-casing 4k characters
-# literals one of which every label line / phrase holds: the regexes run only where one is found
-_LABEL_WORDS = ("tools:", "tool:", "functions:", "function:", "apis:", "api:", "available:", "tools =",
-                "tools=", "functions =", "functions=", "tools :", "functions :")
-_PHRASE_WORDS = ("available", "access to", "<tools>", "you can", "you may", "call ")
+_KINDS = r"(?:functions?|tools?|apis?|actions|operations|endpoints?)"
+# a label line ("Tools:", "## Available operations", "| function |", "[tool] f(x)", "TOOLS"): a kind
+# word with nothing but decoration (and "available") before it on its line, found by str.find and
+# checked here; a multiline regex tried at every line start cost ~35 us per 4k prompt
+_LABEL_KINDS = ("function", "tool", "api", "actions", "operations", "endpoint")
+_LABEL_TAIL = re.compile(r"s?(?:\s+available(?:\s+to\s+you)?|\s+you\s+(?:can|may)\s+(?:call|use|take))?"
+                         r"[ \t]*(?:[:=\]|]|->|\n|$)")
+# phrases that offer tools, each found from an anchor literal (str.find) and checked there: what must
+# come before the anchor (on the 40 characters before it) and from it on. One alternation of them all
+# cost ~0.3 ms per 4k prompt, and patterns that start on an alternation scan every position
+_Phrase = tuple[str, "re.Pattern[str] | None", "re.Pattern[str]"]
+_KINDS_BEFORE = re.compile(_KINDS + r"\s+$")
+_OFFER_PHRASES: tuple[_Phrase, ...] = tuple(
+    (anchor, None if before is None else re.compile(before), re.compile(after)) for anchor, before, after in (
+        ("available", None, r"available\s+(?:" + _KINDS + r"|to\s+you)"),
+        ("access to", r"(?:you\s+have|with)\s+$",
+         r"access\s+to\s+(?:the\s+|these\s+|this\s+)?(?:following\s+)?" + _KINDS),
+        ("<tools>", None, "<"), ("<functions>", None, "<"),
+        *((you, None, you.replace(" ", r"\s+") + r"\s+(?:(?:use|call|invoke)\s*(?::|(?:the\s+following|these|this"
+           r"|one\s+of\s+these)\s+" + _KINDS + r")|(?:call|invoke)\s+`?[a-z_][\w.]*\()") for you in ("you can", "you may")),
+        *((you, _KINDS_BEFORE.pattern, you.replace(" ", r"\s+") + r"\s+(?:call|use|take)")
+          for you in ("you can", "you may")),
+        ("called", r"(?:tool|function)\s+$", r"called\b"),
+        ("above", _KINDS_BEFORE.pattern, "above"),
+        *((verb + " ", None, verb + r"\s+(?:the\s+|a\s+|one\s+of\s+the\s+)?(?:appropriate\s+|right\s+)?"
+           r"(?:tool|function)s?\b") for verb in ("use", "call", "invoke")),
+        ("given", None, r"given\s+(?:the|these|this|the\s+following)\s+" + _KINDS),
+        *((label, None, re.escape(label) + r"\s*`?[a-z_][\w.]*\(")
+          for label in ("tools:", "tool:", "functions:", "function:", "apis:", "api:")),
+        ("expose", None, r"expose\s+(?:one|an?|these|the\s+following)\s+" + _KINDS + r"?\s*(?:\w+\s+)?to\s+you"),
+    ))
+# in a system prompt, an instruction to use a listed signature offers it ("Use lookup(flight) to answer")
+_SYSTEM_OFFER = re.compile(r"use\s+`?[a-z_][\w.]*\([^()\n]{0,200}\)`?\s+to\b")
+_OFFER_WORDS = ("unction", "ool", "api", "API", "Api", "ction", "peration", "ndpoint", "TOOL", "FUNCTION",
+                "call", "Call", "CALL", "Use ", "use ")
+# what a catalogue lists: a signature, a snake_case / dotted / camelCase name as a YAML, Markdown or
+# table entry ("- name: find_x", "## find_x", "| find_x |", "`find_x`", "find_x:") or an HTTP endpoint
 _SIGNATURE = re.compile(r"\b[A-Za-z_][\w.]*\([^()\n]{0,200}\)")
-# a catalogue line: JSON, or a listed signature ("- send(to: str) -> dict: ...", "| find(a, b) |")
-_CATALOGUE_LINE = re.compile(r'^\s*(?:[\[\]{}"]|[-*|]?\s*`?[A-Za-z_][\w.]*\([^()\n]{0,200}\))')
+_NAMED_ENTRY = re.compile(
+    r"(?:^|\n)[ \t]*(?:[-*|#]+[ \t]*|\d+[.)][ \t]*)?(?:name:[ \t]*)?`?"
+    r"[a-z][a-z0-9]*(?:[_.][a-z0-9]+|[A-Z][a-z0-9]+)+`?[ \t]*(?:[:|]|--|$)"
+    r"|\b(?:GET|POST|PUT|PATCH|DELETE)[ \t]+/[\w/{}.-]*", re.MULTILINE)
+# a catalogue line: JSON, XML, a listed signature or named entry ("- send(to: str) -> dict: ...", "| find(a, b) |")
+_CATALOGUE_LINE = re.compile(
+    r'^\s*(?:[\[\]{}"<|]|[-*|#]?\s*`?[A-Za-z_][\w.]*\([^()\n]{0,200}\))'
+    r"|^[ \t]*(?:[-*|#]+[ \t]*|\d+[.)][ \t]*)?(?:name:[ \t]*)?`?[a-z][a-z0-9]*(?:[_.][a-z0-9]+)+`?[ \t]*(?:[:|]|--|$)"
+    r"|^[ \t]+[\w-]+:")
 
 
-def _offers(text: str) -> bool:
-    if ('"parameters"' in text or '"input_schema"' in text) and _JSON_DEFINITION.search(text):
+def _label_line(low: str) -> bool:
+    for kind in _LABEL_KINDS:
+        at = low.find(kind)
+        while at != -1:
+            head = low[low.rfind("\n", 0, at) + 1:at].strip(" \t#*>|[-")
+            if head in ("", "available") and _LABEL_TAIL.match(low, at + len(kind)):
+                return True
+            at = low.find(kind, at + len(kind))
+    return False
+
+
+def _phrase(low: str) -> bool:
+    for anchor, before, after in _OFFER_PHRASES:
+        at = low.find(anchor)
+        while at != -1:
+            if (before is None or before.search(low, max(0, at - 40), at)) and after.match(low, at):
+                return True
+            at = low.find(anchor, at + 1)
+    return False
+
+
+def _offers(text: str, system: bool = False) -> bool:
+    if ('"parameters"' in text or '"input_schema"' in text or '"arguments"' in text) \
+            and _JSON_DEFINITION.search(text):
+        return True
+    if "name" in text and ("<tool" in text or "<function" in text) and _XML_DEFINITION.search(text):
         return True
     if not any(word in text for word in _OFFER_WORDS):
         return False
     low = text.lower()
-    offered = (any(word in low for word in _LABEL_WORDS) and _OFFER_LABEL.search(low) is not None) or (
-        any(word in low for word in _PHRASE_WORDS) and _OFFER_PHRASE.search(low) is not None)
-    return offered and _SIGNATURE.search(text) is not None
+    offered = _label_line(low) or (
+        _phrase(low)) or (
+        system and "use " in low and _SYSTEM_OFFER.search(low) is not None)
+    return offered and (_SIGNATURE.search(text) is not None or _NAMED_ENTRY.search(text) is not None)
 
 
 def offers_tools(request: RequestText) -> bool:
-    """The system prompt or the last user message lists functions for the model to call."""
-    return _offers(request.system) or _offers(request.user)
+    """The request offers the model functions to call: in its body (`tools`, unless tool_choice is
+    "none"), or listed in its system prompt or last user message."""
+    return bool(request.tools) or _offers(request.system, system=True) or _offers(request.user)
 
 
-def without_catalogue(request: RequestText) -> RequestText:
-    """The request with its catalogue lines (JSON, listed signatures) taken out: the ask around them."""
+def the_ask(request: RequestText) -> RequestText:
+    """What the request asks, without the tools it offers: its last user message with the catalogue's
+    lines (JSON, XML, listed signatures and names) and inline signatures taken out, or the system
+    prompt so stripped where the user message holds nothing else. The classifier reads it to keep an
+    ask for code about the tools ("implement this handler") code."""
     def strip(text: str) -> str:
-        return "\n".join(line for line in text.splitlines() if not _CATALOGUE_LINE.match(line))
+        kept = "\n".join(line for line in text.splitlines() if not _CATALOGUE_LINE.match(line))
+        return _SIGNATURE.sub("", kept).strip()
 
-    return replace(request, system=strip(request.system), user=strip(request.user))
+    user = strip(request.user)
+    if user:
+        return RequestText(user=user, history=request.history)
+    return RequestText(system=strip(request.system), history=request.history)

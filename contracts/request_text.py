@@ -21,6 +21,7 @@ class RequestText:
     user: str = ""                     # the last user message, or a completion prompt
     history: str = ""                  # every other turn, in order
     response_format: str | None = None  # OpenAI response_format.type, if any
+    tools: str = ""                    # functions the request's body offers the model (tools_text); "" if none
 
 
 def content_text(content: Any) -> str:
@@ -64,16 +65,40 @@ def reply_format(response_format: Any, tool_choice: Any = None) -> str | None:
     return "json_object" if kind is None and forces_tool_call(tool_choice) else kind
 
 
+def tools_text(tools: Any, tool_choice: Any = None) -> str:
+    """The functions a request's body offers the model, as one line each ("name: description (params)"),
+    or "" where none are offered or `tool_choice` is "none". Reads every shape a client sends: OpenAI
+    chat ({"type": "function", "function": {...}}), the Responses API's flat one, Anthropic's
+    ({"name", "description", "input_schema"}) and custom tools ({"type": "custom", "custom": {...}})."""
+    if not tools or not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)) or tool_choice == "none":
+        return ""
+    lines = []
+    for tool in tools:
+        if not isinstance(tool, Mapping):
+            continue
+        body = tool.get("function") or tool.get("custom") or tool
+        if not isinstance(body, Mapping) or not isinstance(body.get("name"), str):
+            continue
+        schema = body.get("parameters") or body.get("input_schema") or {}
+        properties = schema.get("properties") if isinstance(schema, Mapping) else None
+        params = ", ".join(properties) if isinstance(properties, Mapping) else ""
+        description = body.get("description") if isinstance(body.get("description"), str) else ""
+        lines.append(f"{body['name']}: {description} ({params})")
+    return "\n".join(lines)
+
+
 def from_record(record: Mapping[str, Any]) -> RequestText:
-    """A classifier JSONL line ({"text"} or {"messages"}, optional "response_format" and "tool_choice") as
-    the request the gateway would classify; its types are the caller's to check."""
+    """A classifier JSONL line ({"text"} or {"messages"}, optional "response_format", "tools" and
+    "tool_choice", as in a chat request) as the request the gateway would classify; its types are the
+    caller's to check."""
     kind = reply_format(record.get("response_format"), record.get("tool_choice"))
+    tools = tools_text(record.get("tools"), record.get("tool_choice"))
     if "messages" in record:
-        return from_messages(record["messages"], kind)
-    return RequestText(user=record["text"], response_format=kind)
+        return from_messages(record["messages"], kind, tools)
+    return RequestText(user=record["text"], response_format=kind, tools=tools)
 
 
-def from_messages(messages: Sequence[Mapping[str, Any]], response_format: Any = None) -> RequestText:
+def from_messages(messages: Sequence[Mapping[str, Any]], response_format: Any = None, tools: str = "") -> RequestText:
     """Split an OpenAI chat into system text, the last user message and the turns around it."""
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
         raise InvalidRequestError("messages must be a list of message objects", param="messages")
@@ -98,6 +123,7 @@ def from_messages(messages: Sequence[Mapping[str, Any]], response_format: Any = 
         user=user,
         history="\n".join(text for _, text in earlier),
         response_format=response_format_type(response_format),
+        tools=tools,
     )
 
 

@@ -284,3 +284,61 @@ def test_a_tool_catalogue_in_the_prompt_asks_for_a_call(shipped):
     assert (handler.label, handler.reason) == ("code", "model")
     docs = RequestText(user="To free the cache you can use drop_caches() from the admin shell. Summarise this in a sentence.")
     assert not offers_tools(docs) and shipped.predict(docs).reason == "model"
+
+
+def test_catalogues_in_every_form_a_prompt_lists_tools(shipped):
+    """YAML and Markdown lists, XML, a table, inline signatures and a system prompt's "Use f(x) to ..."
+    offer tools as much as JSON definitions do; an everyday ask then wants a call, even where the model
+    alone leans code on its imperative ("Clean the kitchen ..., then dock": below SURE_CODE)."""
+    from classifier.tool_offer import offers_tools
+
+    asks = [
+        RequestText(system="tools:\n  - name: refill_prescription\n    parameters:\n      rx_number: string",
+                    user="Refill Rx 448120 please."),
+        RequestText(system='<functions>\n<function name="add_to_cart"><param name="sku"/></function>\n</functions>',
+                    user="Put two of SKU-9981 in my basket."),
+        RequestText(user="| function | arguments |\n|---|---|\n| find_parking | near, covered |\n\n"
+                         "Covered parking near the opera, which call?"),
+        RequestText(system="You control a robot vacuum. Functions: start_cleaning(rooms: list[str], power: str), "
+                           "dock(). Reply with the calls.", user="Clean the kitchen on max, then send it back to the dock."),
+        RequestText(system="Use lookup_flight_status(flight_number, date) to answer questions about flights.",
+                    user="Is KL 1002 on time today?"),
+        RequestText(system="## Available operations\n- `pause_subscription(user_id, weeks)`", user="Pause mine for a month."),
+    ]
+    for ask in asks:
+        assert offers_tools(ask), ask
+        assert (shipped.predict(ask).label, shipped.predict(ask).reason) == ("structured", "tool_catalogue"), ask
+    # the ask alone is what the exception reads: code about listed tools stays code
+    handler = RequestText(system="tools:\n  - name: crop_image\n    parameters:\n      path: string",
+                          user="Implement crop_image in Python with Pillow, with a unit test.")
+    assert shipped.predict(handler).label == "code"
+    # prose that has tools, access or calls in it offers nothing
+    for text in ("You will no longer have access to the old API, so plan the migration. Summarise the email: (see above)",
+                 "Our team debates whether to expose delete_account(user_id) as an LLM tool. What are the arguments?"):
+        assert not offers_tools(RequestText(user=text)), text
+
+
+def test_tools_in_the_body_ask_for_a_call_unless_the_ask_is_code_or_tool_choice_is_none(shipped):
+    from contracts.request_text import from_record, tools_text
+
+    chat = [{"type": "function", "function": {"name": "set_light", "description": "Set a light's brightness",
+                                               "parameters": {"type": "object", "properties": {"room": {}, "level": {}}}}}]
+    flat = [{"type": "function", "name": "set_light", "description": "Set a light's brightness",
+             "parameters": {"type": "object", "properties": {"room": {}, "level": {}}}}]
+    anthropic = [{"name": "set_light", "description": "Set a light's brightness",
+                  "input_schema": {"type": "object", "properties": {"room": {}, "level": {}}}}]
+    custom = [{"type": "custom", "custom": {"name": "set_light", "description": "Set a light's brightness"}}]
+    for tools in (chat, flat, anthropic):
+        assert tools_text(tools) == "set_light: Set a light's brightness (room, level)"
+    assert tools_text(custom) == "set_light: Set a light's brightness ()"
+    assert tools_text(chat, "none") == "" and tools_text([]) == "" and tools_text(None) == ""
+    assert tools_text(chat, "auto") == tools_text(chat, {"type": "function", "function": {"name": "set_light"}})
+
+    ask = {"messages": [{"role": "user", "content": "Dim the living room lamps to 30 percent."}], "tools": chat}
+    called = shipped.predict(from_record(ask))
+    assert (called.label, called.reason) == ("structured", "tools")
+    # without tools, or with calls turned off, the same ask is the model's to read
+    for record in ({**ask, "tools": None}, {**ask, "tool_choice": "none"}):
+        assert shipped.predict(from_record(record)).reason == "model"
+    code = {"text": "Write a bash one-liner that counts the lines of every .py file under src/.", "tools": chat}
+    assert shipped.predict(from_record(code)).label == "code"

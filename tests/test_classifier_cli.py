@@ -43,6 +43,8 @@ def test_predict_jsonl_file_text_messages_and_response_format(tmp_path):
         ]},
         {"messages": [{"role": "user", "content": "Write a poem about rain."}], "response_format": {"type": "json_object"}},
         {"text": ""},
+        {"text": "Dim the living room lamps to 30 percent.", "tools": [{"type": "function", "function": {
+            "name": "set_light", "parameters": {"type": "object", "properties": {"room": {}, "level": {}}}}}]},
     ]  # fmt: skip
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -54,6 +56,7 @@ def test_predict_jsonl_file_text_messages_and_response_format(tmp_path):
         _assert_prediction(obj)
     assert [o["label"] for o in out[:4]] == ["code", "prose", "structured", "structured"]
     assert out[3]["probs"] == {"code": 0.0, "prose": 0.0, "structured": 1.0}
+    assert out[5]["probs"] == {"code": 0.0, "prose": 0.0, "structured": 1.0}   # offered tools: a call
 
 
 def test_predict_reads_stdin_with_dash_via_module_entry_point():

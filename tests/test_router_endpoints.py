@@ -121,3 +121,31 @@ def test_router_start_reloads_on_sighup_and_close_restores_the_handler(tmp_path)
     finally:
         router.close()
     assert signal.getsignal(signal.SIGHUP) == before
+
+
+def test_tools_offered_in_the_body_route_an_everyday_ask_as_a_call(tmp_path):
+    """The shipped classifier behind the app, through the openai client: a chat request that offers tools
+    (tool_choice auto) asks for a call, so it routes as structured; with tool_choice "none" the same ask
+    is the model's to read, and an ask for code stays code."""
+    import openai
+
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("exploration: {kind: none}\nstate: {path: null}\n")
+    backend = FakeBackend(engine_names=("raw", "mtp"))
+    router = AdaptiveRouter.from_policy_file(policy_file, backend.engine_names, "auto")
+    tools = [{"type": "function", "function": {"name": "set_light", "description": "Set a light's brightness",
+              "parameters": {"type": "object", "properties": {"room": {"type": "string"},
+                                                              "level": {"type": "integer"}}}}}]
+    with live_server(create_app(backend, router=router)) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=30)
+
+        def routed(text: str, **extra) -> str:
+            raw = client.chat.completions.with_raw_response.create(
+                model="default", messages=[{"role": "user", "content": text}], max_tokens=2, **extra)
+            return raw.headers["x-switchyard-class"]
+
+        ask = "Dim the living room lamps to 30 percent."
+        assert routed(ask, tools=tools) == "structured"
+        assert routed(ask, tools=tools, tool_choice="none") != "structured"
+        assert routed("Write a bash one-liner that counts the lines of every .py file under src/.",
+                      tools=tools) == "code"

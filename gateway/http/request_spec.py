@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from contracts.names import forces_tool_call
-from contracts.request_text import from_messages, from_prompt, reply_format
+from contracts.request_text import from_messages, from_prompt, reply_format, tools_text
 from contracts.sampling import SamplingParams
 from gateway.config import GatewayConfig
 from gateway.worker.spec import RequestSpec
@@ -366,14 +366,15 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
     # writes in the template's call syntax (params.grammar, the JSON alone, stays for a syntax it cannot)
     answer = _answer_schema(req.response_format)
     answer_schema = compact(answer[0]) if answer is not None and req.tools and tool_choice != "none" else None
+    tools = [tool.model_dump(exclude_none=True) for tool in req.tools] if req.tools else None
     return RequestSpec(
         messages=messages,
         prompt=None,
         params=params,
         forced_engine=forced_engine,
-        text=from_messages(messages, response_format),
+        text=from_messages(messages, response_format, tools_text(tools, tool_choice)),
         max_tokens_defaulted=req.max_completion_tokens is None and req.max_tokens is None,
-        tools=[tool.model_dump(exclude_none=True) for tool in req.tools] if req.tools else None,
+        tools=tools,
         tool_choice=tool_choice,
         answer_schema=answer_schema,
         template_kwargs=_template_kwargs(req),
