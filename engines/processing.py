@@ -122,9 +122,16 @@ class TargetProcessor:
         return bits.reshape(len(paths), -1)[:, : self.vocab].astype(bool)
 
 
+# what a token the processed distribution rules out (a grammar's mask, a bias of -100) reports instead of
+# -inf, which JSON cannot carry: OpenAI's own value for a token with no chance
+LOGPROB_FLOOR = -9999.0
+
+
 def token_logprobs(tokenizer: Any, logits: mx.array, tokens: Sequence[int], top: int) -> list[TokenLogprob]:
-    """Log-probabilities of `tokens` under the (processed) target `logits` rows, with `top` alternatives."""
+    """Log-probabilities of `tokens` under the (processed) target `logits` rows, with `top` alternatives
+    (none below LOGPROB_FLOOR)."""
     lp = logits.astype(mx.float32) - mx.logsumexp(logits.astype(mx.float32), axis=-1, keepdims=True)
+    lp = mx.maximum(lp, LOGPROB_FLOOR)
     chosen = np.array(mx.take_along_axis(lp, mx.array(list(tokens))[:, None], axis=-1)[:, 0])
     tops: list[tuple[TopLogprob, ...]] = [()] * len(tokens)
     if top > 0:

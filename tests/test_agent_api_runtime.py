@@ -67,6 +67,30 @@ def test_logprobs_through_the_sdk(demo):
     assert len(logprobs.tokens) == len(logprobs.token_logprobs) == 4 and all(len(t) == 3 for t in logprobs.top_logprobs)
 
 
+def test_logprobs_of_constrained_tokens_are_json_numbers(demo):
+    """A grammar (a JSON schema, a forced call) leaves one allowed token at many steps, so the alternatives
+    asked for have no chance: they come back as OpenAI's -9999.0, not -inf, which JSON cannot carry (the
+    non-streamed reply was a 500, the stream sent -Infinity that strict JSON parsers reject)."""
+    import httpx
+
+    client, runtime = demo
+    schema = {"type": "json_schema", "json_schema": {"name": "pick", "schema": SCHEMA, "strict": True}}
+    completion = client.chat.completions.create(model="default", messages=ASK, temperature=0, max_tokens=24,
+                                                logprobs=True, top_logprobs=3, response_format=schema)
+    values = [v for t in completion.choices[0].logprobs.content for v in (t.logprob, *(a.logprob for a in t.top_logprobs))]
+    assert values and min(values) == -9999.0 and all(-9999.0 <= v <= 0 for v in values)
+    forced = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Weather?"}],
+                                            tools=[WEATHER], tool_choice="required", max_tokens=16,
+                                            logprobs=True, top_logprobs=2)
+    assert forced.choices[0].finish_reason in ("tool_calls", "length")
+    body = {"model": "default", "messages": ASK, "max_tokens": 12, "temperature": 0, "logprobs": True,
+            "top_logprobs": 3, "response_format": schema, "stream": True}
+    with httpx.stream("POST", str(client.base_url) + "chat/completions", json=body, timeout=60) as response:
+        events = [line[6:] for line in response.iter_lines() if line.startswith("data: ") and line != "data: [DONE]"]
+    for event in events:   # strict JSON: no NaN / Infinity tokens
+        json.loads(event, parse_constant=lambda name: pytest.fail(f"{name} in {event[:120]}"))
+
+
 def test_tools_and_forced_calls_on_the_demo_model(demo):
     client, runtime = demo
     completion = client.chat.completions.create(model="default", messages=[
