@@ -82,6 +82,11 @@ class ModelBundle:
         self.eos_token_ids: frozenset[int] = frozenset(int(t) for t in tokenizer.eos_token_ids)
         self.decode_batch: Any = None   # engines.batch.DecodeBatch once the runtime turns batching on
         self.cycle_modes = CycleModes()  # per speculative engine: pipelined or host cycles, measured
+        # a tokenizer_config's model_max_length is not the model's window (the demo's says 4096, its
+        # positions go to 8192): transformers warned of "indexing errors" at prompts the runtime serves
+        hf_tokenizer = getattr(tokenizer, "_tokenizer", None)
+        if hf_tokenizer is not None and hasattr(hf_tokenizer, "model_max_length"):
+            hf_tokenizer.model_max_length = self.context_length
 
     # -- shared pieces (engines reference these; nothing of the target is copied) ---------------
     @property

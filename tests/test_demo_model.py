@@ -229,3 +229,17 @@ def test_dflash_drafter_predicts_the_target_block(target):
         draft = np.array(mx.argmax(bundle.lm_head(states[1:]), axis=-1))
         hits.append(draft[0] == target_next[anchor])
     assert np.mean(hits) >= 0.4, f"first drafted token matched the target on {np.mean(hits):.2f} of blocks"
+
+
+def test_a_prompt_inside_the_model_window_draws_no_tokenizer_warning(capfd):
+    """The demo's tokenizer_config says model_max_length 4096 while its positions reach 8192: the bundle
+    gives the tokenizer the model's window, so a 5,000-token prompt the runtime serves logs nothing
+    about "indexing errors" (transformers said so, on stderr, at the first such prompt)."""
+    from engines.bundle import load_bundle
+
+    bundle = load_bundle(TARGET)
+    assert bundle.context_length == 8192
+    capfd.readouterr()
+    ids = bundle.tokenizer.encode("lorem ipsum dolor sit amet " * 500)
+    assert 4096 < len(ids) < 8192
+    assert "sequence length" not in capfd.readouterr().err
