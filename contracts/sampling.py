@@ -20,6 +20,7 @@ class SamplingParams:
     presence_penalty: float = 0.0      # subtracted once from every token already generated
     frequency_penalty: float = 0.0     # subtracted per occurrence among the generated tokens
     repetition_penalty: float = 1.0    # divides positive / multiplies negative logits of prompt + generated tokens
+    logit_bias: tuple[tuple[int, float], ...] = ()   # (token id, value added to its logit), as OpenAI's logit_bias
     logprobs: bool = False             # report each emitted token's log-probability
     top_logprobs: int = 0              # and this many alternatives per position
     grammar: str | None = None         # an output constraint (llguidance grammar), e.g. from a JSON schema
@@ -27,6 +28,10 @@ class SamplingParams:
     @property
     def penalised(self) -> bool:
         return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
+
+    @property
+    def biased(self) -> bool:
+        return any(value != 0.0 for _, value in self.logit_bias)
 
     @property
     def greedy(self) -> bool:

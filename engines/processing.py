@@ -1,5 +1,5 @@
-"""What a request does to the target's logits before anything is chosen: penalties and an output
-constraint (llguidance), and the log-probabilities it reports.
+"""What a request does to the target's logits before anything is chosen: penalties, a logit bias and an
+output constraint (llguidance), and the log-probabilities it reports.
 
 Every engine computes target logits for one or more rows at once (a decode step: 1 row; an MTP
 verify: 2; a DDTree verify: every tree node). Row r continues the request's emitted tokens by
@@ -34,6 +34,18 @@ def _llguidance_tokenizer(tokenizer: Any, vocab: int):
     return llg
 
 
+def _bias_row(logit_bias: Sequence[tuple[int, float]], vocab: int) -> mx.array:
+    """OpenAI's logit_bias as one (V,) row added to every logits row; ids outside the model's vocabulary
+    are the request's error (ids are the target tokenizer's)."""
+    row = np.zeros(vocab, dtype=np.float32)
+    for token, value in logit_bias:
+        if not 0 <= token < vocab:
+            raise InvalidRequestError(f"logit_bias: token id {token} is not in this model's vocabulary "
+                                      f"(0 to {vocab - 1})", param="logit_bias")
+        row[token] += value
+    return mx.array(row)
+
+
 class TargetProcessor:
     """One request's penalties and constraint, and the tokens it has emitted so far."""
 
@@ -44,6 +56,7 @@ class TargetProcessor:
         self.counts = np.zeros(vocab, dtype=np.float32)         # generated tokens (presence, frequency)
         self.seen = np.zeros(vocab, dtype=bool)                  # prompt + generated (repetition)
         self.seen[[t for t in prompt_ids if 0 <= t < vocab]] = True
+        self.bias = _bias_row(params.logit_bias, vocab) if params.biased else None
         self.matcher = None
         if params.grammar is not None:
             import llguidance
@@ -56,7 +69,7 @@ class TargetProcessor:
 
     @property
     def active(self) -> bool:
-        return self.params.penalised or self.matcher is not None
+        return self.params.penalised or self.bias is not None or self.matcher is not None
 
     @property
     def per_token(self) -> bool:
@@ -95,6 +108,8 @@ class TargetProcessor:
                                                 logits * p.repetition_penalty), logits)
             c = mx.array(counts)
             logits = logits - p.frequency_penalty * c - p.presence_penalty * (c > 0)
+        if self.bias is not None:
+            logits = logits + self.bias
         if self.matcher is not None:
             logits = mx.where(mx.array(self._allowed(paths)), logits, -mx.inf)
         return logits

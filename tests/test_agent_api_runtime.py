@@ -67,6 +67,22 @@ def test_logprobs_through_the_sdk(demo):
     assert len(logprobs.tokens) == len(logprobs.token_logprobs) == 4 and all(len(t) == 3 for t in logprobs.top_logprobs)
 
 
+def test_logit_bias_bans_and_forces_tokens(demo):
+    client, runtime = demo
+    ask = dict(model="default", messages=ASK, temperature=0, max_tokens=6, logprobs=True)
+    plain = client.chat.completions.create(**ask).choices[0].logprobs.content
+    first = runtime.bundle.tokenizer.encode(plain[0].token, add_special_tokens=False)
+    assert len(first) == 1
+    for engine in runtime.engine_names:
+        banned = client.chat.completions.create(**ask, logit_bias={str(first[0]): -100}, extra_body={"engine": engine})
+        assert banned.choices[0].logprobs.content[0].token != plain[0].token, engine
+        forced = client.chat.completions.create(**ask, logit_bias={"42": 100}, extra_body={"engine": engine})
+        assert all(t.token == runtime.bundle.tokenizer.decode([42]) for t in forced.choices[0].logprobs.content)
+    with pytest.raises(openai.BadRequestError) as error:
+        client.chat.completions.create(**ask, logit_bias={"999999": 1})
+    assert error.value.body["param"] == "logit_bias" and "vocabulary" in error.value.body["message"]
+
+
 def test_logprobs_of_constrained_tokens_are_json_numbers(demo):
     """A grammar (a JSON schema, a forced call) leaves one allowed token at many steps, so the alternatives
     asked for have no chance: they come back as OpenAI's -9999.0, not -inf, which JSON cannot carry (the

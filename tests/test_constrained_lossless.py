@@ -59,6 +59,20 @@ def test_greedy_speculation_equals_raw_under_penalties(runtime, penalties):
         assert _accepted(steps) > 0, f"{engine} never accepted a draft: the rows were not verified"
 
 
+def test_greedy_speculation_equals_raw_under_a_logit_bias(runtime):
+    """OpenAI's logit_bias is part of the processed target distribution: a ban (-100) on tokens the plain
+    output uses and a lift on another change raw's output, and mtp / ddtree still equal it."""
+    plain, _, _, _, _ = _generate(runtime, SamplingParams(temperature=0.0, max_tokens=40), "raw")
+    bias = ((plain[0], -100.0), (plain[5], -100.0), ((plain[0] + 7) % 50, 4.0))
+    params = SamplingParams(temperature=0.0, max_tokens=40, logit_bias=bias)
+    raw, _, _, _, _ = _generate(runtime, params, "raw")
+    assert raw != plain and plain[0] not in raw and plain[5] not in raw
+    for engine in ("mtp", "ddtree"):
+        tokens, _, _, steps, _ = _generate(runtime, params, engine)
+        assert tokens == raw, engine
+        assert _accepted(steps) > 0, f"{engine} never accepted a draft: the rows were not verified"
+
+
 def test_greedy_speculation_equals_raw_under_a_json_schema(runtime):
     grammar = json_grammar(SCHEMA)
     params = SamplingParams(temperature=0.0, max_tokens=60, grammar=grammar)

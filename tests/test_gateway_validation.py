@@ -41,7 +41,8 @@ def assert_error(response: httpx.Response, status: int, param: str | None = "__a
 REJECTED_CHAT_FIELDS = [
     ({"n": 9}, "n"),                                   # over the server's max_choices (8)
     ({"n": 0}, "n"),
-    ({"logit_bias": {"42": 5}}, "logit_bias"),
+    ({"logit_bias": {"42": 101}}, "logit_bias.42"),
+    ({"logit_bias": {"a": 5}}, "logit_bias"),
     ({"presence_penalty": 2.5}, "presence_penalty"),
     ({"frequency_penalty": -3}, "frequency_penalty"),
     ({"repetition_penalty": 0}, "repetition_penalty"),

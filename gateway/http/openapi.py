@@ -126,7 +126,9 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
                            {"type": "null"}], "default": None},
         "engine": _nullable({"type": "string", "pattern": _engine_pattern(engines)}),
         "n": _nullable({"type": "integer", "minimum": 1, "maximum": config.max_choices}),
-        "logit_bias": _nullable({"type": "object", "maxProperties": 0}),
+        "logit_bias": _nullable({"type": "object", "maxProperties": schemas.MAX_LOGIT_BIAS,
+                                 "propertyNames": {"pattern": "^[0-9]+$"},
+                                 "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}}),
     }
     chat = defs["ChatCompletionRequest"]["properties"]
     chat.update(common)

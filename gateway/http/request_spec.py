@@ -40,9 +40,6 @@ def _reject_common(req: _SamplingFields, config: GatewayConfig) -> None:
     if req.n is not None and req.n > config.max_choices:
         raise bad_request(f"n must be at most {config.max_choices} on this server (got {req.n}).", param="n",
                           code="invalid_value")
-    if req.logit_bias:
-        raise bad_request("logit_bias is not supported (token ids are model-specific; use a response_format "
-                          "or penalties).", param="logit_bias", code="unsupported_parameter")
 
 
 # apply_chat_template's own arguments, not template variables: `chat_template` would run the client's
@@ -198,6 +195,7 @@ def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, l
         presence_penalty=req.presence_penalty or 0.0,
         frequency_penalty=req.frequency_penalty or 0.0,
         repetition_penalty=req.repetition_penalty or 1.0,
+        logit_bias=tuple((int(token), value) for token, value in (req.logit_bias or {}).items()),
         logprobs=logprobs,
         top_logprobs=top_logprobs,
         grammar=grammar,

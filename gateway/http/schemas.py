@@ -406,6 +406,22 @@ ResponseFormat = Annotated[
 
 
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+MAX_LOGIT_BIAS = 1024   # entries; OpenAI's own limit is lower, a vocabulary-wide ban belongs in a grammar
+
+
+def _logit_bias(value: Any) -> Any:
+    """OpenAI's logit_bias: token ids (as JSON object keys, so strings of digits) to values in [-100, 100]."""
+    if not isinstance(value, dict):
+        return value
+    if len(value) > MAX_LOGIT_BIAS:
+        raise ValueError(f"logit_bias may hold at most {MAX_LOGIT_BIAS} entries")
+    for token in value:
+        if not (isinstance(token, str) and token.isascii() and token.isdigit()):
+            raise ValueError(f"logit_bias keys are token ids (non-negative integers as strings), not {token!r}")
+    return value
+
+
+LogitBias = Annotated[dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]], BeforeValidator(_logit_bias)]
 
 
 class _SamplingFields(_Strict):
@@ -428,9 +444,9 @@ class _SamplingFields(_Strict):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)   # vLLM / mlx-lm extension; 1 = off
+    logit_bias: LogitBias | None = None   # token ids of this model's tokenizer (an id past its vocabulary: 400)
     # OpenAI fields accepted when harmless, rejected (gateway.http.request_spec) when they would change the result.
     user: str | None = None
-    logit_bias: dict[str, float] | None = None
     metadata: dict[str, str] | None = None
     store: bool | None = None
     service_tier: str | None = None
