@@ -1,18 +1,20 @@
-"""Prompt-side function calling: a request whose text offers the model functions to call.
+"""Function calling: a request that offers the model functions to call.
 
-Clients without native tool support (and evaluation harnesses) put the tool catalogue in the prompt
-— OpenAI-style JSON definitions, or signatures under "You can use these tools:" — and expect a call
-back: the reply is the call's JSON arguments, a structured reply. The linear model reads such
-requests by their everyday ask ("Book a table for four") as prose, or by the catalogue's brackets as
-code, and templates of them taught it to read colons and schema words as structured elsewhere
-(classifier/README.md, fourth pass). So a catalogue is found here by its form, and the classifier
-asks its model about the rest of the request: an ask for code about the tools ("implement this
-handler") stays code; anything else is structured.
+Agents and function-calling clients send `tools` in the request body; clients without native tool
+support (and evaluation harnesses) put the catalogue in the prompt — JSON definitions, YAML or
+Markdown lists, signatures under "You can use these tools:" — and expect a call back: the reply is
+the call's JSON arguments, a structured reply. The linear model reads such requests by their
+everyday ask ("Book a table for four") as prose, or by the catalogue's brackets as code, and
+templates of them taught it to read colons and schema words as structured elsewhere
+(classifier/README.md, fourth pass). So an offer is found here, by the body or the catalogue's
+form, and the classifier asks its model about the ask alone (`the_ask`): an ask surely for code
+about the tools ("implement this handler") stays code; anything else is structured.
 """
 
 from __future__ import annotations
 
 import re
+
 from contracts.request_text import RequestText
 
 # a JSON function definition: a name, then (within the same object level) its parameter schema
@@ -20,8 +22,7 @@ _JSON_DEFINITION = re.compile(
     r'"name"\s*:\s*"[A-Za-z_][\w.\-]*"[^{}]{0,600}?"(?:parameters|input_schema|arguments)"\s*:\s*\{')
 # an XML catalogue: <tools> / <functions> holding a <tool name=...> / <function name=...>
 _XML_DEFINITION = re.compile(r"<(?:tool|function)\b[^>]{0,80}\bname\s*=", re.IGNORECASE)
-# words that offer tools to the model (on lower-cased text), and a name such an offer lists; no
-# alternative starts with \b: with it the search cost ~0.4 ms per 4k prompt, starting on letters ~0.03 ms
+# what an offer calls the things it offers (on lower-cased text)
 _KINDS = r"(?:functions?|tools?|apis?|actions|operations|endpoints?)"
 # a label line ("Tools:", "## Available operations", "| function |", "[tool] f(x)", "TOOLS"): a kind
 # word with nothing but decoration (and "available") before it on its line, found by str.find and
@@ -55,20 +56,19 @@ _OFFER_PHRASES: tuple[_Phrase, ...] = tuple(
     ))
 # in a system prompt, an instruction to use a listed signature offers it ("Use lookup(flight) to answer")
 _SYSTEM_OFFER = re.compile(r"use\s+`?[a-z_][\w.]*\([^()\n]{0,200}\)`?\s+to\b")
+# literals one of which every offer holds: a text with none is not lower-cased or searched
 _OFFER_WORDS = ("unction", "ool", "api", "API", "Api", "ction", "peration", "ndpoint", "TOOL", "FUNCTION",
                 "call", "Call", "CALL", "Use ", "use ")
-# what a catalogue lists: a signature, a snake_case / dotted / camelCase name as a YAML, Markdown or
-# table entry ("- name: find_x", "## find_x", "| find_x |", "`find_x`", "find_x:") or an HTTP endpoint
+# what a catalogue lists: a signature, or a snake_case / dotted (/ camelCase) name as a YAML, Markdown
+# or table entry ("- name: find_x", "## find_x", "| find_x |", "`find_x`", "find_x:"), or an HTTP endpoint
 _SIGNATURE = re.compile(r"\b[A-Za-z_][\w.]*\([^()\n]{0,200}\)")
-_NAMED_ENTRY = re.compile(
-    r"(?:^|\n)[ \t]*(?:[-*|#]+[ \t]*|\d+[.)][ \t]*)?(?:name:[ \t]*)?`?"
-    r"[a-z][a-z0-9]*(?:[_.][a-z0-9]+|[A-Z][a-z0-9]+)+`?[ \t]*(?:[:|]|--|$)"
-    r"|\b(?:GET|POST|PUT|PATCH|DELETE)[ \t]+/[\w/{}.-]*", re.MULTILINE)
-# a catalogue line: JSON, XML, a listed signature or named entry ("- send(to: str) -> dict: ...", "| find(a, b) |")
-_CATALOGUE_LINE = re.compile(
-    r'^\s*(?:[\[\]{}"<|]|[-*|#]?\s*`?[A-Za-z_][\w.]*\([^()\n]{0,200}\))'
-    r"|^[ \t]*(?:[-*|#]+[ \t]*|\d+[.)][ \t]*)?(?:name:[ \t]*)?`?[a-z][a-z0-9]*(?:[_.][a-z0-9]+)+`?[ \t]*(?:[:|]|--|$)"
-    r"|^[ \t]+[\w-]+:")
+_ENTRY_HEAD = r"[ \t]*(?:[-*|#]+[ \t]*|\d+[.)][ \t]*)?(?:name:[ \t]*)?`?[a-z][a-z0-9]*(?:[_.][a-z0-9]+"
+_ENTRY_TAIL = r")+`?[ \t]*(?:[:|]|--|$)"
+_NAMED_ENTRY = re.compile(r"(?:^|\n)" + _ENTRY_HEAD + r"|[A-Z][a-z0-9]+" + _ENTRY_TAIL
+                          + r"|\b(?:GET|POST|PUT|PATCH|DELETE)[ \t]+/[\w/{}.-]*", re.MULTILINE)
+# a catalogue line: JSON, XML, a table row, a listed signature or named entry, an indented YAML key
+_CATALOGUE_LINE = re.compile(r'^\s*(?:[\[\]{}"<|]|[-*|#]?\s*`?[A-Za-z_][\w.]*\([^()\n]{0,200}\))'
+                             r"|^" + _ENTRY_HEAD + _ENTRY_TAIL + r"|^[ \t]+[\w-]+:")
 
 
 def _label_line(low: str) -> bool:
@@ -101,8 +101,7 @@ def _offers(text: str, system: bool = False) -> bool:
     if not any(word in text for word in _OFFER_WORDS):
         return False
     low = text.lower()
-    offered = _label_line(low) or (
-        _phrase(low)) or (
+    offered = _label_line(low) or _phrase(low) or (
         system and "use " in low and _SYSTEM_OFFER.search(low) is not None)
     return offered and (_SIGNATURE.search(text) is not None or _NAMED_ENTRY.search(text) is not None)
 
