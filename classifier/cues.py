@@ -120,6 +120,23 @@ CUES: tuple[Cue, ...] = (
     Cue("code_howto", requires=("howto", "code_domain")),
     Cue("question_mark", pattern=r"\?\s*(?:\n|$)"),
     Cue("options", words="options option choices choice", pattern=r"(?:^|\n)\s*\(?[a-e1-5][).]\s+\S"),
+    # data the user holds, named but not pasted ("the data", "my spreadsheet", "the column"): only
+    # code that reads it can answer
+    Cue("data_held", words="the_data my_data our_data the_dataset my_dataset our_dataset the_dataframe my_dataframe "
+                           "dataframe dataframes data_frame data_table the_column the_columns each_column "
+                           "the_spreadsheet my_spreadsheet our_spreadsheet the_records time_series the_measurements "
+                           "my_table our_table the_table this_table the_file my_file the_sheet"),
+    # a chart of data (a plotting library's job), not a story's plot
+    Cue("chart", left="make create draw generate produce show give_me want need plot",
+        right="plot plots chart charts graph graphs histogram histograms figure scatterplot boxplot heatmap",
+        window=4, words="visualize visualise visually visualization visualisation scatter_plot bar_chart line_chart "
+                        "pie_chart bar_plot line_plot box_plot histogram"),
+    # an aggregate per group ("the mean fare for each class", "total rainfall per month")
+    Cue("group_agg", left="mean average median maximum minimum max min sum total number count share percentage "
+                          "proportion distribution",
+        right="each per", window=6),
+    # wh-questions apart from how and yes/no openings (prose_wh lumps them)
+    Cue("wh_open", line_start="what why who whom whose when where which"),
 )  # fmt: skip
 CUE_NAMES: tuple[str, ...] = tuple(cue.name for cue in CUES)
 assert len(CUES) <= 32  # one bit per cue in a uint32 mask

@@ -607,6 +607,65 @@ def _dataframe_ops(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask)}
 
 
+# Asks about data the user holds and names without pasting it ("the bike rental records", "our
+# survey spreadsheet"): a first-person goal, a question about its groups, an imperative, a chart.
+# Only code that reads the data can answer, even with no library, no `df` and no programming word.
+# (data set, what a row is, a category column, a number column, a date column, a text column, a second table)
+HELD_DATA = (
+    ("the bike rental records", "rentals", "station", "trip duration", "start time", "bike type", "the stations list"),
+    ("our survey spreadsheet", "respondents", "age group", "satisfaction score", "response date", "comment", "the panel sheet"),
+    ("the sensor readings", "readings", "sensor", "temperature", "timestamp", "location name", "the sensor inventory"),
+    ("the flight delays file", "flights", "airline", "delay in minutes", "departure date", "destination", "the airports table"),
+    ("the library loans table", "loans", "branch", "loan length", "checkout date", "book title", "the members table"),
+    ("my sales export", "orders", "region", "order value", "order date", "product name", "the customers table"),
+    ("the match results", "matches", "team", "goals scored", "match date", "venue", "the teams table"),
+    ("the energy meter log", "measurements", "building", "kWh used", "reading time", "meter id", "the buildings table"),
+    ("the grades spreadsheet", "students", "class", "final mark", "exam date", "student name", "the classes sheet"),
+    ("the support tickets data", "tickets", "priority", "hours to close", "opened at", "subject line", "the agents table"),
+    ("the hospital visits data", "visits", "department", "waiting time", "visit date", "diagnosis code", "the departments list"),
+    ("our web analytics export", "sessions", "country", "pages viewed", "session start", "landing page", "the campaigns table"),
+)  # fmt: skip
+
+
+def _held_data_task(rng: random.Random, row: tuple[str, ...]) -> tuple[str, str]:
+    """(goal phrase after "I want to", the same as a question or imperative)."""
+    data, rows, cat, num, when, text, other = row
+    n = rng.choice((3, 5, 10))
+    return rng.choice((
+        (f"see only the {rows} where {num} is above {rng.randint(5, 500)}", f"Show only the {rows} in {data} where {num} is above {rng.randint(5, 500)}."),
+        (f"know the average {num} for each {cat}", f"What is the average {num} for each {cat} in {data}?"),
+        (f"count the {rows} per {cat}", f"How many {rows} are there per {cat} in {data}?"),
+        (f"find which {cat} has the highest total {num}", f"Which {cat} has the highest total {num} in {data}?"),
+        (f"compare the {num} of each {cat} in a bar chart", f"Make a bar chart of the mean {num} per {cat} from {data}."),
+        (f"see how {num} changes over time", f"Plot {num} against {when} for {data}, one line per {cat}."),
+        (f"look at the distribution of {num}", f"Draw a histogram of {num} from {data}."),
+        (f"keep just the {when} and {num} columns", f"Select only the {when} and {num} columns of {data}."),
+        (f"turn {when} into proper dates and keep the last month", f"Convert {when} in {data} to dates and keep the last month."),
+        (f"add a column with {num} as a share of the {cat} total", f"Add a column to {data} with each row's {num} divided by its {cat} total."),
+        (f"clean up {text} so it is all lower case without spaces at the ends", f"Make every {text} in {data} lower case and strip the spaces."),
+        (f"bring in the details from {other}", f"Join {other} onto {data} by {cat}."),
+        (f"know how many values of {num} are missing", f"How many {rows} in {data} have no {num}?"),
+        (f"get summary statistics of {num} by {cat}", f"Give the minimum, median and maximum {num} per {cat} in {data}."),
+        (f"find the top {n} {rows} by {num}", f"List the {n} {rows} with the largest {num} in {data}."),
+        (f"split {text} into its first word and the rest", f"Split {text} in {data} into the first word and the remainder."),
+        (f"have the monthly totals of {num}", f"What is the total {num} per month in {data}?"),
+        (f"drop the duplicated {rows}", f"Remove the duplicate {rows} from {data}."),
+    ))  # fmt: skip
+
+
+def _held_data(rng: random.Random, corpus: Corpus) -> dict:
+    row = rng.choice(HELD_DATA)
+    data = row[0]
+    goal, direct = _held_data_task(rng, row)
+    ask = phrase(rng, (
+        f"I want to {goal}.", f"I'd like to {goal} in {data}.", f"I'm interested in a way to {goal} from {data}.",
+        f"My goal: {goal}, using {data}.", f"We need to {goal}; everything is in {data}.", direct,
+        f"{direct} I already have it loaded.", f"I have {data}. I want to {goal}.", f"For {data}, I need to {goal}.",
+        f"Working with {data} — {direct[0].lower()}{direct[1:]}", f"Is there a quick way to {goal} in {data}?",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
 SYSTEM_GENERIC = (
     "You are a helpful assistant.", "You are ChatGPT, a large language model.", "Be helpful and accurate.",
     "You are a friendly assistant for a small company.", "Answer the user's questions.",
@@ -639,6 +698,7 @@ TEMPLATES: tuple[Template, ...] = (
     Template("code/howto_plain", "code", _howto_plain, 100),
     Template("code/write_and_explain", "code", _write_and_explain, 60),
     Template("code/dataframe_ops", "code", _dataframe_ops, 120),
+    Template("code/held_data", "code", _held_data, 120),
 )
 
 

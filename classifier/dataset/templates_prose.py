@@ -366,6 +366,38 @@ def _math_notation(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask + rng.choice(MATH_TAILS))}
 
 
+# The twin of code/held_data: the same voices (a first-person goal, a question about groups, an
+# imperative) about the world, not about data the user holds: answered in words.
+WORLD_TOPICS = (
+    ("the planets", "planet", "moons", "the solar system"), ("coffee", "country", "coffee production", "the coffee trade"),
+    ("bees", "kind of bee", "lifespan", "bee colonies"), ("the Roman emperors", "dynasty", "reign", "ancient Rome"),
+    ("mountains", "continent", "height", "mountaineering"), ("volcanoes", "region", "eruptions", "volcanology"),
+    ("languages", "language family", "speakers", "linguistics"), ("rivers", "continent", "length", "river systems"),
+    ("the Olympic games", "host city", "medals", "sports history"), ("sleep", "age group", "hours of sleep", "sleep science"),
+    ("whales", "species", "body length", "marine biology"), ("castles", "century", "wall thickness", "medieval building"),
+)  # fmt: skip
+
+
+def _world_interest(rng: random.Random, corpus: Corpus) -> dict:
+    topic, group, amount, field_ = rng.choice(WORLD_TOPICS)
+    goal, direct = rng.choice((
+        (f"know which {group} has the most {amount}", f"Which {group} has the most {amount}?"),
+        (f"understand why {amount} differs so much between {topic}", f"Why does {amount} differ so much between {topic}?"),
+        (f"learn the basics of {field_}", f"Explain the basics of {field_}."),
+        (f"know the average {amount} of {topic}", f"What is the average {amount} of {topic}?"),
+        (f"compare {topic} by {amount}", f"Compare {topic} by {amount} in a few sentences."),
+        (f"read something about the history of {field_}", f"Tell me about the history of {field_}."),
+        (f"know how many {topic} there are in each {group}", f"Roughly how many {topic} are there in each {group}?"),
+        (f"find a good book about {field_}", f"Recommend a good book about {field_}."),
+    ))  # fmt: skip
+    ask = phrase(rng, (
+        f"I want to {goal}.", f"I'd like to {goal}.", f"I'm interested in {field_}: I want to {goal}.", direct,
+        f"My goal: {goal}.", f"I have a question about {topic}. {direct}", f"For a school project I need to {goal}.",
+        f"Is there a quick way to {goal}?", f"We want to {goal}. Can you help?",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
 TEMPLATES: tuple[Template, ...] = (
     Template("prose/summarise", "prose", _summarise, 130),
     Template("prose/explain_code", "prose", _explain_code, 110),
@@ -389,4 +421,5 @@ TEMPLATES: tuple[Template, ...] = (
     Template("prose/programming_question", "prose", _programming_question, 100),
     Template("prose/writing_brief", "prose", _writing_brief, 80),
     Template("prose/math_notation", "prose", _math_notation, 100),
+    Template("prose/world_interest", "prose", _world_interest, 100),
 )
