@@ -96,8 +96,8 @@ class LinearModel:
 
 
 # where tools are offered the reply is a call unless the ask alone is surely for code ("implement this
-# handler": p 0.90-1.00 on the check sets); short everyday asks read as code up to 0.78 ("Clean the
-# kitchen on max, then dock"), and those are calls
+# handler": p 0.89-1.00 on the check sets); short everyday asks read as code up to 0.78 ("Clean the
+# kitchen and the hall on max, then send it back to the dock": 0.67), and those are calls
 SURE_CODE = 0.85
 
 

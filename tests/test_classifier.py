@@ -290,8 +290,12 @@ def test_catalogues_in_every_form_a_prompt_lists_tools(shipped):
     """YAML and Markdown lists, XML, a table, inline signatures and a system prompt's "Use f(x) to ..."
     offer tools as much as JSON definitions do; an everyday ask then wants a call, even where the model
     alone leans code on its imperative ("Clean the kitchen ..., then dock": below SURE_CODE)."""
+    from classifier.model import SURE_CODE
     from classifier.tool_offer import offers_tools
 
+    VACUUM = "Clean the kitchen and the hall on max, then send it back to the dock."
+    alone = shipped.predict(RequestText(user=VACUUM)).probs["code"]
+    assert 0.5 < alone < SURE_CODE, f"the model alone reads the ask as code at {alone:.2f}: pick another such ask"
     asks = [
         RequestText(system="tools:\n  - name: refill_prescription\n    parameters:\n      rx_number: string",
                     user="Refill Rx 448120 please."),
@@ -300,7 +304,7 @@ def test_catalogues_in_every_form_a_prompt_lists_tools(shipped):
         RequestText(user="| function | arguments |\n|---|---|\n| find_parking | near, covered |\n\n"
                          "Covered parking near the opera, which call?"),
         RequestText(system="You control a robot vacuum. Functions: start_cleaning(rooms: list[str], power: str), "
-                           "dock(). Reply with the calls.", user="Clean the kitchen on max, then send it back to the dock."),
+                           "dock(). Reply with the calls.", user=VACUUM),
         RequestText(system="Use lookup_flight_status(flight_number, date) to answer questions about flights.",
                     user="Is KL 1002 on time today?"),
         RequestText(system="## Available operations\n- `pause_subscription(user_id, weeks)`", user="Pause mine for a month."),
