@@ -21,8 +21,7 @@ import random
 from pathlib import Path
 
 from classifier.dataset.common import Template, take_phrasing_key
-from classifier.dataset import (handwritten, templates_code, templates_other_languages, templates_prose,
-                                templates_structured)
+from classifier.dataset import handwritten, templates_code, templates_prose, templates_structured
 from classifier.dataset.corpus import harvest
 from classifier.dataset.sources import fetch_all, write_manifest
 
@@ -38,8 +37,7 @@ class TemplateInsertError(ValueError):
 
 def all_templates() -> list[Template]:
     """Every template in the order a full build fills them."""
-    modules = (templates_code, templates_prose, templates_structured, templates_other_languages)
-    return [t for module in modules for t in module.TEMPLATES]
+    return [t for module in (templates_code, templates_prose, templates_structured) for t in module.TEMPLATES]
 
 
 def template_fills(template: Template, corpus, seed: int = SEED) -> list[tuple[str, dict, str, str]]:
