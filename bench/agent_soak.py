@@ -11,8 +11,8 @@ Each client runs one conversation shape (they take turns), its context growing w
 - `responses`: the Responses API with function tools (function_call / function_call_output items).
 - `misc`: n > 1, completions with logprobs, a prompt past the model's window (a 400 that names the
   context), a stream the client hangs up on, a JSON schema beside tools.
-A 5xx, a connection error or a malformed reply is a failure (4xx are counted: a client's mistake is
-not the server's). Prints a JSON summary; exit 1 on any failure. Found, on its first run: a forced
+A 5xx, a connection error or a malformed reply is a failure; 400s and 429s are counted (a client's
+mistake, a full queue under more clients than `--max-batch` + `--max-queue`), not failed. Prints a JSON summary; exit 1 on any failure. Found, on its first run: a forced
 call or JSON answer with top_logprobs was a 500 (-inf alternatives), and its stream sent -Infinity.
 """
 
@@ -47,6 +47,14 @@ ASKS = ["Fix the failing test in tests/test_api.py.", "Dim the kitchen to 20.", 
         "List three prime numbers as JSON.", "def add(a, b):\n    return a - b\n\nThis is wrong, fix it."]
 
 
+class Busy(Exception):
+    """A raw HTTP request was answered 429: every slot and the queue were taken (a client-side outcome)."""
+
+
+CLIENT_ERRORS = (openai.BadRequestError, anthropic.BadRequestError, openai.RateLimitError, anthropic.RateLimitError,
+                 Busy)
+
+
 class Soak:
     def __init__(self, url: str, seed: int):
         self.url = url.rstrip("/")
@@ -62,7 +70,7 @@ class Soak:
         try:
             action()
             outcome = "ok"
-        except (openai.BadRequestError, anthropic.BadRequestError, openai.RateLimitError):
+        except CLIENT_ERRORS:   # a 400 for the client's mistake, a 429 under load: counted, not failed
             outcome = "4xx"
         except Exception as exc:   # a 5xx, a dropped connection, a malformed reply: the server's failure
             outcome = "failed"
@@ -227,6 +235,8 @@ class Soak:
         body = {"model": "default", "messages": [{"role": "user", "content": "Tell me a long story."}],
                 "max_tokens": 200, "stream": True}
         with httpx.stream("POST", self.url + "/v1/chat/completions", json=body, timeout=60) as response:
+            if response.status_code == 429:
+                raise Busy(response.headers.get("retry-after"))
             assert response.status_code == 200, response.status_code
             for index, _ in enumerate(response.iter_lines()):
                 if index > 3:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.agent_soak import SHAPES, Soak, run_soak
+from bench.agent_soak import SHAPES, Busy, Soak, run_soak
 from gateway.http.app import create_app
 from tests.fakes import live_server
 from tests.ops_helpers import REPO
@@ -31,7 +31,7 @@ def test_agent_clients_at_once_get_well_formed_replies(server):
     assert summary["counts"]["after:ok"] == 1
 
 
-def test_a_server_error_is_a_failure_and_a_client_error_is_not():
+def test_a_server_error_is_a_failure_and_a_client_error_or_a_full_queue_is_not():
     import httpx
     import openai
 
@@ -44,6 +44,10 @@ def test_a_server_error_is_a_failure_and_a_client_error_is_not():
     def client_error():
         raise openai.BadRequestError("bad", response=httpx.Response(400, request=request), body=None)
 
+    def busy():
+        raise Busy("1")
+
     soak.turn("chat", 0, 0, server_error)
     soak.turn("chat", 0, 1, client_error)
-    assert soak.counts == {"chat:failed": 1, "chat:4xx": 1} and len(soak.failures) == 1
+    soak.turn("misc", 0, 2, busy)
+    assert soak.counts == {"chat:failed": 1, "chat:4xx": 1, "misc:4xx": 1} and len(soak.failures) == 1
