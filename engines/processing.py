@@ -47,7 +47,7 @@ def _bias_row(logit_bias: Sequence[tuple[int, float]], vocab: int) -> mx.array:
 
 
 class TargetProcessor:
-    """One request's penalties and constraint, and the tokens it has emitted so far."""
+    """One request's penalties, logit bias and constraint, and the tokens it has emitted so far."""
 
     def __init__(self, params: SamplingParams, prompt_ids: Sequence[int], tokenizer: Any, vocab: int):
         self.params = params
@@ -137,8 +137,8 @@ class TargetProcessor:
         return bits.reshape(len(paths), -1)[:, : self.vocab].astype(bool)
 
 
-# what a token the processed distribution rules out (a grammar's mask, a bias of -100) reports instead of
-# -inf, which JSON cannot carry: OpenAI's own value for a token with no chance
+# what a token the processed distribution rules out (a grammar's mask) reports instead of -inf, which
+# JSON cannot carry: OpenAI's own value for a token with no chance
 LOGPROB_FLOOR = -9999.0
 
 
