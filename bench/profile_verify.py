@@ -7,7 +7,9 @@ bench/profile_step.py under each path.
     python -m bench.profile_verify --model random-small                     # 0.8B layer shapes, 6 layers
 
 Paths: `reference` (per-level ops loop, per-call index/mask arrays), `fast` (compiled per-layout GDN,
-cached arrays, causal chains), `cuda` (fast + the one-launch tree GDN kernel; MLX-CUDA only).
+cached arrays, causal chains), `cuda` (fast + the one-launch tree GDN kernel; MLX-CUDA only), and
+`mlx-lm` for scale: mlx-lm's own causal forward of the chain's T tokens (what a prefill of T tokens
+costs), which keeps no per-slot state and so cannot verify; no tree.
 The 1-token step is mlx-lm's own forward (what raw decode runs); a step = forward + greedy choice
 + host read + (verifies) commit of the root, all evaluated. The cache is restored after every step
 (GDN arrays by reference, KV offset), so every trial sees the same `--context` committed tokens.
@@ -81,15 +83,19 @@ def _restore(cache, saved) -> None:
             c.offset = s
 
 
-def run_step(bundle, cache, shape: str, tokens: mx.array) -> None:
-    """One step as an engine runs it, fully evaluated (host read + committed caches)."""
+CAUSAL_T = {"decode (T=1)": 1, "verify chain T=2": 2, "verify chain T=5": 5}   # the mlx-lm row's shapes
+
+
+def run_step(bundle, cache, shape: str, tokens: mx.array, causal: bool = False) -> None:
+    """One step as an engine runs it, fully evaluated (host read + committed caches). `causal`: mlx-lm's
+    own forward of the chain's tokens instead (greedy choice at every row, caches evaluated)."""
     from engines.sampling import SamplerConfig, choose
     from engines.target import commit, forward_tree
     from engines.tree import TreeLayout
 
     greedy = SamplerConfig(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0)
-    if shape == "decode (T=1)":
-        logits = bundle.model(tokens[None, :1], cache=cache)[:, -1, :]
+    if shape == "decode (T=1)" or causal:
+        logits = bundle.model(tokens[None, : CAUSAL_T[shape]], cache=cache)[0]
         choose(logits, greedy, None).tolist()
         mx.eval([c.state for c in cache])
         return
@@ -116,24 +122,28 @@ def measure_costs(bundle, modes: list[str], context: int, trials: int) -> dict:
     for trial in range(trials + 2):  # two warm-up rounds: compile + JIT per mode and layout
         for mode in modes:
             with using(enabled=mode != "reference", cuda_kernel=mode == "cuda", chunked_gdn=mode != "fast-levels"):
-                for shape in SHAPES:
+                for shape in _shapes(mode):
                     started = time.perf_counter()
-                    run_step(bundle, cache, shape, tokens)
+                    run_step(bundle, cache, shape, tokens, causal=mode == "mlx-lm")
                     elapsed = time.perf_counter() - started
                     _restore(cache, saved)
                     if trial >= 2:
                         times[mode][shape].append(elapsed)
     result = {}
     for mode in modes:
-        med = {s: statistics.median(v) for s, v in times[mode].items()}
+        med = {s: statistics.median(v) if v else float("nan") for s, v in times[mode].items()}
         base = med["decode (T=1)"]
         result[mode] = {
             "ms": {s: med[s] * 1000 for s in SHAPES},
             "c1": med["verify chain T=2"] / base, "c4": med["verify chain T=5"] / base,
             "tree5": med["verify tree of 5"] / base,
-            "spread_ms": {s: (min(v) * 1000, max(v) * 1000) for s, v in times[mode].items()},
+            "spread_ms": {s: (min(v) * 1000, max(v) * 1000) for s, v in times[mode].items() if v},
         }
     return result
+
+
+def _shapes(mode: str) -> tuple[str, ...]:
+    return tuple(CAUSAL_T) if mode == "mlx-lm" else SHAPES
 
 
 def pieces(bundle, modes: list[str], context: int, trials: int) -> dict:
@@ -154,7 +164,7 @@ def pieces(bundle, modes: list[str], context: int, trials: int) -> dict:
 def available_modes() -> list[str]:
     from engines.kernels import gdn_tree_cuda
 
-    return ["reference", "fast-levels", "fast"] + (["cuda"] if gdn_tree_cuda.available() else [])
+    return ["reference", "fast-levels", "fast"] + (["cuda"] if gdn_tree_cuda.available() else []) + ["mlx-lm"]
 
 
 def print_costs(title: str, costs: dict) -> None:
@@ -162,8 +172,12 @@ def print_costs(title: str, costs: dict) -> None:
     print("| path | " + " | ".join(SHAPES) + " | c(1) | c(4) | tree-5 |")
     print("|---|" + "---|" * (len(SHAPES) + 3))
     for mode, row in costs.items():
-        cells = " | ".join(f"{row['ms'][s]:.2f}" for s in SHAPES)
-        print(f"| {mode} | {cells} | {row['c1']:.2f} | {row['c4']:.2f} | {row['tree5']:.2f} |")
+        cells = " | ".join(_cell(value) for value in [*(row["ms"][s] for s in SHAPES), row["c1"], row["c4"], row["tree5"]])
+        print(f"| {mode} | {cells} |")
+
+
+def _cell(value: float) -> str:
+    return "—" if value != value else f"{value:.2f}"   # NaN: a shape the path does not run
 
 
 def print_pieces(title: str, table: dict) -> None:
@@ -184,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--trials", type=int, default=15)
     parser.add_argument("--modes", default=None, help="comma list of reference,fast-levels (compiled, recurrence one "
-                        "tree level at a time),fast (compiled, all slots at once),cuda (default: all available)")
+                        "tree level at a time),fast (compiled, all slots at once),cuda,mlx-lm (mlx-lm's causal "
+                        "forward of the chain, for scale) (default: all available)")
     parser.add_argument("--pieces", action="store_true", help="also the fenced per-layer-kind breakdown")
     parser.add_argument("--piece-trials", type=int, default=5)
     parser.add_argument("--json", default=None, help="write the numbers here")
@@ -201,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                     "costs": measure_costs(bundle, modes, args.context, args.trials)}
     print_costs(title, report["costs"])
     if args.pieces:
-        report["pieces"] = pieces(bundle, modes, args.context, args.piece_trials)
+        report["pieces"] = pieces(bundle, [m for m in modes if m != "mlx-lm"], args.context, args.piece_trials)
         print_pieces(title, report["pieces"])
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))

@@ -219,7 +219,7 @@ def test_greedy_engines_equal_raw_with_forced_fast_paths(bundle, tiny_drafter):
 def test_profile_verify_steps_leave_the_cache_as_restored(bundle):
     """bench/profile_verify.py times every step on the same context: after a step and a restore,
     the next forward must see exactly the cache it saw before (else trials drift)."""
-    from bench.profile_verify import SHAPES, _restore, _snapshot, measure_costs, run_step
+    from bench.profile_verify import CAUSAL_T, SHAPES, _restore, _snapshot, measure_costs, run_step
 
     prompt = bundle.tokenizer.encode(PROMPTS[0], add_special_tokens=False)
     cache = bundle.make_cache()
@@ -229,10 +229,12 @@ def test_profile_verify_steps_leave_the_cache_as_restored(bundle):
     tokens = mx.array([5, 6, 7, 8, 9], dtype=mx.uint32)
     before = bundle.model(probe[None], cache=cache)
     _restore(cache, saved)
-    for shape in SHAPES:
-        run_step(bundle, cache, shape, tokens)
+    steps = [(shape, False) for shape in SHAPES] + [(shape, True) for shape in CAUSAL_T]
+    for shape, causal in steps:
+        run_step(bundle, cache, shape, tokens, causal=causal)
         _restore(cache, saved)
-        assert _max_diff(bundle.model(probe[None], cache=cache), before) == 0.0, shape
+        assert _max_diff(bundle.model(probe[None], cache=cache), before) == 0.0, (shape, causal)
         _restore(cache, saved)
-    costs = measure_costs(bundle, ["reference", "fast"], context=24, trials=1)
-    assert set(costs) == {"reference", "fast"} and all(row["c1"] > 0 for row in costs.values())
+    costs = measure_costs(bundle, ["reference", "fast", "mlx-lm"], context=24, trials=1)
+    assert set(costs) == {"reference", "fast", "mlx-lm"} and all(row["c1"] > 0 for row in costs.values())
+    assert costs["mlx-lm"]["c4"] > 0 and costs["mlx-lm"]["tree5"] != costs["mlx-lm"]["tree5"]   # no tree: NaN
