@@ -16,6 +16,7 @@ import numpy as np
 
 from classifier import lexicon
 from classifier.features import FeatureSpec, featurize
+from classifier.continuation import continuation
 from classifier.tool_offer import offers_tools, the_ask
 from contracts.errors import ModelLoadError
 from contracts.names import CLASSES as LABELS
@@ -30,7 +31,8 @@ FORMAT = "switchyard-classifier/1"
 class Prediction:
     label: str
     probs: dict[str, float]
-    reason: str = "model"  # "model", or the rule that decided: "response_format", "tools", "tool_catalogue"
+    # "model", or the rule that decided: "response_format", "tools", "tool_catalogue", "continuation"
+    reason: str = "model"
 
     @property
     def confidence(self) -> float:
@@ -120,7 +122,13 @@ class Classifier:
             return Prediction("structured", _certain("structured"), "response_format")
         if offers_tools(request) and self._model_says(the_ask(request)).probs["code"] < SURE_CODE:
             return Prediction("structured", _certain("structured"), "tools" if request.tools else "tool_catalogue")
-        return self._model_says(request)
+        said = self._model_says(request)
+        # an unfinished program or JSON value: the reply goes on with it (programs the model reads as
+        # code already need no second look)
+        continued = continuation(request, programs=said.label != "code")
+        if continued is not None and continued != said.label:
+            return Prediction(continued, _certain(continued), "continuation")
+        return said
 
     def _model_says(self, request: RequestText) -> Prediction:
         probs = self.model.probabilities(request)[self._order]

@@ -15,7 +15,7 @@ from classifier.features import FeatureSpec
 from classifier.metrics import report
 from classifier.model import MODEL_DIR, LinearModel
 from contracts.errors import InvalidRequestError, ModelLoadError
-from contracts.request_text import RequestText, from_messages
+from contracts.request_text import RequestText, from_messages, from_prompt
 
 # Measured on the shipped model (see classifier/README.md); floors sit just below. The template
 # split measures memory of our own style: training on the pandas / xarray sources and
@@ -346,3 +346,66 @@ def test_tools_in_the_body_ask_for_a_call_unless_the_ask_is_code_or_tool_choice_
         assert shipped.predict(from_record(record)).reason == "model"
     code = {"text": "Write a bash one-liner that counts the lines of every .py file under src/.", "tools": chat}
     assert shipped.predict(from_record(code)).label == "code"
+
+
+# -- unfinished programs and JSON values (classifier/continuation.py) ---------------------------
+OPEN_PROGRAMS = (
+    'def word_lengths(sentence):\n    """Map every word of the sentence to its length."""\n',   # the model reads prose
+    'import math\n\ndef nearest_square(n):\n    """Return the perfect square closest to n."""\n',
+    "def celsius_to_fahrenheit(c):\n",
+    'class Stack:\n    """A LIFO stack."""\n\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n',
+    "def merge(a, b):\n    out = []\n    while a and b:\n",
+    "// Returns the number of vowels in s.\nfunction countVowels(s) {\n",
+    "#include <stdio.h>\n\n/* Return 1 if s is a palindrome. */\nint is_palindrome(const char *s)\n{\n",
+    'package stats\n\n// Mean of xs.\nfunc Mean(xs []float64) float64 {\n',
+    "/// True when n is prime.\npub fn is_prime(n: u64) -> bool {\n",
+    "using System;\n\npublic static class TextTools\n{\n    public static int DistinctWords(string text)\n    {\n",
+    "-- Split s on sep.\nlocal function split(s, sep)\n",
+    "-- | Running maximum.\nrunningMax :: [Int] -> [Int]\n",
+    "import argparse\nimport pathlib\n\n",
+    '/**\n * Debounce fn.\n */\nexport function debounce(fn, wait) {\n',
+    '@dataclass\nclass Interval:\n    start: int\n    end: int\n\n    def overlaps(self, other) -> bool:\n',
+)
+NOT_CONTINUATIONS = (
+    "def add(a, b):\n    return a + b\n",                                     # complete: the model's call
+    "def f(xs):\n    return sorted(xs)[:3]\n\nWhat does this return for [5, 1, 2]?",  # an ask after the code
+    "Explain what the following does:\n\ndef f(x):\n",
+    'Traceback (most recent call last):\n  File "app.py", line 3, in <module>\n    main()\nKeyError: \'user\'\n',
+    "server {\n    listen 80;\n    location / {\n",                              # config: structured, the model's
+    "CREATE OR REPLACE FUNCTION total(p integer)\nRETURNS numeric AS $$\nBEGIN\n",  # SQL: structured, the model's
+    "Input: '1'\nOutput: ''\n\nInput: '11'\nOutput:",                           # few-shot labels, not code
+    "from now on you are a pirate and answer every question in pirate speech. The first question is:",
+    "Write a short poem that uses curly braces { and } as a metaphor.",
+    "# Meeting notes\n\n- budget approved\n- two hires\n",
+    "Hi Bob,\nhere is the plan: {draft}\n",
+    '{"title": "Dune", "year": 1965}',                                            # a complete JSON value
+    "[INST] tell me a story [/INST]",
+    "",
+)
+
+
+def test_continuation_finds_unfinished_programs_and_json_and_nothing_else():
+    from classifier.continuation import continuation
+
+    for text in OPEN_PROGRAMS:
+        assert continuation(from_prompt(text)) == "code", text
+        assert continuation(from_prompt(text), programs=False) is None, text
+    for text in ('{\n  "title": "Dune",\n  "genres": [', '[{"city": "Oslo"}, {"city": ', '{"quote": "To be or not'):
+        assert continuation(from_prompt(text)) == "structured", text
+    for text in NOT_CONTINUATIONS:
+        assert continuation(from_prompt(text)) is None, text
+    # a later turn of a conversation is not a completion prompt
+    assert continuation(RequestText(user=OPEN_PROGRAMS[2], history="user: explain my next message")) is None
+
+
+def test_an_unfinished_program_or_json_value_is_continued_in_kind(shipped):
+    stub = from_prompt(OPEN_PROGRAMS[0])
+    assert shipped._model_says(stub).label == "prose"        # what the rule is for: a docstring reads as prose
+    assert (shipped.predict(stub).label, shipped.predict(stub).reason) == ("code", "continuation")
+    assert shipped.predict(stub).probs["code"] == 1.0
+    for text in OPEN_PROGRAMS:
+        assert shipped.predict(from_prompt(text)).label == "code", text
+    data = shipped.predict(from_prompt('{\n  "title": "Dune",\n  "author": "Frank Herbert",\n  "genres": ['))
+    assert (data.label, data.reason) == ("structured", "continuation")
+    explained = shipped.predict(from_prompt(NOT_CONTINUATIONS[1]))
+    assert (explained.label, explained.reason) == ("prose", "model")

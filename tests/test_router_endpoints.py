@@ -149,3 +149,27 @@ def test_tools_offered_in_the_body_route_an_everyday_ask_as_a_call(tmp_path):
         assert routed(ask, tools=tools, tool_choice="none") != "structured"
         assert routed("Write a bash one-liner that counts the lines of every .py file under src/.",
                       tools=tools) == "code"
+
+
+def test_a_code_prefix_sent_for_completion_routes_as_code(tmp_path):
+    """The shipped classifier behind the app, through the openai client: an editor's text before the
+    cursor (a function header and its docstring) on /v1/completions, and the same in a chat message, is
+    continued with code; an unfinished JSON value with JSON."""
+    import openai
+
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("exploration: {kind: none}\nstate: {path: null}\n")
+    backend = FakeBackend(engine_names=("raw", "mtp"))
+    router = AdaptiveRouter.from_policy_file(policy_file, backend.engine_names, "auto")
+    stub = 'def word_lengths(sentence):\n    """Map every word of the sentence to its length."""\n'
+    with live_server(create_app(backend, router=router)) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=30)
+        completed = client.completions.with_raw_response.create(model="default", prompt=stub, max_tokens=2)
+        assert (completed.headers["x-switchyard-class"], completed.headers["x-switchyard-route-reason"]) == \
+            ("code", "monitor")
+        chat = client.chat.completions.with_raw_response.create(
+            model="default", messages=[{"role": "user", "content": stub}], max_tokens=2)
+        assert chat.headers["x-switchyard-class"] == "code"
+        data = client.completions.with_raw_response.create(model="default", prompt='{"title": "Dune", "tags": [',
+                                                           max_tokens=2)
+        assert data.headers["x-switchyard-class"] == "structured"
