@@ -46,7 +46,7 @@ case "$task" in
     ;;
   verify)
     timeout 60 python3 -m bench.check_gdn_kernel 2>&1 | quiet | tee "$OUT/kernel_check.txt"
-    timeout 80 python3 -m bench.profile_verify --model demo --trials 25 --pieces --json "$OUT/pv_demo.json" 2>&1 \
+    timeout 200 python3 -m bench.profile_verify --model demo --trials 25 --pieces --json "$OUT/pv_demo.json" 2>&1 \
       | quiet | tee "$OUT/pv_demo.txt"
     timeout 120 python3 -m bench.profile_verify --model random-0.8b --trials 15 --pieces --piece-trials 3 \
       --json "$OUT/pv_08b.json" 2>&1 | tee "$OUT/pv_08b.txt"
@@ -62,7 +62,7 @@ case "$task" in
     # every speculative engine pipelined (verdict on the device) and with the host cycle, in one process (issue 18)
     timeout 240 python3 -m bench.profile_host --tokens 128 --per-class 2 --cycles pipelined,host \
       --json "$OUT/host.json" 2>&1 | quiet | tee "$OUT/host.txt"
-    timeout 80 python3 -m bench.profile_verify --model demo --trials 25 --pieces --json "$OUT/pv_demo.json" 2>&1 \
+    timeout 200 python3 -m bench.profile_verify --model demo --trials 25 --pieces --json "$OUT/pv_demo.json" 2>&1 \
       | quiet | tee "$OUT/pv_demo.txt"
     # greedy speculative output equals raw's only in exact arithmetic: float32 with TF32 matmuls off
     MLX_ENABLE_TF32=0 timeout 200 python3 -m gateway.cli bench --dtype float32 --engines raw,mtp,ddtree,ddtree1 \
