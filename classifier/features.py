@@ -25,7 +25,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from classifier import cues, hashing, lexicon
+from classifier import cues, glossary, hashing, lexicon
 from contracts.request_text import RequestText
 
 # The constants below are part of the feature map too: changing any of them needs a retrain.
@@ -58,6 +58,9 @@ class FeatureSpec:
     lexicon_weight: float = 1.0
     lexicon_digest: str = ""
     lexicon_dim: int = 0
+    # English glosses of non-English ask words (classifier/glossary.py): the glossary's VERSION at
+    # fit time; 0 (a spec saved before it existed) reads none
+    glossary: int = 0
     struct_mean: tuple[float, ...] = field(default_factory=tuple)
     struct_scale: tuple[float, ...] = field(default_factory=tuple)
 
@@ -73,11 +76,12 @@ class FeatureSpec:
         return self.offsets[-1] + len(STRUCT_NAMES) + len(cues.CUE_NAMES) + self.lexicon_dim
 
     def with_lexicon(self) -> "FeatureSpec":
-        """This spec bound to the shipped lexicon (what fitting does when the block is wanted)."""
-        if self.lexicon_weight <= 0 or self.lexicon_digest:
-            return self
+        """This spec bound to the shipped lexicon and glossary (what fitting does)."""
+        bound = self if self.glossary else replace(self, glossary=glossary.VERSION)
+        if bound.lexicon_weight <= 0 or bound.lexicon_digest:
+            return bound
         shipped = lexicon.load()
-        return replace(self, lexicon_digest=shipped.digest, lexicon_dim=shipped.dim)
+        return replace(bound, lexicon_digest=shipped.digest, lexicon_dim=shipped.dim)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -458,7 +462,12 @@ def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.n
     outside = unpasted(request.user)  # shared by the ask block and the cues
     cue = cue_text(request, outside)
     ask = cue.lower()  # the cues' and the word vectors' text (str.lower: decoding join's points costs more)
-    joined = hashing.join([text, edge_text(request, outside), cue, clip_long(request.history)], lower=True)
+    edge = edge_text(request, outside)
+    english = glossary.glosses(ask) if spec.glossary else ""
+    if english:  # a non-English ask also reads as the English words it uses (classifier/glossary.py)
+        cue, edge = f"{cue}\n{english}", f"{edge}\n{english}"
+        ask = f"{ask}\n{english}"
+    joined = hashing.join([text, edge, cue, clip_long(request.history)], lower=True)
     words = _Words.of(joined)
 
     lo, hi = joined.chars(_PRIMARY)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from classifier import lexicon
-from classifier.features import FeatureSpec, featurize
+from classifier import glossary, lexicon
 from classifier.continuation import continuation
+from classifier.features import FeatureSpec, featurize
 from classifier.tool_offer import offers_tools, the_ask
 from contracts.errors import ModelLoadError
 from contracts.names import CLASSES as LABELS
@@ -91,6 +91,8 @@ class LinearModel:
         spec = FeatureSpec.from_json(meta["feature_spec"])
         if spec.lexicon_dim:
             lexicon.for_digest(spec.lexicon_digest)  # the word vectors it was fitted with (ModelLoadError if not)
+        if spec.glossary not in (0, glossary.VERSION):
+            raise ModelLoadError(f"{directory}: fitted with glossary v{spec.glossary}; this code has v{glossary.VERSION}")
         labels = tuple(meta["labels"])
         if coef.shape != (len(labels), spec.n_features) or intercept.shape != (len(labels),):
             raise ModelLoadError(f"{directory}: weights shape {coef.shape} does not match the feature spec")

@@ -247,6 +247,11 @@ def test_load_rejects_missing_or_mismatched_model(tmp_path):
     (tmp_path / "model.json").write_text(json.dumps(meta))
     with pytest.raises(ModelLoadError):
         Classifier.load(tmp_path)
+    meta["feature_spec"]["char_bits"] -= 1
+    meta["feature_spec"]["glossary"] = 99        # fitted with glosses this code does not have
+    (tmp_path / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelLoadError, match="glossary"):
+        Classifier.load(tmp_path)
 
 
 def test_load_refuses_pickled_arrays_and_bad_json(tmp_path):
@@ -409,3 +414,30 @@ def test_an_unfinished_program_or_json_value_is_continued_in_kind(shipped):
     assert (data.label, data.reason) == ("structured", "continuation")
     explained = shipped.predict(from_prompt(NOT_CONTINUATIONS[1]))
     assert (explained.label, explained.reason) == ("prose", "model")
+
+
+def test_glosses_read_non_english_ask_words_as_the_english_ones():
+    from classifier.glossary import glosses
+
+    assert glosses("写一个python函数，计算斐波那契数列的第n项。") == "write function"    # in text order
+    assert glosses("напиши функцию на python, которая считает слова") == "write function"
+    assert glosses("implémente une fonction récursive en c") == "implement function"
+    assert glosses("请用json格式列出三种水果及其颜色。") == "format list"
+    assert glosses("write a python function that reverses a string") == ""         # English: nothing added
+    assert glosses("la cadena de suministro y el programa de estudios") == ""       # ambiguous words left out
+
+
+def test_a_spec_fitted_with_the_glossary_reads_the_glosses_and_an_older_one_does_not():
+    from dataclasses import replace
+
+    from classifier import glossary
+    from classifier.features import featurize
+
+    spec = FeatureSpec(char_bits=12, word_bits=12, edge_bits=10, history_bits=10, lexicon_weight=0.0)
+    ask = from_prompt("Schreibe eine Funktion in Go, die prüft, ob eine Zahl eine Primzahl ist.")
+    plain = featurize(ask, spec)
+    glossed = featurize(ask, replace(spec, glossary=glossary.VERSION))
+    assert spec.glossary == 0 and FeatureSpec().with_lexicon().glossary == glossary.VERSION
+    assert not np.array_equal(plain[0], glossed[0])                  # "write function" adds ask words
+    english = from_prompt("Write a function that adds two numbers.")
+    assert all(np.array_equal(a, b) for a, b in zip(featurize(english, spec), featurize(english, replace(spec, glossary=1))))
