@@ -2,7 +2,8 @@
 
 Editor plugins and completion clients send the text before the cursor (`/v1/completions`, or a chat
 message holding nothing but code): a function header and its docstring, a block opened with `{`, a
-comment saying what comes next. The linear model reads such a prompt by its words, and a docstring
+comment saying what comes next; a fill-in-the-middle prompt (prefix, suffix, middle markers) asks
+for the code between. The linear model reads such a prompt by its words, and a docstring
 is prose ("def word_lengths(sentence): \"\"\"Map every word of the sentence to its length.\"\"\""
 read prose at 0.88). Here the form decides: every line is code, a comment or a docstring, and the
 text stops where more code must follow — an open bracket, a line that opens a block, a definition
@@ -47,6 +48,8 @@ _PREAMBLE = re.compile(
     r"from\s+[\w.]+\s+import\s|package\s+[\w.]+;?$|use\s+[\w:{}, *]+;$|use\s+strict|using\s+[\w.]+;$|"
     r"#include|#!|<\?php|set\s+-\w+$|(?:const|let|var)\s+\w+\s*=\s*require\(")
 _OPENERS = (":", "{", "(", "[", ",", "=", "\\", "->", "=>", "&&", "||", "+", " do", " then")
+# fill-in-the-middle markers of the code models' prompt formats (Qwen / StarCoder, CodeLlama)
+_FIM_MARKERS = ("<|fim_middle|>", "<fim_middle>", "<|fim_suffix|>", "<fim_suffix>", " <MID>", "<SUF>")
 _COMMENT_STARTS = ("#", "//", "--", "/*", ";;", "<!--")   # "*" lines only inside a /* block
 
 
@@ -58,6 +61,8 @@ def continuation(request: RequestText, programs: bool = True) -> str | None:
     if request.history or not request.user.strip():
         return None
     text = request.user
+    if any(marker in text for marker in _FIM_MARKERS):
+        return "code"   # a fill-in-the-middle prompt: an editor asks for the code between prefix and suffix
     if _open_json(text):
         return "structured"
     return "code" if programs and _open_program(text) else None

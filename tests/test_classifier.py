@@ -395,6 +395,9 @@ def test_continuation_finds_unfinished_programs_and_json_and_nothing_else():
     for text in OPEN_PROGRAMS:
         assert continuation(from_prompt(text)) == "code", text
         assert continuation(from_prompt(text), programs=False) is None, text
+    fim = "<|fim_prefix|>def area(r):\n    <|fim_suffix|>\n    return result\n<|fim_middle|>"
+    assert continuation(from_prompt(fim)) == "code"
+    assert continuation(from_prompt("<PRE> int add(int a, int b) { <SUF> } <MID>")) == "code"
     for text in ('{\n  "title": "Dune",\n  "genres": [', '[{"city": "Oslo"}, {"city": ', '{"quote": "To be or not'):
         assert continuation(from_prompt(text)) == "structured", text
     for text in NOT_CONTINUATIONS:
