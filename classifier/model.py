@@ -17,6 +17,7 @@ import numpy as np
 from classifier import glossary, lexicon
 from classifier.continuation import continuation
 from classifier.features import FeatureSpec, featurize
+from classifier.follow_up import follow_up
 from classifier.tool_offer import offers_tools, the_ask
 from contracts.errors import ModelLoadError
 from contracts.names import CLASSES as LABELS
@@ -31,7 +32,8 @@ FORMAT = "switchyard-classifier/1"
 class Prediction:
     label: str
     probs: dict[str, float]
-    # "model", or the rule that decided: "response_format", "tools", "tool_catalogue", "continuation"
+    # "model", or the rule that decided: "response_format", "tools", "tool_catalogue", "continuation",
+    # "follow_up"
     reason: str = "model"
 
     @property
@@ -124,6 +126,9 @@ class Classifier:
             return Prediction("structured", _certain("structured"), "response_format")
         if offers_tools(request) and self._model_says(the_ask(request)).probs["code"] < SURE_CODE:
             return Prediction("structured", _certain("structured"), "tools" if request.tools else "tool_catalogue")
+        kind = follow_up(request)   # "continue", "make it shorter": the previous reply's kind
+        if kind is not None:
+            return Prediction(kind, _certain(kind), "follow_up")
         said = self._model_says(request)
         # an unfinished program or JSON value: the reply goes on with it (programs the model reads as
         # code already need no second look)

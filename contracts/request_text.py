@@ -22,6 +22,7 @@ class RequestText:
     history: str = ""                  # every other turn, in order
     response_format: str | None = None  # OpenAI response_format.type, if any
     tools: str = ""                    # functions the request's body offers the model (tools_text); "" if none
+    last_reply: str = ""               # the assistant message just before the last user message ("" if none)
 
 
 def content_text(content: Any) -> str:
@@ -115,15 +116,18 @@ def from_messages(messages: Sequence[Mapping[str, Any]], response_format: Any = 
             turns.append((role, text))
     last_user = max((i for i, (role, _) in enumerate(turns) if role == "user"), default=None)
     if last_user is None:
-        user, earlier = "", turns
+        user, earlier, last_reply = "", turns, ""
     else:
         user, earlier = turns[last_user][1], turns[:last_user] + turns[last_user + 1 :]
+        before = turns[last_user - 1] if last_user > 0 else ("", "")
+        last_reply = before[1] if before[0] == "assistant" else ""
     return RequestText(
         system="\n".join(system_parts),
         user=user,
         history="\n".join(text for _, text in earlier),
         response_format=response_format_type(response_format),
         tools=tools,
+        last_reply=last_reply,
     )
 
 

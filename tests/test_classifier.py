@@ -181,7 +181,8 @@ def test_messages_split_system_last_user_and_history():
         ],
         {"type": "json_object"},
     )
-    assert request == RequestText("Answer in JSON.", "second question", "first question\nfirst answer", "json_object")
+    assert request == RequestText("Answer in JSON.", "second question", "first question\nfirst answer", "json_object",
+                                  last_reply="first answer")
     with pytest.raises(InvalidRequestError):
         from_messages([{"content": "no role"}])
     with pytest.raises(InvalidRequestError):
@@ -444,3 +445,47 @@ def test_a_spec_fitted_with_the_glossary_reads_the_glosses_and_an_older_one_does
     assert not np.array_equal(plain[0], glossed[0])                  # "write function" adds ask words
     english = from_prompt("Write a function that adds two numbers.")
     assert all(np.array_equal(a, b) for a, b in zip(featurize(english, spec), featurize(english, replace(spec, glossary=1))))
+
+
+# -- follow-ups that only continue or change the previous reply (classifier/follow_up.py) --------
+PY_REPLY = "Here:\n\n```python\ndef slugify(t):\n    return '-'.join(t.lower().split())\n```"
+JSON_REPLY = '```json\n{"city": "Lisbon", "population": 545000}\n```'
+PROSE_REPLY = "Autumn leaves drift slow, the garden keeps its secrets, rain on the window."
+
+
+def _turns(reply: str, ask: str) -> RequestText:
+    return from_messages([{"role": "user", "content": "first ask"}, {"role": "assistant", "content": reply},
+                          {"role": "user", "content": ask}])
+
+
+def test_a_follow_up_that_continues_or_edits_the_reply_is_read_from_the_reply():
+    from classifier.follow_up import follow_up, reply_kind
+
+    for ask in ("Continue", "go on.", "more please", "Make it shorter.", "Can you add type hints?",
+                "Only the ones older than a week.", "Also include the mayor as well.", "It should support async too."):
+        assert follow_up(_turns(PY_REPLY, ask)) == "code", ask
+        assert follow_up(_turns(JSON_REPLY, ask)) == "structured", ask
+        assert follow_up(_turns(PROSE_REPLY, ask)) == "prose", ask
+    # an ask that names its own kind, asks about the reply or asks for something new is the model's
+    for ask in ("Now as YAML.", "Why would I need this?", "What does join do here?", "Explain it.",
+                "Write unit tests for it.", "Put them in a table.", "Tell me more about it.",
+                "Make it " + "much " * 20 + "shorter.", "Continue:\n```\nmore code\n```"):
+        assert follow_up(_turns(PY_REPLY, ask)) is None, ask
+    assert follow_up(from_prompt("Continue")) is None                      # no reply to follow
+    assert reply_kind("| a | b |\n|---|---|\n| 1 | 2 |") == "structured"
+    assert reply_kind("```sql\nSELECT 1;\n```") == "structured"
+    assert reply_kind('[{"id": 1}]') == "structured"
+    assert reply_kind("```\nls -la\n```") == "code" and reply_kind("```text\njust words\n```") == "prose"
+
+
+def test_the_last_reply_is_the_assistant_turn_just_before_the_last_user_message(shipped):
+    calls = [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": None},
+             {"role": "tool", "content": "sunny"}, {"role": "user", "content": "continue"}]
+    assert from_messages(calls).last_reply == ""                          # a tool result came between
+    request = _turns(PY_REPLY, "Continue")
+    assert request.last_reply == PY_REPLY and request.history == "first ask\n" + PY_REPLY
+    assert shipped._model_says(request).label == "prose"                  # what the rule is for
+    continued = shipped.predict(request)
+    assert (continued.label, continued.reason, continued.probs["code"]) == ("code", "follow_up", 1.0)
+    assert shipped.predict(_turns(JSON_REPLY, "Add Porto and Faro.")).label == "structured"
+    assert shipped.predict(_turns(PY_REPLY, "Why would I need this?")).reason == "model"

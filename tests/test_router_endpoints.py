@@ -173,3 +173,25 @@ def test_a_code_prefix_sent_for_completion_routes_as_code(tmp_path):
         data = client.completions.with_raw_response.create(model="default", prompt='{"title": "Dune", "tags": [',
                                                            max_tokens=2)
         assert data.headers["x-switchyard-class"] == "structured"
+
+
+def test_a_follow_up_routes_in_the_kind_of_the_reply_it_continues(tmp_path):
+    """The shipped classifier behind the app, through the openai client: "Continue" after a code reply
+    routes as code, after a JSON reply as structured, after prose as prose."""
+    import openai
+
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("exploration: {kind: none}\nstate: {path: null}\n")
+    backend = FakeBackend(engine_names=("raw", "mtp"))
+    router = AdaptiveRouter.from_policy_file(policy_file, backend.engine_names, "auto")
+    replies = {"code": "```python\ndef add(a, b):\n    return a + b\n```",
+               "structured": '```json\n{"city": "Lisbon"}\n```',
+               "prose": "Lisbon is the capital of Portugal, on the Tagus estuary."}
+    with live_server(create_app(backend, router=router)) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=30)
+        for kind, reply in replies.items():
+            raw = client.chat.completions.with_raw_response.create(
+                model="default", max_tokens=2, messages=[{"role": "user", "content": "Start, please."},
+                                                         {"role": "assistant", "content": reply},
+                                                         {"role": "user", "content": "Continue"}])
+            assert raw.headers["x-switchyard-class"] == kind
