@@ -161,7 +161,7 @@ def test_router_sees_texts_and_every_step(env):
                   {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"}],
     )
     request = router.requests[-1]
-    assert request.text == RequestText(system="S", user="u2", history="u1\na1")
+    assert request.text == RequestText(system="S", user="u2", history="u1\na1", last_reply="a1")
     assert request.forced_engine is None and request.text.response_format is None
     assert request.prompt_tokens == len(backend.calls[-1]["prompt_ids"])
     assert len(router.observed) - before_obs == 3
