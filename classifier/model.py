@@ -124,8 +124,14 @@ class Classifier:
     def predict(self, request: RequestText) -> Prediction:
         if forces_structured(request.response_format):
             return Prediction("structured", _certain("structured"), "response_format")
-        if offers_tools(request) and self._model_says(the_ask(request)).probs["code"] < SURE_CODE:
-            return Prediction("structured", _certain("structured"), "tools" if request.tools else "tool_catalogue")
+        if offers_tools(request):
+            ask = self._model_says(the_ask(request))
+            if ask.probs["code"] < SURE_CODE:
+                return Prediction("structured", _certain("structured"), "tools" if request.tools else "tool_catalogue")
+            # an ask surely for code about the tools: what the model reads in it is the answer (the
+            # catalogue around it only adds brackets, and a second pass over the whole request would
+            # double an agent's classify time)
+            return ask
         kind = follow_up(request)   # "continue", "make it shorter": the previous reply's kind
         if kind is not None:
             return Prediction(kind, _certain(kind), "follow_up")

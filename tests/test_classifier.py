@@ -292,6 +292,34 @@ def test_a_tool_catalogue_in_the_prompt_asks_for_a_call(shipped):
     assert not offers_tools(docs) and shipped.predict(docs).reason == "model"
 
 
+def test_a_code_ask_about_offered_tools_is_read_once(shipped, monkeypatch):
+    """Where tools are offered and the ask alone is surely code, the ask's own reading is the answer:
+    the request is featurized once, not again as a whole (an agent's every request offers tools), and
+    the catalogue's brackets and colons around the ask cannot turn it into a call."""
+    from classifier.tool_offer import the_ask
+
+    schema = json.dumps({"name": "create_invoice", "parameters": {"type": "object", "properties": {
+        "customer_id": {"type": "string"}, "amount_cents": {"type": "integer"}}}})
+    request = RequestText(user="Convert this function schema into a Go struct with json tags and a "
+                               "Validate() method.\n" + schema)
+    ask = shipped.predict(the_ask(request))
+    assert ask.label == "code" and ask.probs["code"] >= 0.85
+    calls = []
+    probabilities = type(shipped.model).probabilities
+    monkeypatch.setattr(type(shipped.model), "probabilities", lambda m, r: calls.append(r) or probabilities(m, r))
+    prediction = shipped.predict(request)
+    assert len(calls) == 1 and calls[0] == the_ask(request)
+    assert (prediction.label, prediction.reason, prediction.probs) == ("code", "model", ask.probs)
+    # offered in the body: the same
+    calls.clear()
+    tools = RequestText(user="Implement the create_invoice handler in Python with a pytest test.", tools=schema)
+    assert shipped.predict(tools).label == "code" and len(calls) == 1
+    # an everyday ask beside the same tools is a call, also read once
+    calls.clear()
+    call = RequestText(user="Bill customer C-118 for 42 euros.", tools=schema)
+    assert (shipped.predict(call).label, len(calls)) == ("structured", 1)
+
+
 def test_catalogues_in_every_form_a_prompt_lists_tools(shipped):
     """YAML and Markdown lists, XML, a table, inline signatures and a system prompt's "Use f(x) to ..."
     offer tools as much as JSON definitions do; an everyday ask then wants a call, even where the model
