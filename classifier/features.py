@@ -61,6 +61,11 @@ class FeatureSpec:
     # English glosses of non-English ask words (classifier/glossary.py): the glossary's VERSION at
     # fit time; 0 (a spec saved before it existed) reads none
     glossary: int = 0
+    # The system prompt's words in columns of their own (edge block), out of the cue text and the word
+    # vector, which then read the user's message only: custom instructions ("explain your reasoning",
+    # "short paragraphs") set how every reply reads, the ask what this one is. A spec saved before this
+    # field existed reads the system prompt as part of the ask (from_json).
+    system_apart: bool = True
     struct_mean: tuple[float, ...] = field(default_factory=tuple)
     struct_scale: tuple[float, ...] = field(default_factory=tuple)
 
@@ -95,6 +100,7 @@ class FeatureSpec:
         data = dict(data)
         for key in ("char_ngrams", "struct_mean", "struct_scale"):
             data[key] = tuple(data[key])
+        data.setdefault("system_apart", False)
         return cls(**data)
 
 
@@ -161,7 +167,9 @@ def ask_text(user: str, outside: str | None = None) -> str:
     return ask
 
 
-def edge_text(request: RequestText, outside: str | None = None) -> str:
+def edge_text(request: RequestText, outside: str | None = None, system_apart: bool = False) -> str:
+    if system_apart:
+        return ask_text(request.user, outside)
     return f"{request.system[:EDGE_CHARS]}\n{ask_text(request.user, outside)}"
 
 
@@ -183,6 +191,7 @@ _CODE_WORDS = ("def", "return", "import", "include", "function", "const", "class
 _WORD_SALT = 1
 _EDGE_SALT = 2
 _HISTORY_SALT = 3
+_SYSTEM_SALT = 4
 
 
 def _keyword_hashes(words: tuple[str, ...]) -> np.ndarray:
@@ -318,16 +327,17 @@ def _csv_lines(codes: np.ndarray) -> int:
 CUE_HEAD, CUE_TAIL = 1000, 500
 
 
-def cue_text(request: RequestText, outside: str | None = None) -> str:
-    """System prompt + the user message outside fenced blocks, head and tail (where asks sit)."""
+def cue_text(request: RequestText, outside: str | None = None, system_apart: bool = False) -> str:
+    """The user message outside fenced blocks, head and tail (where asks sit), after the system
+    prompt's head unless `system_apart`."""
     user = unpasted(request.user) if outside is None else outside
     if len(user) > CUE_HEAD + CUE_TAIL:
         user = user[:CUE_HEAD] + "\n" + user[-CUE_TAIL:]
-    return f"{request.system[:EDGE_CHARS]}\n{user}".strip()
+    return user.strip() if system_apart else f"{request.system[:EDGE_CHARS]}\n{user}".strip()
 
 
-def cue_values(request: RequestText, outside: str | None = None) -> np.ndarray:
-    return cues.TABLE.values(cue_text(request, outside).lower())
+def cue_values(request: RequestText, outside: str | None = None, system_apart: bool = False) -> np.ndarray:
+    return cues.TABLE.values(cue_text(request, outside, system_apart).lower())
 
 
 @dataclass(frozen=True)
@@ -386,10 +396,11 @@ def _layout(spec: FeatureSpec) -> _Layout:
     return cached[1]
 
 
-# The texts a request is read through, tokenised together by `hashing.join`, in this order.
-_PRIMARY, _EDGE, _ASK, _HISTORY = range(4)
+# The texts a request is read through, tokenised together by `hashing.join`, in this order (_SYSTEM:
+# the system prompt's head where the spec reads it apart, else empty).
+_PRIMARY, _EDGE, _ASK, _SYSTEM, _HISTORY = range(5)
 # Salts of the word hashes of each text (the ask's words are hashed twice: cues and lexicon).
-_TEXT_SALTS = np.array([_WORD_SALT, _EDGE_SALT, cues.SALT, _HISTORY_SALT], dtype=np.uint64)
+_TEXT_SALTS = np.array([_WORD_SALT, _EDGE_SALT, cues.SALT, _SYSTEM_SALT, _HISTORY_SALT], dtype=np.uint64)
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs ~1.5 us to build, per request
@@ -407,7 +418,7 @@ class _Words:
         ask_lo, ask_hi = joined.words(_ASK)
         salted = np.concatenate((spans + _TEXT_SALTS.repeat(counts), spans[ask_lo:ask_hi] + np.uint64(lexicon.SALT)))
         words = hashing.mix(salted)
-        pairs = hashing.pair_hashes(words[:ask_hi])  # bigrams of the texts before the history
+        pairs = hashing.pair_hashes(words[: joined.words(_HISTORY)[0]])  # bigrams of the texts before the history
         unigrams, bigrams, lo = [], [], 0
         for count in counts:
             unigrams.append(words[lo : lo + count])
@@ -460,14 +471,16 @@ def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.n
     layout = _layout(spec)
     text = primary_text(request)
     outside = unpasted(request.user)  # shared by the ask block and the cues
-    cue = cue_text(request, outside)
+    apart = spec.system_apart
+    cue = cue_text(request, outside, apart)
     ask = cue.lower()  # the cues' and the word vectors' text (str.lower: decoding join's points costs more)
-    edge = edge_text(request, outside)
+    edge = edge_text(request, outside, apart)
     english = glossary.glosses(ask) if spec.glossary else ""
     if english:  # a non-English ask also reads as the English words it uses (classifier/glossary.py)
         cue, edge = f"{cue}\n{english}", f"{edge}\n{english}"
         ask = f"{ask}\n{english}"
-    joined = hashing.join([text, edge, cue, clip_long(request.history)], lower=True)
+    system = request.system[:EDGE_CHARS] if apart else ""
+    joined = hashing.join([text, edge, cue, system, clip_long(request.history)], lower=True)
     words = _Words.of(joined)
 
     lo, hi = joined.chars(_PRIMARY)
@@ -478,7 +491,7 @@ def featurize(request: RequestText, spec: FeatureSpec) -> tuple[np.ndarray, np.n
         chars,
         [
             [words.unigrams[_PRIMARY], words.bigrams[_PRIMARY]],
-            [words.unigrams[_EDGE], words.bigrams[_EDGE]],
+            [words.unigrams[_EDGE], words.bigrams[_EDGE], words.unigrams[_SYSTEM], words.bigrams[_SYSTEM]],
             [words.unigrams[_HISTORY]],
         ],
         layout,

@@ -26,7 +26,7 @@ _PAIR = np.uint64(0x9E3779B97F4A7C15)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 MAX_SPAN_CHARS = 1 << 14
-MAX_JOINED_TEXTS = 4  # `join` reads at most this many texts of MAX_SPAN_CHARS each (featurize: 4)
+MAX_JOINED_TEXTS = 5  # `join` reads at most this many texts of MAX_SPAN_CHARS each (featurize: 5)
 
 
 def _powers(base: np.uint64, count: int) -> np.ndarray:

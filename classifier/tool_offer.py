@@ -121,7 +121,7 @@ def the_ask(request: RequestText) -> RequestText:
         kept = "\n".join(line for line in text.splitlines() if not _CATALOGUE_LINE.match(line))
         return _SIGNATURE.sub("", kept).strip()
 
-    user = strip(request.user)
-    if user:
-        return RequestText(user=user, history=request.history)
-    return RequestText(system=strip(request.system), history=request.history)
+    # read as the ask's text either way (a model that reads the system prompt apart would not read it
+    # as the ask)
+    user = strip(request.user) or strip(request.system)
+    return RequestText(user=user, history=request.history)

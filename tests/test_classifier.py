@@ -517,3 +517,46 @@ def test_the_last_reply_is_the_assistant_turn_just_before_the_last_user_message(
     assert (continued.label, continued.reason, continued.probs["code"]) == ("code", "follow_up", 1.0)
     assert shipped.predict(_turns(JSON_REPLY, "Add Porto and Faro.")).label == "structured"
     assert shipped.predict(_turns(PY_REPLY, "Why would I need this?")).reason == "model"
+
+
+def test_the_system_prompt_is_read_apart_from_the_ask(shipped):
+    """A spec with system_apart keeps the system prompt out of the cue text and the word vector and
+    gives its words edge columns of their own: custom instructions ("explain ... in one paragraph")
+    no longer fire the ask's prose cues. A spec saved before the field reads it as part of the ask."""
+    from classifier.features import cue_text, featurize
+
+    spec = shipped.model.spec
+    assert spec.system_apart
+    ask = "Write a Python function that merges two sorted lists."
+    styled = RequestText(system="Explain your reasoning in one short paragraph.", user=ask)
+    alone = RequestText(user=ask)
+    assert cue_text(styled, system_apart=True) == cue_text(alone, system_apart=True) == ask
+    assert "paragraph" in cue_text(styled)  # the old reading
+    edge_start, history_start = spec.offsets[2], spec.offsets[3]
+    cue_start = spec.offsets[4]
+
+    def columns(request, lo, hi):
+        index, _ = featurize(request, spec)
+        return {int(i) for i in index if lo <= i < hi}
+
+    # the cue and word-vector columns are the ask's alone; the edge block adds the system's own words
+    assert columns(styled, cue_start, spec.n_features) == columns(alone, cue_start, spec.n_features)
+    assert columns(styled, edge_start, history_start) > columns(alone, edge_start, history_start)
+    # the same words as the ask hash to other edge columns than as the system prompt (salted apart; ~20
+    # words and bigrams each in 8,192 columns, so a chance collision or two at most)
+    as_system = columns(RequestText(system=ask, user="ok"), edge_start, history_start)
+    as_ask = columns(alone, edge_start, history_start)
+    assert len(as_ask) > 10 and len(as_system & as_ask) <= 2
+    old = FeatureSpec.from_json({k: v for k, v in spec.to_json().items() if k != "system_apart"})
+    assert not old.system_apart
+
+
+def test_word_problems_about_shapes_read_as_prose_and_code_about_shapes_as_code(shipped):
+    """Lengths, widths, radii and "Find its area" are a function spec's words too; a word problem made
+    of them is answered in words (prose/measure_problem), a function about them in code."""
+    problems = ("A rectangular yard is 18 m long and 11 m wide. Find its perimeter.",
+                "The radius of a round table is 60 cm. What is the area of its top?")
+    for text in problems:
+        assert shipped.predict(RequestText(user=text)).label == "prose", text
+    assert shipped.predict(RequestText(user="Write a function that returns the perimeter of a rectangle "
+                                                "from its length and width.")).label == "code"

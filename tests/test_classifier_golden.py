@@ -93,7 +93,7 @@ def test_ask_text_scans_the_first_and_last_lines():
 
 
 def test_joined_tokens_hash_like_each_text_alone():
-    texts = ["Hello, world_1 \u00e9t\u00e9", "", "a\nb  c", "\u4e2d\u6587 x  "]
+    texts = ["Hello, world_1 \u00e9t\u00e9", "", "a\nb  c", "\u4e2d\u6587 x  ", "tail"]
     joined = hashing.join(texts)
     for i, text in enumerate(texts):
         lo, hi = joined.chars(i)

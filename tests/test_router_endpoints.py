@@ -195,3 +195,28 @@ def test_a_follow_up_routes_in_the_kind_of_the_reply_it_continues(tmp_path):
                                                          {"role": "assistant", "content": reply},
                                                          {"role": "user", "content": "Continue"}])
             assert raw.headers["x-switchyard-class"] == kind
+
+
+def test_custom_instructions_in_a_system_prompt_leave_the_class_to_the_ask(tmp_path):
+    """The shipped classifier behind the app, through the openai client: a chat UI's custom
+    instructions ("explain your reasoning", "short paragraphs") say how to reply, not what: the ask
+    under them decides the class."""
+    import openai
+
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("exploration: {kind: none}\nstate: {path: null}\n")
+    backend = FakeBackend(engine_names=("raw", "mtp"))
+    router = AdaptiveRouter.from_policy_file(policy_file, backend.engine_names, "auto")
+    systems = ("You are a helpful assistant. Always explain your reasoning step by step.",
+               "Answer in clear, well-structured paragraphs and keep a friendly tone.")
+    asks = {"code": "Write a Python function to merge two dicts, the second one winning on shared keys.",
+            "structured": "Convert this CSV to JSON:\nname,age\nAna,31\nBo,27",
+            "prose": "Why do onions make people cry?"}
+    with live_server(create_app(backend, router=router)) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=30)
+        for system in systems:
+            for kind, ask in asks.items():
+                raw = client.chat.completions.with_raw_response.create(
+                    model="default", max_tokens=2, messages=[{"role": "system", "content": system},
+                                                             {"role": "user", "content": ask}])
+                assert raw.headers["x-switchyard-class"] == kind, (system, ask)

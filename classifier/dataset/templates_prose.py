@@ -366,6 +366,50 @@ def _math_notation(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask + rng.choice(MATH_TAILS))}
 
 
+# Word problems about shapes and measures: the nouns (length, width, radius, area, perimeter) and the
+# imperative "Find its ..." are also a function spec's, but the reply is a worked answer in words
+SHAPES = (
+    ("rectangle", ("length", "width"), ("area", "perimeter", "diagonal")),
+    ("rectangular garden", ("length", "width"), ("area", "perimeter", "fencing needed")),
+    ("square", ("side",), ("area", "perimeter", "diagonal")),
+    ("right triangle", ("leg", "hypotenuse"), ("area", "perimeter", "other leg")),
+    ("triangle", ("base", "height"), ("area", "largest angle")),
+    ("circle", ("radius", "diameter"), ("area", "circumference")),
+    ("circular pond", ("radius", "diameter"), ("area", "circumference")),
+    ("cylinder", ("radius", "height"), ("volume", "surface area")),
+    ("cone", ("radius", "slant height"), ("volume", "height")),
+    ("sphere", ("radius",), ("volume", "surface area")),
+    ("box", ("length", "width", "height"), ("volume", "surface area")),
+    ("trapezoid", ("height", "shorter base", "longer base"), ("area",)),
+    ("regular hexagon", ("side",), ("perimeter", "area", "interior angle")),
+    ("room", ("length", "width", "height"), ("floor area", "volume")),
+)  # fmt: skip
+UNITS = ("cm", "m", "mm", "inches", "feet", "km", "yards")
+
+
+def _measure_problem(rng: random.Random, corpus: Corpus) -> dict:
+    """Geometry and measurement word problems (no corpus material)."""
+    shape, given, wanted = rng.choice(SHAPES)
+    unit, target = rng.choice(UNITS), rng.choice(wanted)
+    facts = " and ".join(f"{g} {rng.randint(2, 40)} {unit}" for g in given)
+    whose = " and ".join(f"{g} is {rng.randint(2, 40)} {unit}" for g in given)
+    article = "An" if shape[0] in "aeiou" else "A"
+    a, b = rng.randint(2, 5), rng.randint(2, 30)
+    options = (
+        f"{article} {shape} has {facts}. Find its {target}.", f"{article} {shape} has {facts}. What is its {target}?",
+        f"Calculate the {target} of a {shape} with {facts}.", f"Determine the {target} of a {shape} whose {whose}.",
+        f"Work out the {target} of a {shape} with {facts}.", f"Find the {target} of {article.lower()} {shape}: {facts}.",
+        f"How does the {target} of a {shape} change when its {given[0]} doubles?",
+        f"{article} {shape} has {facts}. If every measure grows by {a * 10}%, by how much does its {target} grow?",
+    )  # fmt: skip
+    if len(given) > 1:  # a relation between two of its measures
+        options += (
+            f"The {given[0]} of a {shape} is {a} times its {given[1]}, and its {target} is {a * b * b}. Find the {given[1]}.",
+            f"The {given[1]} of a {shape} is {b} {unit} less than its {given[0]}. If its {target} is {b * 4}, find both.",
+        )  # fmt: skip
+    return {"text": dress(rng, phrase(rng, options) + rng.choice(MATH_TAILS))}
+
+
 # The twin of code/held_data: the same voices (a first-person goal, a question about groups, an
 # imperative) about the world, not about data the user holds: answered in words.
 WORLD_TOPICS = (
@@ -422,4 +466,5 @@ TEMPLATES: tuple[Template, ...] = (
     Template("prose/writing_brief", "prose", _writing_brief, 80),
     Template("prose/math_notation", "prose", _math_notation, 100),
     Template("prose/world_interest", "prose", _world_interest, 100),
+    Template("prose/measure_problem", "prose", _measure_problem, 80),
 )
