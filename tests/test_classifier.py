@@ -296,6 +296,7 @@ def test_a_code_ask_about_offered_tools_is_read_once(shipped, monkeypatch):
     """Where tools are offered and the ask alone is surely code, the ask's own reading is the answer:
     the request is featurized once, not again as a whole (an agent's every request offers tools), and
     the catalogue's brackets and colons around the ask cannot turn it into a call."""
+    from classifier.model import SURE_CODE
     from classifier.tool_offer import the_ask
 
     schema = json.dumps({"name": "create_invoice", "parameters": {"type": "object", "properties": {
@@ -303,7 +304,7 @@ def test_a_code_ask_about_offered_tools_is_read_once(shipped, monkeypatch):
     request = RequestText(user="Convert this function schema into a Go struct with json tags and a "
                                "Validate() method.\n" + schema)
     ask = shipped.predict(the_ask(request))
-    assert ask.label == "code" and ask.probs["code"] >= 0.85
+    assert ask.label == "code" and ask.probs["code"] >= SURE_CODE
     calls = []
     probabilities = type(shipped.model).probabilities
     monkeypatch.setattr(type(shipped.model), "probabilities", lambda m, r: calls.append(r) or probabilities(m, r))

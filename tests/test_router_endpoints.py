@@ -30,6 +30,19 @@ def served(tmp_path):
         yield server, router, policy_file, app
 
 
+@pytest.fixture()
+def shipped_client(tmp_path):
+    """An openai client of an app that routes "auto": the shipped classifier labels every request."""
+    import openai
+
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("exploration: {kind: none}\nstate: {path: null}\n")
+    backend = FakeBackend(engine_names=("raw", "mtp"))
+    router = AdaptiveRouter.from_policy_file(policy_file, backend.engine_names, "auto")
+    with live_server(create_app(backend, router=router)) as server:
+        yield openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=30)
+
+
 def _chat(server, user_text: str, **extra) -> httpx.Response:
     body = {"model": "default", "messages": [{"role": "user", "content": user_text}], "max_tokens": 3, **extra}
     return httpx.post(server.base_url + "/v1/chat/completions", json=body, timeout=30)
@@ -123,100 +136,68 @@ def test_router_start_reloads_on_sighup_and_close_restores_the_handler(tmp_path)
     assert signal.getsignal(signal.SIGHUP) == before
 
 
-def test_tools_offered_in_the_body_route_an_everyday_ask_as_a_call(tmp_path):
+def test_tools_offered_in_the_body_route_an_everyday_ask_as_a_call(shipped_client):
     """The shipped classifier behind the app, through the openai client: a chat request that offers tools
     (tool_choice auto) asks for a call, so it routes as structured; with tool_choice "none" the same ask
     is the model's to read, and an ask for code stays code."""
-    import openai
-
-    policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text("exploration: {kind: none}\nstate: {path: null}\n")
-    backend = FakeBackend(engine_names=("raw", "mtp"))
-    router = AdaptiveRouter.from_policy_file(policy_file, backend.engine_names, "auto")
     tools = [{"type": "function", "function": {"name": "set_light", "description": "Set a light's brightness",
               "parameters": {"type": "object", "properties": {"room": {"type": "string"},
                                                               "level": {"type": "integer"}}}}}]
-    with live_server(create_app(backend, router=router)) as server:
-        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=30)
 
-        def routed(text: str, **extra) -> str:
-            raw = client.chat.completions.with_raw_response.create(
-                model="default", messages=[{"role": "user", "content": text}], max_tokens=2, **extra)
-            return raw.headers["x-switchyard-class"]
+    def routed(text: str, **extra) -> str:
+        raw = shipped_client.chat.completions.with_raw_response.create(
+            model="default", messages=[{"role": "user", "content": text}], max_tokens=2, **extra)
+        return raw.headers["x-switchyard-class"]
 
-        ask = "Dim the living room lamps to 30 percent."
-        assert routed(ask, tools=tools) == "structured"
-        assert routed(ask, tools=tools, tool_choice="none") != "structured"
-        assert routed("Write a bash one-liner that counts the lines of every .py file under src/.",
-                      tools=tools) == "code"
+    ask = "Dim the living room lamps to 30 percent."
+    assert routed(ask, tools=tools) == "structured"
+    assert routed(ask, tools=tools, tool_choice="none") != "structured"
+    assert routed("Write a bash one-liner that counts the lines of every .py file under src/.",
+                  tools=tools) == "code"
 
 
-def test_a_code_prefix_sent_for_completion_routes_as_code(tmp_path):
+def test_a_code_prefix_sent_for_completion_routes_as_code(shipped_client):
     """The shipped classifier behind the app, through the openai client: an editor's text before the
     cursor (a function header and its docstring) on /v1/completions, and the same in a chat message, is
     continued with code; an unfinished JSON value with JSON."""
-    import openai
-
-    policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text("exploration: {kind: none}\nstate: {path: null}\n")
-    backend = FakeBackend(engine_names=("raw", "mtp"))
-    router = AdaptiveRouter.from_policy_file(policy_file, backend.engine_names, "auto")
     stub = 'def word_lengths(sentence):\n    """Map every word of the sentence to its length."""\n'
-    with live_server(create_app(backend, router=router)) as server:
-        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=30)
-        completed = client.completions.with_raw_response.create(model="default", prompt=stub, max_tokens=2)
-        assert (completed.headers["x-switchyard-class"], completed.headers["x-switchyard-route-reason"]) == \
-            ("code", "monitor")
-        chat = client.chat.completions.with_raw_response.create(
-            model="default", messages=[{"role": "user", "content": stub}], max_tokens=2)
-        assert chat.headers["x-switchyard-class"] == "code"
-        data = client.completions.with_raw_response.create(model="default", prompt='{"title": "Dune", "tags": [',
-                                                           max_tokens=2)
-        assert data.headers["x-switchyard-class"] == "structured"
+    completed = shipped_client.completions.with_raw_response.create(model="default", prompt=stub, max_tokens=2)
+    assert (completed.headers["x-switchyard-class"], completed.headers["x-switchyard-route-reason"]) == \
+        ("code", "monitor")
+    chat = shipped_client.chat.completions.with_raw_response.create(
+        model="default", messages=[{"role": "user", "content": stub}], max_tokens=2)
+    assert chat.headers["x-switchyard-class"] == "code"
+    data = shipped_client.completions.with_raw_response.create(
+        model="default", prompt='{"title": "Dune", "tags": [', max_tokens=2)
+    assert data.headers["x-switchyard-class"] == "structured"
 
 
-def test_a_follow_up_routes_in_the_kind_of_the_reply_it_continues(tmp_path):
+def test_a_follow_up_routes_in_the_kind_of_the_reply_it_continues(shipped_client):
     """The shipped classifier behind the app, through the openai client: "Continue" after a code reply
     routes as code, after a JSON reply as structured, after prose as prose."""
-    import openai
-
-    policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text("exploration: {kind: none}\nstate: {path: null}\n")
-    backend = FakeBackend(engine_names=("raw", "mtp"))
-    router = AdaptiveRouter.from_policy_file(policy_file, backend.engine_names, "auto")
     replies = {"code": "```python\ndef add(a, b):\n    return a + b\n```",
                "structured": '```json\n{"city": "Lisbon"}\n```',
                "prose": "Lisbon is the capital of Portugal, on the Tagus estuary."}
-    with live_server(create_app(backend, router=router)) as server:
-        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=30)
-        for kind, reply in replies.items():
-            raw = client.chat.completions.with_raw_response.create(
-                model="default", max_tokens=2, messages=[{"role": "user", "content": "Start, please."},
-                                                         {"role": "assistant", "content": reply},
-                                                         {"role": "user", "content": "Continue"}])
-            assert raw.headers["x-switchyard-class"] == kind
+    for kind, reply in replies.items():
+        raw = shipped_client.chat.completions.with_raw_response.create(
+            model="default", max_tokens=2, messages=[{"role": "user", "content": "Start, please."},
+                                                     {"role": "assistant", "content": reply},
+                                                     {"role": "user", "content": "Continue"}])
+        assert raw.headers["x-switchyard-class"] == kind
 
 
-def test_custom_instructions_in_a_system_prompt_leave_the_class_to_the_ask(tmp_path):
+def test_custom_instructions_in_a_system_prompt_leave_the_class_to_the_ask(shipped_client):
     """The shipped classifier behind the app, through the openai client: a chat UI's custom
     instructions ("explain your reasoning", "short paragraphs") say how to reply, not what: the ask
     under them decides the class."""
-    import openai
-
-    policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text("exploration: {kind: none}\nstate: {path: null}\n")
-    backend = FakeBackend(engine_names=("raw", "mtp"))
-    router = AdaptiveRouter.from_policy_file(policy_file, backend.engine_names, "auto")
     systems = ("You are a helpful assistant. Always explain your reasoning step by step.",
                "Answer in clear, well-structured paragraphs and keep a friendly tone.")
     asks = {"code": "Write a Python function to merge two dicts, the second one winning on shared keys.",
             "structured": "Convert this CSV to JSON:\nname,age\nAna,31\nBo,27",
             "prose": "Why do onions make people cry?"}
-    with live_server(create_app(backend, router=router)) as server:
-        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=30)
-        for system in systems:
-            for kind, ask in asks.items():
-                raw = client.chat.completions.with_raw_response.create(
-                    model="default", max_tokens=2, messages=[{"role": "system", "content": system},
-                                                             {"role": "user", "content": ask}])
-                assert raw.headers["x-switchyard-class"] == kind, (system, ask)
+    for system in systems:
+        for kind, ask in asks.items():
+            raw = shipped_client.chat.completions.with_raw_response.create(
+                model="default", max_tokens=2, messages=[{"role": "system", "content": system},
+                                                         {"role": "user", "content": ask}])
+            assert raw.headers["x-switchyard-class"] == kind, (system, ask)
