@@ -410,6 +410,52 @@ def _measure_problem(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, phrase(rng, options) + rng.choice(MATH_TAILS))}
 
 
+# The twin of code/howto_plain: the same "How do I ...?" voices about tasks done with the hands, the
+# house, money or people, answered in steps and words. Without it "How do I ...?" read code whatever
+# followed: a probe of everyday questions of my own (check set X) had 6 of 24 read code ("remove a
+# stripped screw" 0.88, "jump start a car battery" 0.73). Tasks written for this template; benign only.
+PRACTICAL_TASKS = (
+    "hang a heavy mirror on a plaster wall", "fix a dripping kitchen tap", "reset a tripped circuit breaker",
+    "stop a door from squeaking", "seal the gaps around a window", "replace a broken tile in the bathroom",
+    "paint a room without leaving streaks", "get mould off a shower curtain", "clean a microwave quickly",
+    "remove limescale from a shower head", "get chewing gum out of hair", "wash a wool sweater without shrinking it",
+    "iron a dress shirt properly", "sew a button back on", "remove a coffee stain from a carpet",
+    "keep a cut avocado from browning", "boil an egg so the yolk stays soft", "sharpen a kitchen knife with a whetstone",
+    "make fluffy rice on the stove", "cook a steak medium rare in a pan", "proof bread dough in a cold kitchen",
+    "make a roux that doesn't go lumpy", "store fresh herbs so they last longer", "caramelise onions properly",
+    "grow tomatoes on a balcony", "repot an overgrown houseplant", "get rid of aphids on roses naturally",
+    "start a compost heap", "prune an apple tree", "lay turf on a bare patch of lawn",
+    "check the tyre pressure on my car", "change the wiper blades on my car", "defrost a car windscreen quickly",
+    "adjust the brakes on a bicycle", "fix a slipped bike chain", "parallel park in a tight spot",
+    "save for a house deposit on a modest salary", "make a monthly household budget", "dispute a wrong charge on my bank statement",
+    "ask my landlord to fix the heating", "write a polite complaint to an airline", "split rent fairly between flatmates",
+    "get over jet lag faster", "pack a carry-on for a two-week trip", "find cheap flights for the holidays",
+    "introduce a new cat to my dog", "trim my dog's nails without hurting him", "get my cat to stop scratching the sofa",
+    "house-train a puppy", "keep a goldfish tank clean", "calm a nervous horse",
+    "knit a simple scarf", "fold a paper crane", "start a fire without matches when camping",
+    "pitch a tent in the rain", "read a topographic map", "tell if a melon is ripe",
+    "fall asleep faster", "build a habit of running in the morning", "warm up properly before a long run",
+    "improve my posture at a desk", "learn to swim as an adult", "do a proper push-up",
+    "tune a guitar by ear", "play a barre chord cleanly", "memorise a speech",
+    "make small talk at a networking event", "apologise to a friend I upset", "say no to extra work politely",
+    "prepare for a job interview", "ask for a reference from a former boss", "settle a toddler's tantrum in a shop",
+    "get my teenager to talk to me more", "plan a child's birthday party on a budget", "teach a child to ride a bike",
+    "remove a splinter", "treat a mild sunburn", "stop hiccups",
+    "take better photos with my phone", "frame a picture without a professional", "move a piano up a flight of stairs",
+)  # fmt: skip
+
+
+def _practical_howto(rng: random.Random, corpus: Corpus) -> dict:
+    task = rng.choice(PRACTICAL_TASKS)
+    ask = phrase(rng, (
+        f"How do I {task}?", f"How can I {task}?", f"What's the best way to {task}?", f"Show me how to {task}.",
+        f"how to {task}", f"What is the fastest way to {task}?", f"{task[0].upper()}{task[1:]}: how?",
+        f"How do you {task}?", f"Need to {task}. How?", f"How do I {task} without special tools?",
+        f"Any tips on how to {task}?", f"Walk me through how to {task}.", f"Is there an easy way to {task}?",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
 # The twin of code/held_data: the same voices (a first-person goal, a question about groups, an
 # imperative) about the world, not about data the user holds: answered in words.
 WORLD_TOPICS = (
@@ -467,4 +513,5 @@ TEMPLATES: tuple[Template, ...] = (
     Template("prose/math_notation", "prose", _math_notation, 100),
     Template("prose/world_interest", "prose", _world_interest, 100),
     Template("prose/measure_problem", "prose", _measure_problem, 80),
+    Template("prose/practical_howto", "prose", _practical_howto, 100),
 )
