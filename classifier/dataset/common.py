@@ -63,6 +63,13 @@ def take_phrasing_key() -> str:
     return key
 
 
+def howto_voices(task: str) -> tuple[str, ...]:
+    """How people ask how to do something: shared by the programming and the everyday how-to
+    templates, so that the phrasing is no cue to either class and the task decides."""
+    return (f"How do I {task}?", f"How can I {task}?", f"What's the best way to {task}?", f"Show me how to {task}.",
+            f"how to {task}", f"What is the fastest way to {task}?")
+
+
 def dress(rng: random.Random, core: str) -> str:
     """Wrap the ask in class-neutral conversational noise."""
     text = rng.choice(OPENERS) + core + rng.choice(CLOSERS)

@@ -6,7 +6,7 @@ import random
 
 from classifier.dataset.common import (
     phrase,
-    CODE_LANGS, FENCE_TAGS, Template, around, clip, code_with_lang, describe_as_clause, dress, paste,
+    CODE_LANGS, FENCE_TAGS, Template, around, clip, code_with_lang, describe_as_clause, dress, howto_voices, paste,
 )  # fmt: skip
 from classifier.dataset.corpus import Corpus, table_csv
 
@@ -524,8 +524,7 @@ def _howto_plain(rng: random.Random, corpus: Corpus) -> dict:
     task = rng.choice(PLAIN_TASKS)
     lang = rng.choice(CODE_LANGS)
     ask = phrase(rng, (
-        f"How do I {task}?", f"How can I {task}?", f"What's the best way to {task}?", f"Show me how to {task}.",
-        f"how to {task}", f"What is the fastest way to {task}?", f"{task[0].upper()}{task[1:]}.", f"{task[0].upper()}{task[1:]} in {lang}",
+        *howto_voices(task), f"{task[0].upper()}{task[1:]}.", f"{task[0].upper()}{task[1:]} in {lang}",
         f"How do you {task} in {lang}?", f"Need to {task}. How?", f"{lang}: {task}", f"How do I {task} without a loop?",
     ))  # fmt: skip
     return {"text": dress(rng, ask)}

@@ -6,7 +6,7 @@ import random
 
 from classifier.dataset.common import (
     phrase,
-    EVERYDAY_TOPICS, FENCE_TAGS, Template, around, clip, code_with_lang, dress,
+    EVERYDAY_TOPICS, FENCE_TAGS, Template, around, clip, code_with_lang, dress, howto_voices,
 )  # fmt: skip
 from classifier.dataset.corpus import Corpus, table_csv
 from classifier.dataset.templates_code import SYSTEM_GENERIC
@@ -448,8 +448,7 @@ PRACTICAL_TASKS = (
 def _practical_howto(rng: random.Random, corpus: Corpus) -> dict:
     task = rng.choice(PRACTICAL_TASKS)
     ask = phrase(rng, (
-        f"How do I {task}?", f"How can I {task}?", f"What's the best way to {task}?", f"Show me how to {task}.",
-        f"how to {task}", f"What is the fastest way to {task}?", f"{task[0].upper()}{task[1:]}: how?",
+        *howto_voices(task), f"{task[0].upper()}{task[1:]}: how?",
         f"How do you {task}?", f"Need to {task}. How?", f"How do I {task} without special tools?",
         f"Any tips on how to {task}?", f"Walk me through how to {task}.", f"Is there an easy way to {task}?",
     ))  # fmt: skip
