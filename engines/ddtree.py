@@ -11,7 +11,7 @@ device count, and every slot's drafter context row is appended with the rejected
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -19,15 +19,11 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache
 
-from contracts.engine import CancelToken, StepResult, SwitchRule
-from contracts.sampling import SamplingParams
-
 from .bundle import ModelBundle
 from .dflash import DFlashDrafter
-from .prefill import PrefixPlan
 from .processing import TargetProcessor
 from .sampling import choose
-from .speculative import Committed, Cycle, Flight, Prefilled, SpeculativeEngine, read_flight, speculative_generate
+from .speculative import Committed, Cycle, Flight, Prefilled, SpeculativeDecoding, read_flight
 from .target import Cursor, commit, commit_device, forward_device, forward_tree, settle
 from .tree import BestFirstTables, DeviceTree, TreeLayout, all_layouts, walk_device
 
@@ -92,7 +88,7 @@ MAX_WARM_LAYOUTS = 120   # budget 5 (5! layouts); larger budgets meet their layo
 SHARPEN_SUPPORT = 64     # tokens per depth that normalise a sharpened tree score
 
 
-class DDTreeEngine:
+class DDTreeEngine(SpeculativeDecoding):
     name = "ddtree"
 
     def __init__(self, bundle: ModelBundle, drafter: DFlashDrafter, budget: int = 4,
@@ -222,18 +218,6 @@ class DDTreeEngine:
             self.drafter.add_context(self._features(layers, slice(done, done + head)), context)
         context.length += new - head - tail   # the skipped rows' positions
         self.drafter.add_context(self._features(layers, slice(total - tail, total)), context)
-
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        cancel: CancelToken,
-        switch: SwitchRule | None = None,
-        peers: Mapping[str, SpeculativeEngine] | None = None,
-        prefix: PrefixPlan | None = None,
-    ) -> Iterator[StepResult]:
-        engines = {**(peers or {}), self.name: self}
-        return speculative_generate(self.bundle, engines, self.name, prompt_ids, params, cancel, switch, prefix=prefix)
 
 
 @lru_cache(maxsize=16)

@@ -8,26 +8,21 @@ a device count (`Cursor`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from contracts.engine import CancelToken, StepResult, SwitchRule
-from contracts.sampling import SamplingParams
-
 from .bundle import ModelBundle
 from .mtp_head import MTPHead
-from .prefill import PrefixPlan, PrefixUse, chunk_slices
+from .prefill import PrefixUse, chunk_slices
 from .sampling import candidates, log_probs
 from .speculative import (
     Committed,
     Cycle,
     Flight,
     Prefilled,
-    SpeculativeEngine,
+    SpeculativeDecoding,
     read_flight,
-    speculative_generate,
     verify_one,
 )
 from .target import Cursor, commit, commit_device, forward_device, forward_tree, settle
@@ -37,7 +32,7 @@ _VERIFY = TreeLayout.chain(2)
 _CHAIN_PATH = mx.array([0, 1], dtype=mx.int32)   # a chain's slots in depth order
 
 
-class MTPEngine:
+class MTPEngine(SpeculativeDecoding):
     name = "mtp"
     cycle_key = "mtp"
     capture: tuple[int, ...] = ()   # the head reads the final hidden state, which every forward keeps
@@ -64,18 +59,6 @@ class MTPEngine:
 
     def start(self, request: Prefilled) -> _MTPDrafting:
         return _MTPDrafting(self, request)
-
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        cancel: CancelToken,
-        switch: SwitchRule | None = None,
-        peers: Mapping[str, SpeculativeEngine] | None = None,
-        prefix: PrefixPlan | None = None,
-    ) -> Iterator[StepResult]:
-        engines = {**(peers or {}), self.name: self}
-        return speculative_generate(self.bundle, engines, self.name, prompt_ids, params, cancel, switch, prefix=prefix)
 
 
 class _MTPDrafting:

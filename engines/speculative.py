@@ -182,6 +182,26 @@ class SpeculativeEngine(Protocol):
     def start(self, request: Prefilled) -> Drafting: ...
 
 
+class SpeculativeDecoding:
+    """What MTP and DDTree share as engines: `generate` is the one speculative loop over their cycles,
+    with the other engines the request may hand over to (`peers`)."""
+
+    name: str
+    bundle: ModelBundle
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        switch: SwitchRule | None = None,
+        peers: Mapping[str, SpeculativeEngine] | None = None,
+        prefix: PrefixPlan | None = None,
+    ) -> Iterator[StepResult]:
+        engines = {**(peers or {}), self.name: self}
+        return speculative_generate(self.bundle, engines, self.name, prompt_ids, params, cancel, switch, prefix=prefix)
+
+
 class RawStepping:
     """Raw decoding as a Drafting, for the steps in which other engines are kept in sync (it must
     hand over the fed row's hidden state and captured layers). Otherwise raw runs `decode`."""
