@@ -570,3 +570,15 @@ def test_everyday_how_to_questions_read_as_prose_and_programming_ones_as_code(sh
         assert shipped.predict(RequestText(user=text)).label == "prose", text
     for text in ("Show me how to read a CSV file line by line in Python.", "How to flatten a nested list in Python?"):
         assert shipped.predict(RequestText(user=text)).label == "code", text
+
+
+def test_everyday_lists_with_a_format_to_keep_read_as_prose(shipped):
+    """Separators and order words ("comma-separated, in order", "one per line") were code cues, from the
+    string-splitting and sorting asks that hold them ("Name the months that have 31 days, comma-separated,
+    in order." 0.97 code before prose/format_list); a list of words is prose, code about it stays code."""
+    for text in ("Give the months of the year in order, separated by commas.",
+                 "Name the noble gases, separated by commas, in order of atomic number."):
+        assert shipped.predict(RequestText(user=text)).label == "prose", text
+    for text in ("Write a Python function that splits a comma-separated string of numbers and returns their sum.",
+                 "How do I join a list of strings with commas in Java?"):
+        assert shipped.predict(RequestText(user=text)).label == "code", text

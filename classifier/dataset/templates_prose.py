@@ -487,6 +487,60 @@ def _world_interest(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask)}
 
 
+# Everyday lists with a format to keep ("separated by commas", "one per line", "in alphabetical order"):
+# the reply is a line or a few lines of words. The separators and order words were code cues (string
+# splitting and sorting asks hold them): a probe of my own (check set AA) had 10 of 24 read code ("Name
+# the months that have 31 days, comma-separated, in order." 0.97). Subjects written for this template.
+LIST_SUBJECTS = (
+    ("bird", "birds that migrate south for the winter"), ("fish", "freshwater fish common in European rivers"),
+    ("tree", "trees that lose their leaves in autumn"), ("flower", "spring flowers that grow from bulbs"),
+    ("mammal", "mammals that live in the Arctic"), ("insect", "insects that pollinate crops"),
+    ("dog breed", "dog breeds that suit a small flat"), ("cheese", "French cheeses"),
+    ("spice", "spices used in a typical curry"), ("fruit", "tropical fruits"), ("bread", "Italian breads"),
+    ("dessert", "classic British desserts"), ("cocktail", "cocktails made with rum"), ("pasta shape", "pasta shapes"),
+    ("capital", "capitals of South American countries"), ("island", "Greek islands worth visiting"),
+    ("mountain", "the highest mountains in the Alps"), ("desert", "the largest deserts on Earth"),
+    ("river", "rivers that flow through Paris, London, Vienna and Budapest"), ("city", "cities on the Danube"),
+    ("composer", "Baroque composers"), ("novel", "novels by Jane Austen"), ("poet", "Romantic poets"),
+    ("painter", "Dutch Golden Age painters"), ("opera", "operas by Verdi"), ("film", "films directed by Hitchcock"),
+    ("band", "bands from Liverpool"), ("dance", "Latin American dances"), ("instrument", "woodwind instruments"),
+    ("sport", "sports played with a racket"), ("team", "football clubs in Madrid"), ("event", "events in a decathlon"),
+    ("element", "alkali metals"), ("organ", "organs of the digestive system"), ("vitamin", "vitamins that dissolve in fat"),
+    ("constellation", "constellations of the zodiac"), ("moon", "moons of Jupiter"), ("cloud", "types of cloud"),
+    ("emperor", "Roman emperors of the first century"), ("queen", "queens of England"), ("war", "wars of the 19th century"),
+    ("invention", "inventions of the Industrial Revolution"), ("explorer", "explorers who reached the South Pole"),
+    ("word", "words that mean 'very tired'"), ("idiom", "English idioms about money"), ("prefix", "prefixes that mean 'not'"),
+    ("language", "Romance languages"), ("greeting", "ways to say hello in different languages"),
+    ("tool", "tools you need to hang a picture"), ("board game", "board games for two players"),
+    ("hobby", "hobbies you can do at home"), ("houseplant", "houseplants that survive low light"),
+    ("name", "girls' names that start with E"), ("currency", "currencies used in Asia"), ("sauce", "French mother sauces"),
+    ("colour", "shades of blue"), ("fabric", "natural fabrics"), ("knot", "sailing knots"),
+    ("yoga pose", "yoga poses for beginners"), ("muscle", "muscles of the leg"), ("tea", "kinds of green tea"),
+    ("festival", "Hindu festivals"), ("holiday", "public holidays in Ireland"), ("saint", "patron saints of the UK"),
+)  # fmt: skip
+LIST_FORMATS = (
+    "separated by commas", "comma-separated", "separated by semicolons", "one per line", "one per line, no numbering",
+    "as a numbered list", "as a bulleted list", "in alphabetical order, separated by commas", "separated by slashes",
+    "in a single line, separated by commas", "separated by ' | '", "in lowercase, separated by commas",
+    "in capital letters, one per line", "separated by commas and nothing else", "from oldest to newest, one per line",
+    "separated by spaces", "separated by commas, with 'and' before the last one", "in order, separated by dashes",
+)  # fmt: skip
+
+
+def _format_list(rng: random.Random, corpus: Corpus) -> dict:
+    """An everyday list with a format to keep (no corpus material)."""
+    _, subject = rng.choice(LIST_SUBJECTS)
+    form, n = rng.choice(LIST_FORMATS), rng.randint(3, 12)
+    ask = phrase(rng, (
+        f"List {n} {subject}, {form}.", f"Name {n} {subject}, {form}.", f"Give me {n} {subject}, {form}.",
+        f"List the {subject} {form}.", f"Which are the best-known {subject}? Answer {form}.",
+        f"Write down {n} {subject} {form}.", f"What are some {subject}? Reply {form}, nothing more.",
+        f"I need a list of {subject}, {form}.", f"Can you name {n} {subject}? Put them {form}.",
+        f"{n} {subject}, {form}, please.", f"Tell me {n} {subject}. Format: {form}.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
 TEMPLATES: tuple[Template, ...] = (
     Template("prose/summarise", "prose", _summarise, 130),
     Template("prose/explain_code", "prose", _explain_code, 110),
@@ -513,4 +567,5 @@ TEMPLATES: tuple[Template, ...] = (
     Template("prose/world_interest", "prose", _world_interest, 100),
     Template("prose/measure_problem", "prose", _measure_problem, 80),
     Template("prose/practical_howto", "prose", _practical_howto, 100),
+    Template("prose/format_list", "prose", _format_list, 100),
 )
