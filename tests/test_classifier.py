@@ -582,3 +582,16 @@ def test_everyday_lists_with_a_format_to_keep_read_as_prose(shipped):
     for text in ("Write a Python function that splits a comma-separated string of numbers and returns their sum.",
                  "How do I join a list of strings with commas in Java?"):
         assert shipped.predict(RequestText(user=text)).label == "code", text
+
+
+def test_changes_asked_of_a_repository_read_as_code(shipped):
+    """A short task about a project, with no system prompt and no code pasted, asks for a patch; the
+    templates' code asks all named a language or showed code, so these read prose ("Upgrade Django from
+    3.2 to 4.2 and fix the deprecation warnings." 0.75 prose before code/repo_task). Questions about a
+    project stay prose."""
+    for text in ("Upgrade Django from 3.2 to 4.2 and fix the deprecation warnings.",
+                 "Make the Dockerfile build smaller by using a multi-stage build."):
+        assert shipped.predict(RequestText(user=text)).label == "code", text
+    for text in ("Why is our Django app slower after the upgrade to 4.2?",
+                 "Explain what a multi-stage Docker build is and why it makes images smaller."):
+        assert shipped.predict(RequestText(user=text)).label == "prose", text

@@ -266,7 +266,7 @@ def test_system_prompt_persona_is_not_roleplay():
 # without a rebuild. The shipped set must be exactly what that insertion writes.
 CORPUS_FREE_TEMPLATES = ("code/hardware_spec", "code/function_spec", "code/howto_plain", "code/write_and_explain",
                          "prose/programming_question", "prose/writing_brief", "prose/measure_problem",
-                         "prose/practical_howto", "prose/format_list")  # fmt: skip
+                         "prose/practical_howto", "prose/format_list", "code/repo_task")  # fmt: skip
 
 
 def test_corpus_free_templates_in_the_shipped_set_are_what_insertion_writes():

@@ -671,6 +671,50 @@ SYSTEM_GENERIC = (
 )  # fmt: skip
 
 
+# A change to a codebase asked of a coding assistant without a system prompt or pasted code ("Port the
+# cron jobs to systemd timers", "Fix the failing test in tests/test_cli.py"): the reply is the patch.
+# The templates' code asks all named a language or showed code, so these short tasks about a project
+# read prose or (on file and config names) structured: a probe of my own (check set AB) had 7 of 20
+# wrong. Tasks written for this template; none of AB's.
+REPO_TASKS = (
+    "Port the cron jobs in deploy/ to systemd timers", "Add a --dry-run option to the sync command",
+    "Make the image resizer keep the EXIF orientation", "Replace moment.js with date-fns in the frontend",
+    "Add rate limiting to the public API, 100 requests a minute per key", "Fix the off-by-one error in the pager",
+    "Add OpenTelemetry tracing to the checkout service", "Turn the config loader into a dataclass",
+    "Make the scheduler skip holidays", "Add an index on orders.created_at and a migration for it",
+    "Stop the worker from crashing when the queue is empty", "Add CSV export to the reports page",
+    "Upgrade the project to Python 3.12 and fix what breaks", "Replace the global variables in app.js with a module",
+    "Add end-to-end tests for the password reset flow", "Make the search box debounce its requests",
+    "Move the email templates out of the code into files", "Add a Makefile with build, test and lint targets",
+    "Fix the memory leak in the websocket handler", "Add a CHANGELOG entry check to CI",
+    "Make the downloader resume interrupted downloads", "Swap the SQLite database for Postgres in production",
+    "Refactor the 400-line handle_request into smaller functions", "Add i18n to the navbar labels",
+    "Remove the jQuery dependency from the admin pages", "Make the CLI print errors to stderr, not stdout",
+    "Add a /metrics endpoint for Prometheus", "Convert the class components in src/components to hooks",
+    "Fix the race condition when two users edit the same document", "Add a retry to the flaky payment webhook",
+    "Generate the API client from the OpenAPI spec instead of writing it by hand",
+    "Make the test suite run in parallel", "Add a feature flag around the new onboarding screen",
+    "Strip trailing whitespace in the importer before parsing", "Make the uploader reject files over 20 MB",
+    "Replace the print statements with the logging module", "Add a Dockerfile and a docker-compose file for local dev",
+    "Bump the minimum Node version to 20 and drop the polyfills", "Make the sitemap generator include blog posts",
+    "Fix the broken link checker so it follows redirects", "Add pagination to the admin user list",
+    "Speed up the nightly report job", "Add a cancel button to the long-running export",
+    "Wire the new billing service into the signup flow", "Make the mobile menu close when a link is tapped",
+    "Add unit tests for the tax rules in pricing/", "Make the settings page save without a full reload",
+)  # fmt: skip
+
+
+def _repo_task(rng: random.Random, corpus: Corpus) -> dict:
+    task = rng.choice(REPO_TASKS)
+    lower = task[0].lower() + task[1:]
+    ask = phrase(rng, (
+        f"{task}.", f"Can you {lower}?", f"Please {lower}.", f"In our repo: {lower}.", f"Task: {lower}.",
+        f"Next up: {lower}.", f"{task}, and keep the existing tests passing.", f"We need to {lower}.",
+        f"I'd like you to {lower}.", f"{task}. Show me the diff.",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
 TEMPLATES: tuple[Template, ...] = (
     Template("code/write_function", "code", _write_function, 130),
     Template("code/algorithm", "code", _implement_algorithm, 90),
@@ -698,6 +742,7 @@ TEMPLATES: tuple[Template, ...] = (
     Template("code/write_and_explain", "code", _write_and_explain, 60),
     Template("code/dataframe_ops", "code", _dataframe_ops, 120),
     Template("code/held_data", "code", _held_data, 120),
+    Template("code/repo_task", "code", _repo_task, 100),
 )
 
 
