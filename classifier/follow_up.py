@@ -29,7 +29,7 @@ _GO_ON = frozenset("continue go on more keep going carry next finish it ahead pr
 _EDITS = frozenset("make add use change remove drop delete rename include shorten extend expand improve simplify "
                    "optimize optimise sort order filter update replace refactor fix handle support do try limit only "
                    "keep split merge move return put switch swap also it instead reduce increase lengthen cut "
-                   "tighten reword rephrase polish tweak adjust".split())
+                   "tighten reword rephrase rewrite redo revise edit polish tweak adjust".split())
 # the ask names its own kind or asks something new: the model decides
 _OWN_KIND = frozenset("json yaml yml csv tsv xml toml sql table tables markdown html explain why what how when where "
                       "who which is are does did describe summarize summarise compare write create implement generate "

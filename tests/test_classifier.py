@@ -491,7 +491,8 @@ def test_a_follow_up_that_continues_or_edits_the_reply_is_read_from_the_reply():
     from classifier.follow_up import follow_up, reply_kind
 
     for ask in ("Continue", "go on.", "more please", "Make it shorter.", "Can you add type hints?",
-                "Only the ones older than a week.", "Also include the mayor as well.", "It should support async too."):
+                "Only the ones older than a week.", "Also include the mayor as well.", "It should support async too.",
+                "Now rewrite it without slicing.", "Revise it to skip empty values."):
         assert follow_up(_turns(PY_REPLY, ask)) == "code", ask
         assert follow_up(_turns(JSON_REPLY, ask)) == "structured", ask
         assert follow_up(_turns(PROSE_REPLY, ask)) == "prose", ask
