@@ -214,3 +214,20 @@ def test_consumer_clock_counts_the_callers_work_on_each_item_not_the_producers()
         busy(0.005)      # the gateway's work on the step's tokens
     assert len(clock.per_step) == 3
     assert all(4_000 <= us < 15_000 for us in clock.per_step), clock.per_step
+
+
+def test_reply_repetition_counts_the_four_grams_a_reply_already_wrote():
+    from bench.reply_repetition import accepted_by_class, report, repeated_share
+
+    assert repeated_share(list(range(20))) == 0.0                  # nothing repeats
+    assert repeated_share([7, 8, 9]) == 0.0                        # too short for two 4-grams
+    loop = [1, 2, 3] * 10                      # "slow slow slow ...": 27 4-grams, all but the first three repeat
+    assert repeated_share(loop) == pytest.approx(24 / 27)
+    assert repeated_share([5, 5, 5, 5, 5, 6]) == pytest.approx(1 / 3)
+    traces = [{"klass": "code", "mode": "greedy", "engine": "mtp", "accepted": [1, 0, 1]},
+              {"klass": "code", "mode": "greedy", "engine": "mtp", "accepted": [1]},
+              {"klass": "prose", "mode": "greedy", "engine": "ddtree", "accepted": []}]
+    accepted = accepted_by_class(traces)
+    assert accepted == {("code", "greedy", "mtp"): 0.75}           # cycles pooled over requests; no cycles, no row
+    rows = [{"klass": "code", "mode": "greedy", "repeated": 0.2}, {"klass": "code", "mode": "greedy", "repeated": 0.8}]
+    assert "| greedy | code | 2 | 0.50 | 1 | 0.75 |" in report(rows, accepted)

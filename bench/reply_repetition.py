@@ -1,0 +1,101 @@
+"""How much of the target's own replies repeats itself, per class: why the drafters' acceptance does not
+differ by class on a family (BENCHMARKS.md, "What any router could reach").
+
+Raw decoding answers the same held-out prompts `bench.handoff_replay` records (prompts skip..skip+per_class
+of each class), greedy and at the model's sampling defaults; each reply's repetition is the share of its
+4-grams that already occurred earlier in it (a reply stuck in a loop is near 1). A drafter of the
+target's own output predicts a loop as well in prose as in code, so a class whose replies loop is as
+easy to speculate on as code is. With `--traces` (handoff_replay's recording of the same prompts) the
+engines' mean accepted tokens per cycle per class are printed beside it.
+
+    python -m bench.reply_repetition [--per-class 16] [--skip 8] [--max-tokens 128] [--traces FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+N = 4   # the n-gram a loop repeats
+
+
+def repeated_share(tokens: Sequence[int], n: int = N) -> float:
+    """The share of the reply's n-grams that occurred earlier in it (0 for replies shorter than n + 1)."""
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    if len(grams) < 2:
+        return 0.0
+    seen: set[tuple[int, ...]] = set()
+    repeats = 0
+    for gram in grams:
+        repeats += gram in seen
+        seen.add(gram)
+    return repeats / len(grams)
+
+
+def replies(per_class: int, skip: int, max_tokens: int, modes: Sequence[str], dtype: str | None) -> list[dict]:
+    from contracts.engine import CancelToken
+    from engines.runtime import load_runtime
+
+    from .run import model_defaults, sampling_params
+    from .workloads import CLASSES, load_class
+
+    runtime = load_runtime(dtype=dtype)
+    sampled = model_defaults(runtime.bundle.generation)
+    rows = []
+    for klass in CLASSES:
+        for prompt in load_class(klass)[skip:skip + per_class]:
+            ids = runtime.encode_chat(list(prompt.messages))
+            for mode in modes:
+                params = sampling_params(mode, max_tokens, prompt.id, 0, sampled)
+                tokens = [t for chunk in runtime.generate(ids, params, "raw", CancelToken()) for t in chunk.token_ids]
+                rows.append({"klass": klass, "mode": mode, "id": prompt.id, "tokens": len(tokens),
+                             "repeated": repeated_share(tokens)})
+    return rows
+
+
+def accepted_by_class(traces: list[dict]) -> dict[tuple[str, str, str], float]:
+    """Mean accepted drafts per cycle of each (class, mode, engine) in handoff_replay's traces."""
+    cycles: dict[tuple[str, str, str], list[int]] = {}
+    for trace in traces:
+        cycles.setdefault((trace["klass"], trace["mode"], trace["engine"]), []).extend(trace["accepted"])
+    return {key: statistics.fmean(values) for key, values in cycles.items() if values}
+
+
+def report(rows: list[dict], accepted: dict[tuple[str, str, str], float]) -> str:
+    engines = sorted({engine for _, _, engine in accepted})
+    head = "| mode | class | replies | repeated 4-grams (mean) | replies over half repeats |"
+    head += "".join(f" {engine} accepted / cycle |" for engine in engines)
+    lines = [head, "|" + "---|" * (5 + len(engines))]
+    for mode in dict.fromkeys(row["mode"] for row in rows):
+        for klass in dict.fromkeys(row["klass"] for row in rows):
+            shares = [row["repeated"] for row in rows if row["mode"] == mode and row["klass"] == klass]
+            cells = [f"{accepted[(klass, mode, engine)]:.2f}" if (klass, mode, engine) in accepted else "—"
+                     for engine in engines]
+            lines.append(f"| {mode} | {klass} | {len(shares)} | {statistics.fmean(shares):.2f} | "
+                         f"{sum(share > 0.5 for share in shares)} |" + "".join(f" {cell} |" for cell in cells))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--per-class", type=int, default=16)
+    parser.add_argument("--skip", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--modes", default="greedy,sampled")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--traces", type=Path, help="handoff_replay's traces of the same prompts")
+    parser.add_argument("--json", type=Path, help="also write every reply's row here")
+    args = parser.parse_args(argv)
+    rows = replies(args.per_class, args.skip, args.max_tokens, args.modes.split(","), args.dtype)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    accepted = accepted_by_class(json.loads(args.traces.read_text())) if args.traces else {}
+    print(report(rows, accepted))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
