@@ -8,7 +8,7 @@ target's own output predicts a loop as well in prose as in code, so a class whos
 easy to speculate on as code is. With `--traces` (handoff_replay's recording of the same prompts) the
 engines' mean accepted tokens per cycle per class are printed beside it.
 
-    python -m bench.reply_repetition [--per-class 16] [--skip 8] [--max-tokens 128] [--traces FILE]
+    python -m bench.reply_repetition [--model DIR] [--per-class 16] [--skip 8] [--max-tokens 128] [--traces FILE]
 """
 
 from __future__ import annotations
@@ -35,14 +35,15 @@ def repeated_share(tokens: Sequence[int], n: int = N) -> float:
     return repeats / len(grams)
 
 
-def replies(per_class: int, skip: int, max_tokens: int, modes: Sequence[str], dtype: str | None) -> list[dict]:
+def replies(per_class: int, skip: int, max_tokens: int, modes: Sequence[str], dtype: str | None,
+            model: str | None = None) -> list[dict]:
     from contracts.engine import CancelToken
     from engines.runtime import load_runtime
 
     from .run import model_defaults, sampling_params
     from .workloads import CLASSES, load_class
 
-    runtime = load_runtime(dtype=dtype)
+    runtime = load_runtime(model, dtype=dtype)
     sampled = model_defaults(runtime.bundle.generation)
     rows = []
     for klass in CLASSES:
@@ -86,10 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--modes", default="greedy,sampled")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--model", help="target dir (default: the demo family)")
     parser.add_argument("--traces", type=Path, help="handoff_replay's traces of the same prompts")
     parser.add_argument("--json", type=Path, help="also write every reply's row here")
     args = parser.parse_args(argv)
-    rows = replies(args.per_class, args.skip, args.max_tokens, args.modes.split(","), args.dtype)
+    rows = replies(args.per_class, args.skip, args.max_tokens, args.modes.split(","), args.dtype, args.model)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     accepted = accepted_by_class(json.loads(args.traces.read_text())) if args.traces else {}

@@ -109,3 +109,34 @@ def test_distill_reads_prompts_whose_text_holds_unicode_line_separators(tmp_path
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
     loaded = load_prompts(path, None)
     assert sorted(p["text"] for p in loaded) == sorted(r["text"] for r in rows)
+
+
+def test_unlikelihood_penalises_the_tokens_the_window_already_holds_but_not_the_next_one():
+    import torch
+
+    from training.train_family import unlikelihood
+
+    batch = torch.tensor([[3, 5, 3, 7]])                  # inputs 3 5 3, next tokens 5 3 7
+    vocab = 8
+    flat = torch.zeros(1, 3, vocab)                       # uniform: p = 1/8 everywhere
+    per_token = -math.log(1 - 1 / 8)
+    # position 0 has seen {3}; 1 has seen {3, 5} but 3 comes next; 2 has seen {3, 5}: 1 + 1 + 2 tokens
+    assert unlikelihood(flat, batch).item() == pytest.approx(per_token * 4 / 3)
+    loop = flat.clone()
+    loop[0, 2, 5] = 10.0                                  # sure of a token it already wrote
+    fresh = flat.clone()
+    fresh[0, 2, 7] = 10.0                                 # sure of the true, unseen next token
+    assert unlikelihood(loop, batch) > unlikelihood(flat, batch) > unlikelihood(fresh, batch)
+
+
+def test_a_target_continued_with_unlikelihood_trains_and_saves(tmp_path, family, capfd):
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, code_mb=0.2, records=200)
+    out = tmp_path / "ul"
+    assert main(["family", "--tiny", "--corpus", str(corpus), "--tokenizer", str(TOKENIZER), "--out", str(out),
+                 "--target-init", str(family), "--unlikelihood", "1.0", "--target-only"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["files"] == ["target-00.safetensors"] and report["args"]["unlikelihood"] == 1.0
+    assert report["target"]["steps"] == 6 and math.isfinite(report["target"]["final_loss"])
+    log = capfd.readouterr().out
+    assert f"[target] loaded 55 tensors from {family}" in log and " nll " in log and " ul " in log

@@ -99,13 +99,17 @@ class BatchSampler:
 
     def batch(self, batch_size: int) -> np.ndarray:
         """(batch_size, seq_len + 1) int64 windows."""
+        return self.batch_with_domains(batch_size)[0]
+
+    def batch_with_domains(self, batch_size: int) -> tuple[np.ndarray, list[str]]:
+        """`batch`'s windows and the domain each row was drawn from."""
         rows = np.empty((batch_size, self.seq_len + 1), dtype=np.int64)
         picks = self.rng.choice(len(self.domains), size=batch_size, p=self.weights)
         for row, pick in enumerate(picks):
             stream = self.streams[self.domains[pick]]
             start = self.window_start(stream)
             rows[row] = stream.tokens[start:start + self.seq_len + 1]
-        return rows
+        return rows, [self.domains[pick] for pick in picks]
 
 
 def eval_windows(stream: Stream, seq_len: int, max_tokens: int) -> np.ndarray:

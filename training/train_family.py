@@ -75,15 +75,40 @@ def target_nll(target, batch: torch.Tensor, device: str, reduction: str = "mean"
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction=reduction)
 
 
+def unlikelihood(logits: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+    """Token-level unlikelihood (Welleck et al. 2019) of (B, T, V) logits on a (B, T+1) batch: at every
+    position, -log(1 - p(c)) summed over the tokens c the window already holds, but the true next one.
+    It pushes down what a greedy loop would repeat; mean over positions."""
+    inputs, targets = batch[:, :-1], batch[:, 1:]
+    seen = torch.zeros(logits.shape, dtype=torch.uint8, device=logits.device)
+    seen.scatter_(2, inputs.unsqueeze(-1), 1)
+    seen = torch.cummax(seen, dim=1).values          # every token of the window up to this position
+    seen.scatter_(2, targets.unsqueeze(-1), 0)
+    probs = torch.softmax(logits.float(), -1)
+    penalty = -torch.log((1.0 - probs).clamp_min(1e-5)) * seen
+    return penalty.sum(-1).mean()
+
+
 def train_target(args, streams, device) -> tuple[torch.nn.Module, object, dict]:
     seed_everything(args.seed)
     target, config = build_target(args.target_config, device)
+    if args.target_init is not None:   # continue a trained target (its shards or an exported dir)
+        load_target_weights(target, args.target_init)
     print(f"[target] layer types {config.layer_types}", flush=True)
-    data = batches(BatchSampler(streams, args.seq, seed=args.seed), args.batch, device)
+    sampler = BatchSampler(streams, args.seq, seed=args.seed)
+    penalised = set(args.unlikelihood_domains.split(","))
 
     def step() -> StepOutput:
-        batch = next(data)
-        return StepOutput(target_nll(target, batch, device), batch[:, 1:].numel())
+        rows, domains = sampler.batch_with_domains(args.batch)
+        batch = torch.from_numpy(rows).to(device, non_blocking=True)
+        if not args.unlikelihood:
+            return StepOutput(target_nll(target, batch, device), batch[:, 1:].numel())
+        with autocast(device):
+            logits = target(input_ids=batch[:, :-1]).logits
+        nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        chosen = torch.tensor([d in penalised for d in domains], device=device)
+        ul = unlikelihood(logits[chosen], batch[chosen]) if bool(chosen.any()) else nll.new_zeros(())
+        return StepOutput(nll + args.unlikelihood * ul, batch[:, 1:].numel(), {"nll": nll.detach(), "ul": ul.detach()})
 
     target.train()
     report = train_loop(phase(args, "target", weight_decay=0.1, warmup=args.warmup), target.parameters(), step)
@@ -104,13 +129,17 @@ def eval_target(target, heldout, args, device) -> dict:
     return result
 
 
-def load_target(args, device):
-    target, config = build_target(args.target_config, device)
-    # training shards, or an exported target dir (its mtp.* tensors are skipped)
-    state = {k: v for k, v in load_shards(args.target_shards, "target").items() if not is_mtp_tensor(k)}
+def load_target_weights(target, shards: Path) -> None:
+    """Training shards, or an exported target dir (its mtp.* tensors are skipped)."""
+    state = {k: v for k, v in load_shards(shards, "target").items() if not is_mtp_tensor(k)}
     missing = target.load_state_dict({k: v.float() for k, v in state.items()}, strict=False).missing_keys
     assert set(missing) <= {"lm_head.weight"}, missing  # lm_head is tied to embed_tokens
-    print(f"[target] loaded {len(state)} tensors from {args.target_shards}", flush=True)
+    print(f"[target] loaded {len(state)} tensors from {shards}", flush=True)
+
+
+def load_target(args, device):
+    target, config = build_target(args.target_config, device)
+    load_target_weights(target, args.target_shards)
     return freeze(target), config
 
 # -------------------------------------------------------------------------------------------- MTP
@@ -335,6 +364,11 @@ def build_parser(description: str = __doc__, prog: str | None = None, corpus: bo
                         help="drafter depth (default the family's 2); with --drafter-init from a shallower "
                              "drafter, the added layers start as identities")
     parser.add_argument("--skip-mtp", action="store_true", help="train only the drafter (with --target-shards)")
+    parser.add_argument("--target-only", action="store_true", help="stop after the target phase")
+    parser.add_argument("--target-init", type=Path, help="continue training the target from these shards / dir")
+    parser.add_argument("--unlikelihood", type=float, default=0.0,
+                        help="weight of token-level unlikelihood on the target (0: plain next-token loss)")
+    parser.add_argument("--unlikelihood-domains", default="prose,chat", help="rows it applies to")
     return parser
 
 
@@ -386,6 +420,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     else:
         report.write()
 
+    if args.target_only:
+        return
     if not args.skip_mtp:
         head, report["mtp"] = train_mtp(args, target, config, streams, device)
         report["mtp"]["heldout"] = eval_mtp(head, target, heldout, args, device)
