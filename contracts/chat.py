@@ -24,6 +24,10 @@ class TopLogprob:
     token: str
     token_id: int
     logprob: float
+    # the token's own bytes: a token holding part of a multi-byte character (an emoji, a CJK character in
+    # a byte-level vocabulary) decodes to U+FFFD, while clients rebuild the text by joining these (OpenAI's
+    # `bytes`); empty: the UTF-8 of `token`
+    raw: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: tuple[TopLogprob, ...] = ()
+    raw: bytes = b""   # the token's own bytes (TopLogprob.raw)
 
 
 @dataclass(frozen=True)

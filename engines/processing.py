@@ -19,6 +19,7 @@ import numpy as np
 from contracts.chat import TokenLogprob, TopLogprob
 from contracts.errors import InvalidRequestError
 from contracts.sampling import SamplingParams
+from engines.text import TokenBytes
 
 
 def _llguidance_tokenizer(tokenizer: Any, vocab: int):
@@ -145,6 +146,7 @@ LOGPROB_FLOOR = -9999.0
 def token_logprobs(tokenizer: Any, logits: mx.array, tokens: Sequence[int], top: int) -> list[TokenLogprob]:
     """Log-probabilities of `tokens` under the (processed) target `logits` rows, with `top` alternatives
     (none below LOGPROB_FLOOR)."""
+    raw = TokenBytes(tokenizer)
     lp = logits.astype(mx.float32) - mx.logsumexp(logits.astype(mx.float32), axis=-1, keepdims=True)
     lp = mx.maximum(lp, LOGPROB_FLOOR)
     chosen = np.array(mx.take_along_axis(lp, mx.array(list(tokens))[:, None], axis=-1)[:, 0])
@@ -152,7 +154,8 @@ def token_logprobs(tokenizer: Any, logits: mx.array, tokens: Sequence[int], top:
     if top > 0:
         index = np.array(mx.argsort(-lp, axis=-1)[:, :top])
         values = np.array(mx.take_along_axis(lp, mx.array(index), axis=-1))
-        tops = [tuple(TopLogprob(tokenizer.decode([int(t)]), int(t), float(v)) for t, v in zip(row_i, row_v))
+        tops = [tuple(TopLogprob(tokenizer.decode([int(t)]), int(t), float(v), raw(int(t)))
+                      for t, v in zip(row_i, row_v))
                 for row_i, row_v in zip(index, values)]
-    return [TokenLogprob(tokenizer.decode([int(t)]), int(t), float(v), tuple(alternatives))
+    return [TokenLogprob(tokenizer.decode([int(t)]), int(t), float(v), tuple(alternatives), raw(int(t)))
             for t, v, alternatives in zip(tokens, chosen, tops)]

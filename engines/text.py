@@ -110,6 +110,38 @@ def _keep(text: str) -> str:
     return text
 
 
+def _byte_level_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet read back: the character a byte-level BPE vocabulary writes for each
+    byte, to that byte (printable bytes stand for themselves, the others are shifted past 255)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    shifted = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + n): b for n, b in enumerate(shifted)}}
+
+
+BYTE_LEVEL = _byte_level_decoder()
+SPM_SPACE = "\u2581".encode()
+
+
+class TokenBytes:
+    """The bytes each token of a vocabulary stands for. `tokenizer.decode([id])` turns a token holding part
+    of a multi-byte character into U+FFFD; log-probabilities carry the real bytes, which a client joins to
+    rebuild the text (OpenAI's `bytes`). Read from mlx-lm's streaming detokenizer's token map: byte-level
+    BPE pieces through GPT-2's byte alphabet, SentencePiece pieces as bytes already (▁ a space); a vocabulary
+    without a map falls back to the decoded text."""
+
+    def __init__(self, tokenizer: Any):
+        self._tokenizer = tokenizer
+        self._map = getattr(tokenizer.detokenizer, "tokenmap", None)
+
+    def __call__(self, token_id: int) -> bytes:
+        piece = self._map[token_id] if self._map is not None and 0 <= token_id < len(self._map) else None
+        if isinstance(piece, bytes):
+            return piece.replace(SPM_SPACE, b" ")
+        if isinstance(piece, str):
+            return b"".join(bytes([BYTE_LEVEL[c]]) if c in BYTE_LEVEL else c.encode() for c in piece)
+        return self._tokenizer.decode([token_id]).encode()
+
+
 def stream_text(
     steps: Iterator[StepResult],
     tokenizer: Any,

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic_core import from_json
 from starlette.responses import JSONResponse
 
-from contracts.chat import TokenLogprob, ToolCall
+from contracts.chat import TokenLogprob, ToolCall, TopLogprob
 from contracts.engine import GenerationChunk
 
 from .errors import APIError
@@ -52,14 +52,15 @@ def usage(record: RequestRecord) -> Usage:
                  completion_tokens_details=CompletionTokensDetails(reasoning_tokens=record.reasoning_tokens))
 
 
-def _bytes(text: str) -> list[int]:
-    return list(text.encode("utf-8"))
+def _bytes(token: TokenLogprob | TopLogprob) -> list[int]:
+    """The token's own bytes (a piece of a multi-byte character is not the U+FFFD its text reads as)."""
+    return list(token.raw or token.token.encode("utf-8"))
 
 
 def chat_logprobs(tokens: list[TokenLogprob]) -> ChoiceLogprobs:
     return ChoiceLogprobs(content=[
-        TokenLogprobOut(token=t.token, logprob=t.logprob, bytes=_bytes(t.token),
-                        top_logprobs=[TopLogprobOut(token=a.token, logprob=a.logprob, bytes=_bytes(a.token))
+        TokenLogprobOut(token=t.token, logprob=t.logprob, bytes=_bytes(t),
+                        top_logprobs=[TopLogprobOut(token=a.token, logprob=a.logprob, bytes=_bytes(a))
                                       for a in t.top])
         for t in tokens
     ])
