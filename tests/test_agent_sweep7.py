@@ -8,6 +8,8 @@ import openai
 import pytest
 
 from gateway.http.app import create_app
+from tests.agent_sweeps import WEATHER, srv  # noqa: F401 - srv is the shared fixture
+from tests.agent_sweeps import openai_client as _openai
 from tests.fakes import live_server
 
 EMOJI = "東京 🌧"
@@ -53,3 +55,35 @@ def test_logprob_bytes_rebuild_characters_split_across_tokens(runtime_server):
                                        text={"format": {"type": "json_schema", "name": "w", "schema": ONLY_EMOJI}})
     text = response.output[-1].content[0]
     assert text.text == content and _joined(text.logprobs) == content, text.logprobs
+
+
+def test_histories_as_the_vendors_apis_return_them_are_taken_back(srv):
+    """Anthropic's API returns every tool_use block with `caller: {"type": "direct"}` (the anthropic SDKs'
+    ToolUseBlock), and clients send `response.content` back as it came: a conversation begun on Anthropic's API
+    and continued here (a Claude Code session switched to a local model, an AI SDK app changing provider)
+    was "Unrecognized request argument supplied: messages.1.content.1.tool_use.caller". OpenAI's Responses API
+    labels assistant messages with `phase` ("commentary" / "final_answer") and asks clients to resend it (Codex
+    keeps it on the items it replays): "Unrecognized request argument supplied: input.1.phase". Both are
+    taken back; a tool_use made from code execution (a server tool) is still refused."""
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+    tool = {"name": "get_weather", "input_schema": WEATHER["parameters"]}
+    call = {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"},
+            "caller": {"type": "direct"}}
+    history = [{"role": "user", "content": "Weather in Paris?"},
+               {"role": "assistant", "content": [{"type": "text", "text": "Checking.", "citations": None}, call]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "sunny"}]}]
+    reply = client.messages.create(model="default", max_tokens=64, tools=[tool], messages=history)
+    assert reply.content[-1].text == "It is sunny."
+    assert "<function=get_weather>\n<parameter=city>\nParis" in srv.backend.encoded[-1]
+    history[1]["content"][1] = {**call, "caller": {"type": "code_execution_20250825", "tool_id": "srvtoolu_1"}}
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.create(model="default", max_tokens=64, tools=[tool], messages=history)
+
+    response = _openai(srv).responses.create(model="default", input=[
+        {"role": "user", "content": "hi"},
+        {"type": "message", "role": "assistant", "phase": "final_answer",
+         "content": [{"type": "output_text", "text": "Hello! What can I do?", "annotations": []}]},
+        {"role": "user", "content": "the weather"}])
+    assert response.output_text == "It is sunny." and "Hello! What can I do?" in srv.backend.encoded[-1]

@@ -22,12 +22,20 @@ class TextBlock(_Anthropic):
     citations: list[Any] | None = None
 
 
+class DirectCaller(_Anthropic):
+    """Who made a call: the model itself. Anthropic's API returns it on every tool_use block, and clients
+    send the blocks back as returned; a call made from code execution (a server tool) has another type."""
+
+    type: Literal["direct"]
+
+
 class ToolUseBlock(_Anthropic):
     type: Literal["tool_use"]
     id: str
     name: str
     input: dict[str, Any]
     cache_control: dict[str, Any] | None = None
+    caller: DirectCaller | None = None
 
 
 class PlainTextSource(_Anthropic):

@@ -46,6 +46,9 @@ class MessageItem(_Responses):
     content: str | list[ContentText]
     id: str | None = None
     status: str | None = None
+    # OpenAI labels assistant messages as commentary or the final answer and asks clients to send the label
+    # back (Codex keeps it on the items it resends); the model here writes one kind of message: a hint
+    phase: Literal["commentary", "final_answer"] | None = None
 
     @field_validator("content", mode="before")
     @classmethod
