@@ -87,3 +87,27 @@ def test_histories_as_the_vendors_apis_return_them_are_taken_back(srv):
          "content": [{"type": "output_text", "text": "Hello! What can I do?", "annotations": []}]},
         {"role": "user", "content": "the weather"}])
     assert response.output_text == "It is sunny." and "Hello! What can I do?" in srv.backend.encoded[-1]
+
+
+def test_text_parts_and_formats_of_another_shape_say_which_shape_is_taken(srv):
+    """A client speaking both OpenAI APIs sent the Responses API's {"type": "input_text"} part to chat (and an
+    Anthropic client got one into /v1/messages): the 400 said "not supported (text-only model)", as if the
+    model read no text. A response_format of an unknown type (Ollama's "json") said "Input should be 'text'".
+    Each now names what is wrong and the shape the API takes; images stay refused as before."""
+    import httpx
+
+    cases = [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]},
+         "messages.0.content", "{\"type\": \"text\", \"text\": ...}"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {
+            "url": "data:image/png;base64,AAAA"}}]}]}, "messages.0.content", "(text-only model)"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json"}},
+         "response_format.type", "'json' is not supported; supported: text, json_object, json_schema"),
+    ]
+    for path, body, param, words in cases:
+        error = httpx.post(srv.base_url + path, json={"model": "default", **body}).json()["error"]
+        assert error["param"] == param and words in error["message"], (body, error)
+
+    anthropic_error = httpx.post(srv.base_url + "/v1/messages", json={"model": "default", "max_tokens": 8, "messages": [
+        {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}).json()["error"]
+    assert "{\"type\": \"text\", \"text\": ...}" in anthropic_error["message"], anthropic_error

@@ -55,14 +55,25 @@ class TextPart(_Strict):
     prompt_cache_breakpoint: CacheBreakpoint = None
 
 
+# the type names the three APIs give a text part ("text" on chat and Anthropic; the Responses API's two)
+TEXT_KINDS = ("text", "input_text", "output_text")
+
+
 def only_kinds(value: Any, allowed: tuple[str, ...], what: str, why: str) -> Any:
     """Before validation of a list of typed objects: say plainly why an unsupported `type` fails (an
-    image part, a hosted tool) instead of pydantic's union-member noise."""
+    image part, a hosted tool) instead of pydantic's union-member noise. A text part written as another
+    API writes it (a client that speaks both sent the Responses API's input_text to chat) is text: the
+    error says which shape this API takes, not that the model reads no text."""
     if isinstance(value, list):
         for item in value:
             kind = item.get("type") if isinstance(item, dict) else None
-            if kind not in allowed:
-                raise ValueError(f"{what} of type {kind!r} are not supported ({why}); supported: {', '.join(allowed)}")
+            if kind in allowed:
+                continue
+            text = next((k for k in TEXT_KINDS if k in allowed), None)
+            if kind in TEXT_KINDS and text is not None:
+                raise ValueError(f"{what} of type {kind!r} are another API's text parts; this API writes text as "
+                                 f"{{\"type\": \"{text}\", \"text\": ...}}")
+            raise ValueError(f"{what} of type {kind!r} are not supported ({why}); supported: {', '.join(allowed)}")
     return value
 
 
@@ -393,14 +404,30 @@ class JsonSchemaResponseFormat(_Strict):
 _FORMAT_TAGS = {"text": "Text", "json_object": "JsonObject", "json_schema": "JsonSchema"}
 
 
+class UnknownFormat(_Strict):
+    """A response_format of a type there is none of (Ollama's "json", a typo), which was read as a malformed
+    "text" format ("Input should be 'text'"): a 400 naming the type and the ones there are, as OpenAI's."""
+
+    type: str
+
+    @field_validator("type")
+    @classmethod
+    def _refuse(cls, value: str) -> str:
+        raise ValueError(f"response_format type {value!r} is not supported; supported: {', '.join(_FORMAT_TAGS)}")
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
+        return {"not": {}}   # accepts nothing: /openapi.json lists only the formats there are
+
+
 def _format_tag(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return _FORMAT_TAGS.get(kind, "Text") if isinstance(kind, str) else "Text"
+    return _FORMAT_TAGS.get(kind, "Unknown") if isinstance(kind, str) else "Text"
 
 
 ResponseFormat = Annotated[
     Union[Annotated[TextFormat, Tag("Text")], Annotated[JsonObjectFormat, Tag("JsonObject")],
-          Annotated[JsonSchemaResponseFormat, Tag("JsonSchema")]],
+          Annotated[JsonSchemaResponseFormat, Tag("JsonSchema")], Annotated[UnknownFormat, Tag("Unknown")]],
     Discriminator(_format_tag),
 ]
 
