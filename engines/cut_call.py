@@ -21,6 +21,9 @@ from .forced_call import JSON, XML
 
 _JSON_CALL = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*(?:,\s*"arguments"\s*:\s*(.*))?\Z', re.DOTALL)
 _XML_FUNCTION = re.compile(r"\s*<function=([^\s<>]+)>\n?")
+# cut inside the tool's name: what of it was written (the forced call's grammar keeps it an offered name's prefix)
+_JSON_NAME_CUT = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)\Z')
+_XML_NAME_CUT = re.compile(r"\s*<function=([^\s<>]*)\Z")
 _XML_PARAMETER = re.compile(r"<parameter=([^\s<>]+)>\n?")
 _PARAMETER_END = "\n</parameter>"
 _FUNCTION_END = "\n</function>"
@@ -49,7 +52,8 @@ def without_partial_marker(text: str, marker: str) -> str:
 
 def cut_call(text: str, style: str, tools: Sequence[dict], parse: Callable[[str], Any]) -> CutCall | None:
     """The call `text` (what followed the call's opening marker) had begun, if it names an offered
-    tool; None otherwise (then it is not known to be a call). `parse` is the template's tool parser."""
+    tool, or was cut inside a name only one offered tool's begins with (then its arguments are "");
+    None otherwise (then it is not known to be a call). `parse` is the template's tool parser."""
     if style == JSON:
         call = _json_call(text)
     elif style == XML:
@@ -57,6 +61,11 @@ def cut_call(text: str, style: str, tools: Sequence[dict], parse: Callable[[str]
     else:
         call = None
     offered = {(tool.get("function") or {}).get("name") for tool in tools}
+    if call is None and style in (JSON, XML):   # cut inside the name: the one offered tool whose name it begins
+        cut = (_JSON_NAME_CUT if style == JSON else _XML_NAME_CUT).match(text)
+        begun = cut.group(1) if cut is not None else ""
+        named = [name for name in offered if begun and str(name).startswith(begun)]
+        call = CutCall(named[0], "") if len(named) == 1 else None
     return call if call is not None and call.name in offered else None
 
 

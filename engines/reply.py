@@ -138,8 +138,9 @@ class ReplySplitter:
             calls = self._unclosed(text)
             if calls:
                 piece.tool_calls.extend(calls)
-            else:   # not known to be a call: give the text back as it was
+            elif not self.reply.prefix:   # not known to be a call: give the text back as it was
                 piece.text += self.tokenizer.tool_call_start + text
+            # a forced call cut before it named its tool: no call to return, and its markup is no answer
         return piece
 
     def _unclosed(self, text: str) -> list[ToolCall]:

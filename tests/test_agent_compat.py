@@ -273,6 +273,29 @@ def test_a_json_style_call_cut_by_max_tokens(demo_tokenizer):
                 (None, [("get_weather", '{"city": "New York City", "days": 3}')], "length")
 
 
+def test_a_call_cut_inside_its_name_is_the_one_offered_tool_that_name_begins(qwen_chat_tokenizer, demo_tokenizer):
+    """tool_choice "required" with a small max_tokens cut the call inside its name: the raw markup came back
+    as the answer ('<tool_call>\n{"name": "now'), tool_calls null. The grammar keeps a forced name an offered
+    one's prefix: the one tool it begins is the call (arguments ""); where two tools begin so, no call is
+    known and a forced call's markup is still no answer."""
+    clock = {"type": "function", "function": {"name": "now_time", "parameters": {"type": "object", "properties": {}}}}
+    weather_days = {"type": "function", "function": {**CITY_DAYS["function"], "name": "get_weather_days"}}
+    # the fake backend emits a space-separated word per token: `cut` tokens end inside "get_weath"
+    for tokenizer, reply, cut in ((demo_tokenizer, '{"name": "get_weath er", "arguments": {"city": "Oslo"}}', 2),
+                                  (qwen_chat_tokenizer, "<function=get_weath er>\n<parameter=city>\nOslo\n</parameter>", 1)):
+        backend = FakeBackend(tokenizer=tokenizer, reply=reply)
+        with live_server(create_app(backend)) as srv:
+            client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+            for stream in (False, True):
+                forced = _cut(client, cut, stream, tool_choice="required")
+                assert forced == (None, [("get_weather", "")], "length"), tokenizer
+                kwargs = dict(model="default", messages=ASK, tools=[CITY_DAYS, weather_days, clock], max_tokens=cut,
+                              tool_choice="required")
+                ambiguous = client.chat.completions.create(**kwargs).choices[0]
+                assert (ambiguous.message.content, ambiguous.message.tool_calls, ambiguous.finish_reason) == \
+                    ("", None, "length")
+
+
 def test_a_cut_call_sent_back_in_the_history_is_read_as_far_as_it_goes(qwen_chat_tokenizer):
     """openai-agents answers a call with unparseable arguments (one max_tokens cut) with a tool error
     and asks again, sending the cut call back: that next turn was a 400 "tool call 'get_weather':
