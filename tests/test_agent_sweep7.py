@@ -111,3 +111,22 @@ def test_text_parts_and_formats_of_another_shape_say_which_shape_is_taken(srv):
     anthropic_error = httpx.post(srv.base_url + "/v1/messages", json={"model": "default", "max_tokens": 8, "messages": [
         {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}).json()["error"]
     assert "{\"type\": \"text\", \"text\": ...}" in anthropic_error["message"], anthropic_error
+
+
+def test_top_logprobs_with_logprobs_declined_is_a_400_naming_it(srv):
+    """`logprobs: false` with `top_logprobs: 3` came back with log-probabilities; OpenAI answers a 400 (its
+    reference: top_logprobs needs logprobs true). Asking for alternatives without saying logprobs at all
+    still implies them, and top_logprobs 0 beside false is no ask."""
+    client = _openai(srv)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                       logprobs=False, top_logprobs=3)
+    assert refused.value.body["param"] == "top_logprobs" and "logprobs: true" in refused.value.body["message"]
+    client.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                   top_logprobs=2)
+    asked = srv.backend.calls[-1]["params"]
+    assert (asked.logprobs, asked.top_logprobs) == (True, 2)
+    client.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                   logprobs=False, top_logprobs=0)
+    asked = srv.backend.calls[-1]["params"]
+    assert (asked.logprobs, asked.top_logprobs) == (False, 0)

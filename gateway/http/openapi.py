@@ -44,7 +44,8 @@ SEMANTIC_RULES = (
     "tool's parameters, that the constraint library cannot compile (invalid_json_schema); a conversation "
     "with nothing to answer (empty_conversation); an assistant prefix (`prefix: true`) that is not the last "
     "message or holds tool_calls (invalid_prefix), or comes with a forced tool_choice or a JSON "
-    "response_format (conflicting_constraints); a prompt plus max_tokens over the model's context "
+    "response_format (conflicting_constraints); top_logprobs above 0 with logprobs false "
+    "(conflicting_constraints); a prompt plus max_tokens over the model's context "
     "(context_length_exceeded); on /v1/messages, a tool_result that answers no tool_use of the message before "
     "it (unmatched_tool_result) and a final assistant message (prefill) ending in whitespace (invalid_prefix)."
 )

@@ -64,6 +64,9 @@ def _reject_chat(req: ChatCompletionRequest, config: GatewayConfig) -> None:
     for name, why in UNSUPPORTED_OUTPUTS.items():
         if getattr(req, name) is not None:
             raise bad_request(f"{name} is not supported: {why}.", param=name, code="unsupported_parameter")
+    if req.logprobs is False and req.top_logprobs:   # alternatives of tokens whose logprobs were declined: OpenAI's 400
+        raise bad_request("top_logprobs needs logprobs: true (logprobs is false).", param="top_logprobs",
+                          code="conflicting_constraints")
     if forces_tool_call(req.tool_choice) and not req.tools:
         raise bad_request("a forced tool_choice needs `tools`.", param="tool_choice")
     names = [tool.function.name for tool in req.tools or []]
