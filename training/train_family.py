@@ -68,11 +68,20 @@ def batches(sampler: BatchSampler, size: int, device: str):
 
 # ----------------------------------------------------------------------------------------- target
 
+def target_logits(target, batch: torch.Tensor, device: str) -> torch.Tensor:
+    """The target's (B, T, V) logits on a (B, T+1) batch's inputs."""
+    with autocast(device):
+        return target(input_ids=batch[:, :-1]).logits
+
+
+def next_token_nll(logits: torch.Tensor, batch: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy of (B, T, V) logits against a (B, T+1) batch's next tokens."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction=reduction)
+
+
 def target_nll(target, batch: torch.Tensor, device: str, reduction: str = "mean") -> torch.Tensor:
     """Next-token cross-entropy of the target on a (B, T+1) batch."""
-    with autocast(device):
-        logits = target(input_ids=batch[:, :-1]).logits
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction=reduction)
+    return next_token_nll(target_logits(target, batch, device), batch, reduction)
 
 
 def unlikelihood(logits: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
@@ -101,11 +110,10 @@ def train_target(args, streams, device) -> tuple[torch.nn.Module, object, dict]:
     def step() -> StepOutput:
         rows, domains = sampler.batch_with_domains(args.batch)
         batch = torch.from_numpy(rows).to(device, non_blocking=True)
+        logits = target_logits(target, batch, device)
+        nll = next_token_nll(logits, batch)
         if not args.unlikelihood:
-            return StepOutput(target_nll(target, batch, device), batch[:, 1:].numel())
-        with autocast(device):
-            logits = target(input_ids=batch[:, :-1]).logits
-        nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+            return StepOutput(nll, batch[:, 1:].numel())
         chosen = torch.tensor([d in penalised for d in domains], device=device)
         ul = unlikelihood(logits[chosen], batch[chosen]) if bool(chosen.any()) else nll.new_zeros(())
         return StepOutput(nll + args.unlikelihood * ul, batch[:, 1:].numel(), {"nll": nll.detach(), "ul": ul.detach()})
