@@ -314,6 +314,9 @@ class ResponsesRequest(_PromptFields):
     prompt_cache_retention: CacheRetention = None
     prompt_cache_options: dict[str, Any] | None = None
     safety_identifier: str | None = None
+    # Codex sends its installation id here on every request (openai/codex#16912): metadata for the
+    # provider's analytics, nothing a reply depends on
+    client_metadata: dict[str, Any] | None = None
     service_tier: str | None = None
     background: bool | None = None                  # rejected when true
     # what this server does not do: only null is accepted (UNSUPPORTED_FIELDS)
