@@ -19,3 +19,39 @@ def test_responses_take_codex_client_metadata(srv):
     assert reply.json()["output"][-1]["content"][0]["text"] == "It is sunny."
     streamed = _post(srv, "/v1/responses", {**body, "stream": True})
     assert streamed.status_code == 200 and "response.completed" in streamed.text
+
+
+def test_responses_return_the_reasoning_as_the_summary_asked_for(srv):
+    """`reasoning.summary` ("auto", as Codex sends it) came back as an empty `summary` with the text only in
+    reasoning_text content and events, which Codex and the other summary readers do not show: the reasoning
+    panel stayed empty. Asked for, the reasoning is the summary (its whole text: no summariser runs here),
+    whole and streamed with the summary events; not asked for, it stays reasoning_text content, as before.
+    The request's reasoning settings are echoed as OpenAI's Response does."""
+    client = _openai(srv)
+    asked = dict(model="default", input="Weather in Paris?", tools=[WEATHER],
+                 reasoning={"effort": "low", "summary": "auto"})
+    whole = client.responses.create(**asked)
+    item = whole.output[0]
+    assert item.type == "reasoning" and [part.text for part in item.summary] == ["Fine.\n"]
+    assert not item.content
+    assert whole.reasoning.summary == "auto" and whole.reasoning.effort == "low"
+
+    with client.responses.stream(**asked) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    kinds = [event.type for event in events]
+    assert "response.reasoning_text.delta" not in kinds
+    summary = ["response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
+               "response.reasoning_summary_text.done", "response.reasoning_summary_part.done"]
+    assert [kind for kind in kinds if kind in summary] == summary
+    deltas = "".join(e.delta for e in events if e.type == "response.reasoning_summary_text.delta")
+    assert deltas == "Fine.\n" == final.output[0].summary[0].text
+
+    plain = client.responses.create(model="default", input="hi")
+    assert plain.output[0].summary == [] and plain.output[0].content[0].text == "Fine.\n"
+    # a summary sent back in the next request's input is the turn's reasoning again
+    client.responses.create(model="default", input=[
+        {"role": "user", "content": "Weather in Paris?"}, item.model_dump(exclude_none=True),
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sunny."}]},
+        {"role": "user", "content": "And now?"}])
+    assert srv.backend.chats[-1]["messages"][1]["reasoning_content"] == "Fine.\n"

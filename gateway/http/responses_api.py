@@ -174,6 +174,8 @@ class ResponsesRenderer:
                             else req.tool_choice or "auto"),
             "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
             "store": False, "metadata": req.metadata or {}, "usage": None, "max_tool_calls": req.max_tool_calls,
+            "reasoning": {"effort": req.reasoning.effort if req.reasoning else None,
+                          "summary": (req.reasoning.summary or req.reasoning.generate_summary) if req.reasoning else None},
         }
         if record is not None:
             body["usage"] = {"input_tokens": record.prompt_tokens,
@@ -186,10 +188,18 @@ class ResponsesRenderer:
                 body["incomplete_details"] = {"reason": "max_output_tokens"}
         return body
 
-    @staticmethod
-    def _item_body(item: _Item, done: bool, status: str | None = None) -> dict[str, Any]:
+    @property
+    def _summarised(self) -> bool:
+        """Whether the reasoning comes back as its summary (asked for) or as reasoning_text content."""
+        return self.request.reasoning is not None and self.request.reasoning.wants_summary()
+
+    def _item_body(self, item: _Item, done: bool, status: str | None = None) -> dict[str, Any]:
         status = status or ("completed" if done else "in_progress")
         if item.kind == "reasoning":
+            # one of the two, never both: clients that show summary and content alike would show it twice
+            if self._summarised:
+                return {"type": "reasoning", "id": item.id,
+                        "summary": [{"type": "summary_text", "text": item.text}] if done else [], "status": status}
             return {"type": "reasoning", "id": item.id, "summary": [],
                     "content": [{"type": "reasoning_text", "text": item.text}] if done else [], "status": status}
         if item.kind == "message":
@@ -239,10 +249,16 @@ class ResponsesRenderer:
         frames: list[bytes] = []
         if chunk.reasoning:
             frames += self._item("reasoning")
-            self._open.text += chunk.reasoning   # type: ignore[union-attr]
-            frames.append(self._event("response.reasoning_text.delta", item_id=self._open.id,  # type: ignore[union-attr]
-                                      output_index=self._open.output_index, content_index=0,  # type: ignore[union-attr]
-                                      delta=chunk.reasoning))
+            item = self._open
+            assert item is not None
+            item.text += chunk.reasoning
+            where = {"item_id": item.id, "output_index": item.output_index}
+            if self._summarised:
+                frames.append(self._event("response.reasoning_summary_text.delta", **where, summary_index=0,
+                                          delta=chunk.reasoning))
+            else:
+                frames.append(self._event("response.reasoning_text.delta", **where, content_index=0,
+                                          delta=chunk.reasoning))
         self._logprobs += answer_logprobs(chunk)
         if chunk.text:
             frames += self._item("message")
@@ -274,6 +290,10 @@ class ResponsesRenderer:
         self._open = item
         frames.append(self._event("response.output_item.added", output_index=item.output_index,
                                   item=self._item_body(item, False)))
+        if kind == "reasoning" and self._summarised:
+            frames.append(self._event("response.reasoning_summary_part.added", item_id=item.id,
+                                      output_index=item.output_index, summary_index=0,
+                                      part={"type": "summary_text", "text": ""}))
         if kind == "message":
             frames.append(self._event("response.content_part.added", item_id=item.id,
                                       output_index=item.output_index, content_index=0,
@@ -286,7 +306,11 @@ class ResponsesRenderer:
             return []
         where = {"item_id": item.id, "output_index": item.output_index}
         frames = []
-        if item.kind == "reasoning":
+        if item.kind == "reasoning" and self._summarised:
+            part = {"type": "summary_text", "text": item.text}
+            frames.append(self._event("response.reasoning_summary_text.done", **where, summary_index=0, text=item.text))
+            frames.append(self._event("response.reasoning_summary_part.done", **where, summary_index=0, part=part))
+        elif item.kind == "reasoning":
             frames.append(self._event("response.reasoning_text.done", **where, content_index=0, text=item.text))
         elif item.kind == "message":
             frames.append(self._event("response.output_text.done", **where, content_index=0, text=item.text,

@@ -249,8 +249,13 @@ class ResponsesStreamOptions(_Responses):
 
 class ReasoningConfig(_Responses):
     effort: ReasoningEffort | None = None
-    summary: Literal["auto", "concise", "detailed"] | None = None   # the full reasoning text is returned
-    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+    # asked for, the reasoning comes back as its summary (the whole text: no summariser runs here), where
+    # clients that show summaries (Codex) read it; else as the item's reasoning_text content
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None   # the deprecated name of summary
+
+    def wants_summary(self) -> bool:
+        return (self.summary or self.generate_summary) is not None
 
 
 # The `include` values OpenAI documents. Hosted tools' results and input images never occur here (no
