@@ -55,3 +55,19 @@ def test_responses_return_the_reasoning_as_the_summary_asked_for(srv):
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sunny."}]},
         {"role": "user", "content": "And now?"}])
     assert srv.backend.chats[-1]["messages"][1]["reasoning_content"] == "Fine.\n"
+
+
+def test_a_hosted_web_search_says_how_codex_leaves_it_out(srv):
+    """Codex offers OpenAI's hosted web search by default ({"type": "web_search", "external_web_access": false}
+    beside its function tools), which a server with no hosted tools refuses as OpenAI refuses it for a model
+    without search: the README's Codex config left it on, so every Codex turn was that 400, and the 400 did not
+    say how to turn it off. The config now sets web_search = "disabled" and the 400 names that setting."""
+    reply = _post(srv, "/v1/responses", {"input": "hi", "tools": [
+        {"type": "web_search", "external_web_access": False}, {**WEATHER, "strict": False}]})
+    assert reply.status_code == 400
+    assert reply.json()["error"]["param"].startswith("tools")
+    assert 'web_search = "disabled"' in reply.json()["error"]["message"]
+    from tests.ops_helpers import REPO
+
+    codex = (REPO / "README.md").read_text().split("**Codex CLI**")[1].split("```")[1]
+    assert 'web_search = "disabled"' in codex.split("[model_providers")[0]   # a top-level key, before the table

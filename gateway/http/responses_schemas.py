@@ -300,7 +300,9 @@ class _PromptFields(_Responses):
     @field_validator("tools", mode="before")
     @classmethod
     def _client_tools_only(cls, value: Any) -> Any:
-        return only_kinds(value, ("function", "custom"), "tools", "the client runs its tools; none are hosted here")
+        # Codex offers its hosted web search by default (web_search = "cached"): say where it is turned off
+        return only_kinds(value, ("function", "custom"), "tools", "the client runs its tools; none are hosted here: "
+                          "leave hosted tools out, in Codex with web_search = \"disabled\" in config.toml")
 
 
 class ResponsesRequest(_PromptFields):
