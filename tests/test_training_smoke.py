@@ -140,3 +140,46 @@ def test_a_target_continued_with_unlikelihood_trains_and_saves(tmp_path, family,
     assert report["target"]["steps"] == 6 and math.isfinite(report["target"]["final_loss"])
     log = capfd.readouterr().out
     assert f"[target] loaded 55 tensors from {family}" in log and " nll " in log and " ul " in log
+
+
+def _recurrent_delta_rule(query, key, value, g=None, beta=None, scale=None, initial_state=None,
+                          output_final_state=False, use_qk_l2norm_in_kernel=False, cu_seqlens=None):
+    """The gated delta rule token by token, in fla's calling convention (state [B, H, K, V])."""
+    import torch
+    import torch.nn.functional as F
+
+    q, k = (F.normalize(x, dim=-1, eps=1e-6) if use_qk_l2norm_in_kernel else x for x in (query, key))
+    b, t, h, dk = k.shape
+    state = initial_state if initial_state is not None else q.new_zeros(b, h, dk, value.shape[-1])
+    outs = []
+    for i in range(t):
+        state = state * g[:, i].exp()[..., None, None]
+        delta = beta[:, i][..., None] * (value[:, i] - torch.einsum("bhk,bhkv->bhv", k[:, i], state))
+        state = state + torch.einsum("bhk,bhv->bhkv", k[:, i], delta)
+        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, i] * scale, state))
+    return torch.stack(outs, 1), (state if output_final_state else None)
+
+
+def test_a_zero_padded_key_head_changes_no_output_state_or_gradient():
+    import torch
+
+    from training.fla_kernels import gradient_check, pad_key_dim
+
+    torch.manual_seed(0)
+    b, t, h, dk, dv = 1, 12, 2, 16, 8
+    base = [torch.randn(b, t, h, dk), torch.randn(b, t, h, dk), torch.randn(b, t, h, dv),
+            -torch.rand(b, t, h), torch.rand(b, t, h), torch.randn(b, h, dk, dv)]
+    results = []
+    for kernel in (lambda *a, **kw: _recurrent_delta_rule(*a, scale=dk ** -0.5, **kw), pad_key_dim(_recurrent_delta_rule)):
+        x = [tensor.clone().requires_grad_() for tensor in base]
+        out, state = kernel(x[0], x[1], x[2], g=x[3], beta=x[4], initial_state=x[5], output_final_state=True,
+                            use_qk_l2norm_in_kernel=True)
+        assert state.shape == (b, h, dk, dv)
+        (out.sum() + state.square().sum()).backward()
+        results.append([out, state] + [tensor.grad for tensor in x])
+    for plain, padded in zip(*results):
+        torch.testing.assert_close(padded, plain, rtol=1e-5, atol=1e-5)
+    # the check that guards training passes this kernel and fails one that keeps the padded head's own scale
+    assert gradient_check(pad_key_dim(_recurrent_delta_rule), shape=(1, 64, 2, 2, 16, 16))
+    own_scale = pad_key_dim(lambda *a, scale=None, **kw: _recurrent_delta_rule(*a, scale=128 ** -0.5, **kw))
+    assert not gradient_check(own_scale, shape=(1, 64, 2, 2, 16, 16))

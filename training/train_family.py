@@ -421,12 +421,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         target, config = load_target(args, device)
         previous = args.target_shards / "report.json"
         report["target"] = json.loads(previous.read_text())["target"] if previous.exists() else {}
-    report["target"]["heldout"] = eval_target(target, heldout, args, device)
-    if args.target_shards is None:
+    if args.target_shards is None:   # saved before the evaluation: a device call cut during it keeps them
         report.save("target", {k: v for k, v in target.state_dict().items()
                                if not (args.target_config["tie_word_embeddings"] and k == "lm_head.weight")})
-    else:
-        report.write()
+    report["target"]["heldout"] = eval_target(target, heldout, args, device)
+    report.write()
 
     if args.target_only:
         return
