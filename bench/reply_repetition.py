@@ -5,7 +5,9 @@ Raw decoding answers the same held-out prompts `bench.handoff_replay` records (p
 of each class), greedy and at the model's sampling defaults; each reply's repetition is the share of its
 4-grams that already occurred earlier in it (a reply stuck in a loop is near 1). A drafter of the
 target's own output predicts a loop as well in prose as in code, so a class whose replies loop is as
-easy to speculate on as code is. With `--traces` (handoff_replay's recording of the same prompts) the
+easy to speculate on as code is. Beside it, the target's mean top-1 probability at every position of its
+own reply (one teacher-forced forward; greedy at temperature 1, sampled after the mode's temperature and
+truncation): how far ahead the target is predictable at all, whatever the drafter. With `--traces` (handoff_replay's recording of the same prompts) the
 engines' mean accepted tokens per cycle per class are printed beside it.
 
     python -m bench.reply_repetition [--model DIR] [--per-class 16] [--skip 8] [--max-tokens 128] [--traces FILE]
@@ -35,6 +37,22 @@ def repeated_share(tokens: Sequence[int], n: int = N) -> float:
     return repeats / len(grams)
 
 
+def top1_probability(bundle, prompt_ids: Sequence[int], reply: Sequence[int], params) -> float:
+    """The target's mean probability of its likeliest token at the positions that chose `reply`."""
+    import mlx.core as mx
+
+    from engines.sampling import SamplerConfig, probs, resolve
+
+    if not reply:
+        return 0.0
+    logits = bundle.model(mx.array([list(prompt_ids) + list(reply)]), cache=bundle.make_cache())
+    chosen = logits[0, len(prompt_ids) - 1: len(prompt_ids) - 1 + len(reply)].astype(mx.float32)
+    cfg = resolve(params, bundle.generation)
+    if cfg.greedy:   # the softmax itself: a greedy drafter must name its argmax
+        cfg = SamplerConfig(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0)
+    return float(mx.mean(mx.max(probs(chosen, cfg), axis=-1)).item())
+
+
 def replies(per_class: int, skip: int, max_tokens: int, modes: Sequence[str], dtype: str | None,
             model: str | None = None) -> list[dict]:
     from contracts.engine import CancelToken
@@ -53,7 +71,8 @@ def replies(per_class: int, skip: int, max_tokens: int, modes: Sequence[str], dt
                 params = sampling_params(mode, max_tokens, prompt.id, 0, sampled)
                 tokens = [t for chunk in runtime.generate(ids, params, "raw", CancelToken()) for t in chunk.token_ids]
                 rows.append({"klass": klass, "mode": mode, "id": prompt.id, "tokens": len(tokens),
-                             "repeated": repeated_share(tokens)})
+                             "repeated": repeated_share(tokens),
+                             "top1": top1_probability(runtime.bundle, ids, tokens, params)})
     return rows
 
 
@@ -67,16 +86,20 @@ def accepted_by_class(traces: list[dict]) -> dict[tuple[str, str, str], float]:
 
 def report(rows: list[dict], accepted: dict[tuple[str, str, str], float]) -> str:
     engines = sorted({engine for _, _, engine in accepted})
-    head = "| mode | class | replies | repeated 4-grams (mean) | replies over half repeats |"
+    head = "| mode | class | replies | repeated 4-grams (mean) | replies over half repeats | target top-1 p (mean) |"
     head += "".join(f" {engine} accepted / cycle |" for engine in engines)
-    lines = [head, "|" + "---|" * (5 + len(engines))]
+    lines = [head, "|" + "---|" * (6 + len(engines))]
     for mode in dict.fromkeys(row["mode"] for row in rows):
         for klass in dict.fromkeys(row["klass"] for row in rows):
-            shares = [row["repeated"] for row in rows if row["mode"] == mode and row["klass"] == klass]
+            group = [row for row in rows if row["mode"] == mode and row["klass"] == klass]
+            shares = [row["repeated"] for row in group]
+            top1 = [row["top1"] for row in group if "top1" in row]
             cells = [f"{accepted[(klass, mode, engine)]:.2f}" if (klass, mode, engine) in accepted else "—"
                      for engine in engines]
+            top1_cell = f"{statistics.fmean(top1):.3f}" if top1 else "—"
             lines.append(f"| {mode} | {klass} | {len(shares)} | {statistics.fmean(shares):.2f} | "
-                         f"{sum(share > 0.5 for share in shares)} |" + "".join(f" {cell} |" for cell in cells))
+                         f"{sum(share > 0.5 for share in shares)} | {top1_cell} |"
+                         + "".join(f" {cell} |" for cell in cells))
     return "\n".join(lines)
 
 

@@ -230,4 +230,32 @@ def test_reply_repetition_counts_the_four_grams_a_reply_already_wrote():
     accepted = accepted_by_class(traces)
     assert accepted == {("code", "greedy", "mtp"): 0.75}           # cycles pooled over requests; no cycles, no row
     rows = [{"klass": "code", "mode": "greedy", "repeated": 0.2}, {"klass": "code", "mode": "greedy", "repeated": 0.8}]
-    assert "| greedy | code | 2 | 0.50 | 1 | 0.75 |" in report(rows, accepted)
+    assert "| greedy | code | 2 | 0.50 | 1 | — | 0.75 |" in report(rows, accepted)   # rows without top-1
+    rows = [{**row, "top1": p} for row, p in zip(rows, (0.5, 0.7))]
+    assert "| greedy | code | 2 | 0.50 | 1 | 0.600 | 0.75 |" in report(rows, accepted)
+
+
+def test_top1_probability_reads_the_positions_that_chose_the_reply(tiny_bundle):
+    """The teacher-forced forward's rows line up with a step-by-step decode of the same reply."""
+    import mlx.core as mx
+
+    from bench.reply_repetition import top1_probability
+    from contracts.sampling import SamplingParams
+    from engines.sampling import SamplerConfig, probs
+
+    prompt, reply = [3, 17, 42, 5], [9, 28, 11]
+    cache = tiny_bundle.make_cache()
+    logits = tiny_bundle.model(mx.array([prompt]), cache=cache)[0, -1]
+    step_max = []
+    for token in reply:
+        step_max.append(mx.max(mx.softmax(logits.astype(mx.float32))).item())
+        logits = tiny_bundle.model(mx.array([[token]]), cache=cache)[0, -1]
+    greedy = top1_probability(tiny_bundle, prompt, reply, SamplingParams(temperature=0.0, max_tokens=3))
+    assert greedy == pytest.approx(sum(step_max) / len(step_max), rel=1e-4)
+    sharp = SamplingParams(temperature=0.5, top_p=1.0, top_k=0, min_p=0.0, max_tokens=3)
+    expected = probs(tiny_bundle.model(mx.array([prompt + reply]), cache=tiny_bundle.make_cache())[0, 3:6]
+                     .astype(mx.float32), SamplerConfig(0.5, 1.0, 0, 0.0))
+    assert top1_probability(tiny_bundle, prompt, reply, sharp) == pytest.approx(
+        mx.mean(mx.max(expected, axis=-1)).item(), rel=1e-4)
+    assert top1_probability(tiny_bundle, prompt, reply, sharp) > greedy    # a sharper distribution
+    assert top1_probability(tiny_bundle, prompt, [], sharp) == 0.0
