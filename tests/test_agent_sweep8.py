@@ -4,6 +4,8 @@ sweep found."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.agent_sweeps import WEATHER, srv  # noqa: F401 - srv is the shared fixture
 from tests.agent_sweeps import openai_client as _openai
 from tests.agent_sweeps import post as _post
@@ -71,3 +73,33 @@ def test_a_hosted_web_search_says_how_codex_leaves_it_out(srv):
 
     codex = (REPO / "README.md").read_text().split("**Codex CLI**")[1].split("```")[1]
     assert 'web_search = "disabled"' in codex.split("[model_providers")[0]   # a top-level key, before the table
+
+
+def test_consecutive_anthropic_turns_of_one_role_are_one_turn(srv):
+    """Anthropic's API combines consecutive user or assistant messages into one turn, and clients that keep
+    each block of a reply as its own message (one for the text, one per tool_use) send them so. Here they
+    were rendered as separate turns, and a tool_result answering the tool_use of the first of two assistant
+    messages was a 400 ("answers no tool_use block of the previous message")."""
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+    tool = {"name": "get_weather", "input_schema": WEATHER["parameters"]}
+    use = {"type": "tool_use", "id": "toolu_a", "name": "get_weather", "input": {"city": "Paris"}}
+    other = {**use, "id": "toolu_b", "input": {"city": "Rome"}}
+    history = [{"role": "user", "content": "Weather in Paris"},
+               {"role": "user", "content": [{"type": "text", "text": "and in Rome?"}]},
+               {"role": "assistant", "content": [use]},
+               {"role": "assistant", "content": [{"type": "text", "text": "And Rome."}, other]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "sunny"},
+                                            {"type": "tool_result", "tool_use_id": "toolu_b", "content": "rain"}]}]
+    reply = client.messages.create(model="default", max_tokens=64, tools=[tool], messages=history)
+    assert reply.content[-1].text == "It is sunny."
+    prompt = srv.backend.encoded[-1]
+    assert prompt.count("<|im_start|>user") == 2   # the two user messages as one turn, then the tool results
+    assert "Weather in Paris\nand in Rome?" in prompt
+    assert prompt.count("<|im_start|>assistant") == 2   # one assistant turn holding both calls, and the reply
+    assert prompt.index("Paris\n</parameter>") < prompt.index("Rome\n</parameter>") < prompt.index("sunny")
+    # still Anthropic's rule: a result must answer a call of the assistant turn just before it
+    history[4:4] = [{"role": "user", "content": "Thanks."}, {"role": "assistant", "content": "Anything else?"}]
+    with pytest.raises(anthropic.BadRequestError, match="toolu_a"):
+        client.messages.create(model="default", max_tokens=64, tools=[tool], messages=history)

@@ -77,19 +77,40 @@ def _openai_messages(message: AnthropicMessage) -> list[dict[str, Any]]:
 
 
 def _check_tool_results(messages: list[AnthropicMessage]) -> None:
-    """Anthropic's rule: every tool_result answers a tool_use of the message just before it. (A result
-    answering nothing, e.g. a conversation that opens with one, would otherwise reach the chat template,
-    which refuses it in its own words.)"""
+    """Anthropic's rule: every tool_result answers a tool_use of the assistant turn just before it, where
+    consecutive messages of one role are one turn (the API merges them). (A result answering nothing, e.g. a
+    conversation that opens with one, would otherwise reach the chat template, which refuses it in its own
+    words.)"""
     called: set[str] = set()
+    previous_role = None
     for index, message in enumerate(messages):
         blocks = message.content if isinstance(message.content, list) else []
+        if message.role == "assistant":
+            uses = {block.id for block in blocks if isinstance(block, ToolUseBlock)}
+            called = called | uses if previous_role == "assistant" else uses
         for number, block in enumerate(blocks):
             if isinstance(block, ToolResultBlock) and block.tool_use_id not in called:
                 raise APIError(400, f"messages.{index}.content.{number}: the tool_result's tool_use_id "
                                f"{block.tool_use_id!r} answers no tool_use block of the previous message; each "
                                "tool_result must answer a tool_use of the assistant message just before it.",
                                param=f"messages.{index}.content.{number}.tool_use_id", code="unmatched_tool_result")
-        called = {block.id for block in blocks if isinstance(block, ToolUseBlock)}
+        previous_role = message.role
+
+
+def _blocks(message: AnthropicMessage) -> list[Any]:
+    return [TextBlock(type="text", text=message.content)] if isinstance(message.content, str) else message.content
+
+
+def _merged_turns(messages: list[AnthropicMessage]) -> list[AnthropicMessage]:
+    """Consecutive messages of one role as one turn, their blocks in order, as Anthropic's API combines them
+    (clients that keep each block of a reply as its own message send them so)."""
+    turns: list[AnthropicMessage] = []
+    for message in messages:
+        if turns and turns[-1].role == message.role:
+            turns[-1] = turns[-1].model_copy(update={"content": _blocks(turns[-1]) + _blocks(message)})
+        else:
+            turns.append(message)
+    return turns
 
 
 def _check_prefill(final: dict[str, Any]) -> None:
@@ -106,7 +127,7 @@ def to_chat_request(req: MessagesRequest) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     if req.system:
         messages.append({"role": "system", "content": _text(req.system)})
-    for message in req.messages:
+    for message in _merged_turns(req.messages):
         messages.extend(_openai_messages(message))
     if not any(m["role"] != "system" for m in messages):
         raise APIError(400, "the conversation holds no text or tool result to answer.", param="messages",
