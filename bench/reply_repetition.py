@@ -8,7 +8,8 @@ target's own output predicts a loop as well in prose as in code, so a class whos
 easy to speculate on as code is. Beside it, the target's mean top-1 probability at every position of its
 own reply (one teacher-forced forward; greedy at temperature 1, sampled after the mode's temperature and
 truncation): how far ahead the target is predictable at all, whatever the drafter. With `--traces` (handoff_replay's recording of the same prompts) the
-engines' mean accepted tokens per cycle per class are printed beside it.
+engines' mean accepted tokens per cycle per class are printed beside it, and after it the share of cycles
+that accepted at least d drafts (where a tree loses its tokens).
 
     python -m bench.reply_repetition [--model DIR] [--per-class 16] [--skip 8] [--max-tokens 128] [--traces FILE]
 """
@@ -84,6 +85,28 @@ def accepted_by_class(traces: list[dict]) -> dict[tuple[str, str, str], float]:
     return {key: statistics.fmean(values) for key, values in cycles.items() if values}
 
 
+def depth_reach(traces: list[dict]) -> dict[tuple[str, str, str], list[float]]:
+    """Per (class, mode, engine): the share of cycles that accepted at least d drafts, d = 1 .. the deepest
+    seen (where a tree loses its tokens: at its first draft or deeper)."""
+    cycles: dict[tuple[str, str, str], list[int]] = {}
+    for trace in traces:
+        cycles.setdefault((trace["klass"], trace["mode"], trace["engine"]), []).extend(trace["accepted"])
+    return {key: [sum(a >= d for a in values) / len(values) for d in range(1, max(max(values), 1) + 1)]
+            for key, values in cycles.items() if values}
+
+
+def depth_report(reach: dict[tuple[str, str, str], list[float]]) -> str:
+    depth = max((len(shares) for shares in reach.values()), default=1)
+    lines = ["| mode | engine | class | " + " | ".join(f"accepted >= {d}" for d in range(1, depth + 1))
+             + " | " + " | ".join(f"{d} given {d - 1}" for d in range(2, depth + 1)) + " |",
+             "|" + "---|" * (3 + 2 * depth - 1)]
+    for (klass, mode, engine), shares in sorted(reach.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
+        shares = shares + [0.0] * (depth - len(shares))
+        given = [shares[d] / shares[d - 1] if shares[d - 1] else 0.0 for d in range(1, depth)]
+        lines.append(f"| {mode} | {engine} | {klass} | " + " | ".join(f"{x:.2f}" for x in shares + given) + " |")
+    return "\n".join(lines)
+
+
 def report(rows: list[dict], accepted: dict[tuple[str, str, str], float]) -> str:
     engines = sorted({engine for _, _, engine in accepted})
     head = "| mode | class | replies | repeated 4-grams (mean) | replies over half repeats | target top-1 p (mean) |"
@@ -117,8 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = replies(args.per_class, args.skip, args.max_tokens, args.modes.split(","), args.dtype, args.model)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
-    accepted = accepted_by_class(json.loads(args.traces.read_text())) if args.traces else {}
-    print(report(rows, accepted))
+    traces = json.loads(args.traces.read_text()) if args.traces else []
+    print(report(rows, accepted_by_class(traces)))
+    if traces:
+        print()
+        print(depth_report(depth_reach(traces)))
     return 0
 
 

@@ -235,6 +235,20 @@ def test_reply_repetition_counts_the_four_grams_a_reply_already_wrote():
     assert "| greedy | code | 2 | 0.50 | 1 | 0.600 | 0.75 |" in report(rows, accepted)
 
 
+def test_depth_reach_counts_the_cycles_that_got_at_least_each_depth():
+    from bench.reply_repetition import depth_reach, depth_report
+
+    traces = [{"klass": "code", "mode": "sampled", "engine": "ddtree", "accepted": [0, 1, 3]},
+              {"klass": "code", "mode": "sampled", "engine": "ddtree", "accepted": [1]},
+              {"klass": "code", "mode": "sampled", "engine": "mtp", "accepted": [1, 0]}]
+    reach = depth_reach(traces)
+    assert reach[("code", "sampled", "ddtree")] == [0.75, 0.25, 0.25]
+    assert reach[("code", "sampled", "mtp")] == [0.5]
+    table = depth_report(reach)
+    assert "| sampled | ddtree | code | 0.75 | 0.25 | 0.25 | 0.33 | 1.00 |" in table
+    assert "| sampled | mtp | code | 0.50 | 0.00 | 0.00 | 0.00 | 0.00 |" in table
+
+
 def test_top1_probability_reads_the_positions_that_chose_the_reply(tiny_bundle):
     """The teacher-forced forward's rows line up with a step-by-step decode of the same reply."""
     import mlx.core as mx
