@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 MODULES = sorted(p.stem for p in (REPO / "training").glob("*.py") if p.stem != "__main__")
 # modules whose import needs PyTorch (and transformers at call time); everything else imports without it
-TORCH_MODULES = {"distill", "export", "torch_dflash", "torch_mtp_head", "train_common", "train_family"}
+TORCH_MODULES = {"distill", "export", "fla_kernels", "torch_dflash", "torch_mtp_head", "train_common", "train_family"}
 DEMO_TARGET = REPO / "models" / "switchyard-demo" / "target"
 
 

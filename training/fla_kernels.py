@@ -15,6 +15,7 @@ on the demo's shapes; otherwise training keeps the reference.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import torch
@@ -99,16 +100,14 @@ def install() -> bool:
     return ok
 
 
-def main() -> None:
-    step, argv = sys.argv[1], sys.argv[2:]
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    steps = {"family": "train_family", "distill": "distill"}
+    if not argv or argv[0] not in steps:
+        raise SystemExit(f"usage: {prog or 'python -m training.fla_kernels'} {{family|distill}} ARGS")
     install()
-    if step == "family":
-        from .train_family import main as run
-    elif step == "distill":
-        from .distill import main as run
-    else:
-        raise SystemExit(f"unknown step {step!r}: family or distill")
-    run(argv)
+    step = importlib.import_module(f"training.{steps[argv[0]]}")
+    step.main(argv[1:], prog=f"{prog or 'training.fla_kernels'} {argv[0]}")
 
 
 if __name__ == "__main__":
