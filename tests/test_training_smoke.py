@@ -183,3 +183,14 @@ def test_a_zero_padded_key_head_changes_no_output_state_or_gradient():
     assert gradient_check(pad_key_dim(_recurrent_delta_rule), shape=(1, 64, 2, 2, 16, 16))
     own_scale = pad_key_dim(lambda *a, scale=None, **kw: _recurrent_delta_rule(*a, scale=128 ** -0.5, **kw))
     assert not gradient_check(own_scale, shape=(1, 64, 2, 2, 16, 16))
+
+
+def test_the_kernel_runs_only_where_autograd_records():
+    import torch
+
+    from training.fla_kernels import when_training
+
+    chosen = when_training(lambda x: "kernel", lambda x: "reference")
+    assert chosen(1) == "kernel"
+    with torch.no_grad():
+        assert chosen(1) == "reference"

@@ -7,7 +7,8 @@ head padded with zeros to 128 takes the kernel's BK = 128 path instead, and chan
 L2 norm and every q.k product are the same, the padded rows of the state stay zero, and the scale is
 passed explicitly (fla's default would be 128 ** -0.5). `install()` swaps the padded call in for
 transformers' only after `gradient_check()` finds its outputs and gradients equal to the reference's
-on the demo's shapes; otherwise training keeps the reference.
+on the demo's shapes, and only where autograd records (training steps); evaluation and generation, whose
+shapes change from batch to batch, keep the reference, as does everything when the check fails.
 
     python -m training.fla_kernels family --corpus ... --out $OUT       # = train_family with the kernels
     python -m training.fla_kernels distill --target-shards ... --out $OUT
@@ -87,6 +88,17 @@ def gradient_check(kernel, shape=(2, 1024, 8, 8, 64, 64), tol: float = 2e-2) -> 
     return ok
 
 
+def when_training(kernel, fallback):
+    """`kernel` where autograd records (the training steps' fixed shapes), `fallback` elsewhere: under fla,
+    the evaluation's and the replies' generation's ever-changing shapes spent minutes in the kernels'
+    compilation and autotuning (a distillation's first batch of replies did not finish in 190 s)."""
+
+    def chosen(*args, **kwargs):
+        return (kernel if torch.is_grad_enabled() else fallback)(*args, **kwargs)
+
+    return chosen
+
+
 def install() -> bool:
     try:
         kernel = pad_key_dim(fla_chunk())
@@ -95,7 +107,10 @@ def install() -> bool:
         print(f"[fla] not used: {type(exc).__name__}: {exc}", flush=True)
         ok = False
     modeling = _modeling()
-    modeling.torch_chunk_gated_delta_rule = kernel if ok else reference_chunk()
+    reference = reference_chunk()
+    modeling.torch_chunk_gated_delta_rule = when_training(kernel, reference) if ok else reference
+    recurrent = modeling.torch_recurrent_gated_delta_rule   # one token at a time: generation only
+    modeling.torch_recurrent_gated_delta_rule = getattr(recurrent, "__wrapped__", recurrent)
     print(f"[fla] {'padded fla kernel' if ok else 'reference (gradient check failed)'} in use", flush=True)
     return ok
 
