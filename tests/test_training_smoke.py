@@ -7,6 +7,7 @@ tests/test_training_package.py checks the package there)."""
 from __future__ import annotations
 
 import json
+import lzma
 import math
 from pathlib import Path
 
@@ -194,3 +195,46 @@ def test_the_kernel_runs_only_where_autograd_records():
     assert chosen(1) == "kernel"
     with torch.no_grad():
         assert chosen(1) == "reference"
+
+
+def test_the_two_device_calls_give_a_family_the_engines_read(tmp_path):
+    """training/device_family.sh's two calls, here on the CPU with tiny sizes (no fla: the reference kernels),
+    then export of what they send back, as the device would run them."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tarfile
+
+    from training.export import main as export
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "CORPUS": str(tmp_path / "corpus")}
+    write_corpus(tmp_path / "corpus")
+    carry = tmp_path / "carry"
+    (carry / "tok").mkdir(parents=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(REPO / "models" / "switchyard-demo" / "target" / name, carry / "tok")
+    shutil.copy(REPO / "classifier" / "data" / "prompts.jsonl", carry)
+
+    def call(step: str, out: Path) -> None:
+        result = subprocess.run(["bash", "training/device_family.sh", step, "--tiny"], cwd=REPO, capture_output=True,
+                                text=True, env={**env, "CARRY": str(carry), "OUT": str(out)}, timeout=600)
+        assert result.returncode == 0 and f"{step if step == 'target' else 'mtp'} rc=0" in result.stdout, result.stdout
+
+    call("target", tmp_path / "call1")
+    (carry / "target").mkdir()
+    shutil.copy(tmp_path / "call1" / "report.json", carry / "target")
+    for shard in (tmp_path / "call1").glob("target-*.safetensors"):   # carried xz-compressed, as here before call 2
+        (carry / "target" / (shard.name + ".xz")).write_bytes(lzma.compress(shard.read_bytes()))
+    call("heads", tmp_path / "call2")
+    with tarfile.open(tmp_path / "call2" / "heads.tgz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    family = tmp_path / "shards"
+    family.mkdir()
+    for shard in [*(tmp_path / "call1").glob("target-*.safetensors"), *(tmp_path / "heads").glob("*.safetensors")]:
+        shutil.copy(shard, family)
+    shutil.copy(tmp_path / "heads" / "report_mtp.json", family / "report.json")
+    export(["--shards", str(family), "--out", str(tmp_path / "family"),
+            "--tokenizer-dir", str(REPO / "models" / "switchyard-demo" / "target")])
+    assert (tmp_path / "family" / "drafter" / "model.safetensors").exists()
+    assert (tmp_path / "family" / "target" / "model.safetensors").exists()

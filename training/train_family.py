@@ -373,6 +373,7 @@ def build_parser(description: str = __doc__, prog: str | None = None, corpus: bo
                              "drafter, the added layers start as identities")
     parser.add_argument("--skip-mtp", action="store_true", help="train only the drafter (with --target-shards)")
     parser.add_argument("--target-only", action="store_true", help="stop after the target phase")
+    parser.add_argument("--skip-drafter", action="store_true", help="stop after the MTP phase")
     parser.add_argument("--target-init", type=Path, help="continue training the target from these shards / dir")
     parser.add_argument("--unlikelihood", type=float, default=0.0,
                         help="weight of token-level unlikelihood on the target (0: plain next-token loss)")
@@ -434,7 +435,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         report["mtp"]["heldout"] = eval_mtp(head, target, heldout, args, device)
         report.save("mtp", head.export_state())
 
-    drafter_phase(args, target, streams, heldout, device, report)
+    if not args.skip_drafter:
+        drafter_phase(args, target, streams, heldout, device, report)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# A whole demo family in two device calls, on fla's GDN kernels (training/README.md, "A target trained longer").
+# Here, before each call: put what it carries under training/out/ (git-ignored), then `bash bench/device_slim.sh on`
+# and `off` after. On the device, from the repository root:
+#
+#   bash training/device_family.sh target [train_family options]   # call 1, carries training/out/{wheels,tok}
+#       and training/corpus/pack: the target alone (TARGET_SECONDS, default 380), its shards saved before
+#       its evaluation. Here, xz them into training/out/target (`xz -T2 -k`): bf16 weights shrink ~30 %, so
+#       call 2's carry fits 64 MiB
+#   bash training/device_family.sh heads [options for both]        # call 2, carries also training/out/target
+#       (call 1's files) and training/out/prompts.jsonl: the MTP head (MTP_SECONDS, default 300) beside the
+#       drafter distilled on the new target's replies (GEN_SECONDS 120, DRAFTER_SECONDS 270), in parallel
+#
+# wheels: fla-core, flash-linear-attention, einops, pydantic (+ pydantic-core, annotated-types,
+# typing-inspection) for Python 3.12; tok: the demo tokenizer.json + tokenizer_config.json.
+# Then here: call 1's target-*.safetensors, and heads/*.safetensors of call 2's heads.tgz with its
+# heads/report_mtp.json as report.json, in one folder DIR: `switchyard-train export --shards DIR`.
+# Seconds are budgets of the training loops; every call stays under the device's 600 s with start-up and
+# the kernels' first compilation (~60-90 s). Off the device the same commands run on the CPU (fla absent:
+# transformers' reference kernels), e.g. with --tiny, which is how the plumbing is tested.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+CARRY=${CARRY:-training/out}
+mkdir -p "$OUT" /tmp/site
+for wheel in "$CARRY"/wheels/*.whl; do
+  [ -e "$wheel" ] && python3 -m zipfile -e "$wheel" /tmp/site
+done
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+step=${1:?target or heads}
+shift
+tok="$CARRY/tok/tokenizer.json"
+case "$step" in
+  target)
+    timeout $(( ${TARGET_SECONDS:-380} + 140 )) python3 -m training.fla_kernels family --target-only \
+      --corpus "${CORPUS:-training/corpus/pack}" --tokenizer "$tok" --out "$OUT" \
+      --target-seconds "${TARGET_SECONDS:-380}" --log-every 500 "$@" > "$OUT/target.log" 2>&1
+    echo "target rc=$?"
+    ;;
+  heads)
+    mkdir -p /tmp/target
+    cp "$CARRY"/target/report.json /tmp/target/ 2>/dev/null
+    cp "$CARRY"/tok/tokenizer*.json /tmp/target/
+    cp "$CARRY"/target/target-*.safetensors /tmp/target/ 2>/dev/null
+    for packed in "$CARRY"/target/target-*.safetensors.xz; do
+      [ -e "$packed" ] && python3 -c "import lzma, sys; open(sys.argv[2], 'wb').write(lzma.decompress(open(sys.argv[1], 'rb').read()))" \
+        "$packed" "/tmp/target/$(basename "$packed" .xz)"
+    done
+    budget=$(( ${GEN_SECONDS:-120} + ${DRAFTER_SECONDS:-270} + 120 ))
+    timeout "$budget" python3 -m training.fla_kernels family --corpus "${CORPUS:-training/corpus/pack}" \
+      --tokenizer "$tok" --target-shards /tmp/target --out /tmp/mtp --mtp-seconds "${MTP_SECONDS:-300}" \
+      --skip-drafter --log-every 500 "$@" > "$OUT/mtp.log" 2>&1 &
+    mtp=$!
+    timeout "$budget" python3 -m training.fla_kernels distill --target-shards /tmp/target --tokenizer "$tok" \
+      --prompts "$CARRY/prompts.jsonl" --out /tmp/drafter --gen-seconds "${GEN_SECONDS:-120}" \
+      --drafter-seconds "${DRAFTER_SECONDS:-270}" --log-every 500 "$@" > "$OUT/drafter.log" 2>&1
+    echo "drafter rc=$?"
+    wait "$mtp"
+    echo "mtp rc=$?"
+    mkdir -p /tmp/heads
+    cp /tmp/mtp/mtp-*.safetensors /tmp/drafter/drafter-*.safetensors /tmp/heads/ 2>/dev/null
+    cp /tmp/mtp/report.json /tmp/heads/report_mtp.json 2>/dev/null
+    cp /tmp/drafter/report.json /tmp/heads/report_drafter.json 2>/dev/null
+    tar -C /tmp -czf "$OUT/heads.tgz" heads
+    ;;
+  *)
+    echo "usage: $0 target|heads [options]" >&2
+    exit 2
+    ;;
+esac
+ls -la "$OUT"
