@@ -7,7 +7,8 @@ of each class), greedy and at the model's sampling defaults; each reply's repeti
 target's own output predicts a loop as well in prose as in code, so a class whose replies loop is as
 easy to speculate on as code is. Beside it, the target's mean top-1 probability at every position of its
 own reply (one teacher-forced forward; greedy at temperature 1, sampled after the mode's temperature and
-truncation): how far ahead the target is predictable at all, whatever the drafter. With `--traces` (handoff_replay's recording of the same prompts) the
+truncation): how far ahead the target is predictable at all, whatever the drafter; and what a chain drafter
+that always proposed the target's likeliest 4 tokens would have accepted per cycle on that reply. With `--traces` (handoff_replay's recording of the same prompts) the
 engines' mean accepted tokens per cycle per class are printed beside it, and after it the share of cycles
 that accepted at least d drafts (where a tree loses its tokens).
 
@@ -38,20 +39,37 @@ def repeated_share(tokens: Sequence[int], n: int = N) -> float:
     return repeats / len(grams)
 
 
-def top1_probability(bundle, prompt_ids: Sequence[int], reply: Sequence[int], params) -> float:
-    """The target's mean probability of its likeliest token at the positions that chose `reply`."""
+def target_top1(bundle, prompt_ids: Sequence[int], reply: Sequence[int], params) -> tuple[float, list[bool]]:
+    """At the positions that chose `reply`: the target's mean probability of its likeliest token, and whether
+    each reply token was that token."""
     import mlx.core as mx
 
     from engines.sampling import SamplerConfig, probs, resolve
 
     if not reply:
-        return 0.0
+        return 0.0, []
     logits = bundle.model(mx.array([list(prompt_ids) + list(reply)]), cache=bundle.make_cache())
     chosen = logits[0, len(prompt_ids) - 1: len(prompt_ids) - 1 + len(reply)].astype(mx.float32)
     cfg = resolve(params, bundle.generation)
     if cfg.greedy:   # the softmax itself: a greedy drafter must name its argmax
         cfg = SamplerConfig(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0)
-    return float(mx.mean(mx.max(probs(chosen, cfg), axis=-1)).item())
+    dist = probs(chosen, cfg)
+    hits = (mx.argmax(dist, axis=-1) == mx.array(list(reply))).tolist()
+    return float(mx.mean(mx.max(dist, axis=-1)).item()), [bool(hit) for hit in hits]
+
+
+def oracle_chain(hits: Sequence[bool], depth: int = 4) -> list[int]:
+    """Accepted drafts per cycle of a drafter that always proposes the target's likeliest `depth` tokens,
+    replayed on the reply the target sampled: each cycle accepts the run of hits from where it starts (at
+    most `depth`), and the next starts after the target's own token that ended it."""
+    cycles, start = [], 0
+    while start < len(hits):
+        run = 0
+        while run < depth and start + run < len(hits) and hits[start + run]:
+            run += 1
+        cycles.append(run)
+        start += run + 1
+    return cycles
 
 
 def replies(per_class: int, skip: int, max_tokens: int, modes: Sequence[str], dtype: str | None,
@@ -71,9 +89,9 @@ def replies(per_class: int, skip: int, max_tokens: int, modes: Sequence[str], dt
             for mode in modes:
                 params = sampling_params(mode, max_tokens, prompt.id, 0, sampled)
                 tokens = [t for chunk in runtime.generate(ids, params, "raw", CancelToken()) for t in chunk.token_ids]
+                top1, hits = target_top1(runtime.bundle, ids, tokens, params)
                 rows.append({"klass": klass, "mode": mode, "id": prompt.id, "tokens": len(tokens),
-                             "repeated": repeated_share(tokens),
-                             "top1": top1_probability(runtime.bundle, ids, tokens, params)})
+                             "repeated": repeated_share(tokens), "top1": top1, "oracle_chain": oracle_chain(hits)})
     return rows
 
 
@@ -109,9 +127,10 @@ def depth_report(reach: dict[tuple[str, str, str], list[float]]) -> str:
 
 def report(rows: list[dict], accepted: dict[tuple[str, str, str], float]) -> str:
     engines = sorted({engine for _, _, engine in accepted})
-    head = "| mode | class | replies | repeated 4-grams (mean) | replies over half repeats | target top-1 p (mean) |"
+    head = ("| mode | class | replies | repeated 4-grams (mean) | replies over half repeats | target top-1 p (mean) "
+            "| top-1 chain of 4 accepted / cycle |")
     head += "".join(f" {engine} accepted / cycle |" for engine in engines)
-    lines = [head, "|" + "---|" * (6 + len(engines))]
+    lines = [head, "|" + "---|" * (7 + len(engines))]
     for mode in dict.fromkeys(row["mode"] for row in rows):
         for klass in dict.fromkeys(row["klass"] for row in rows):
             group = [row for row in rows if row["mode"] == mode and row["klass"] == klass]
@@ -120,8 +139,10 @@ def report(rows: list[dict], accepted: dict[tuple[str, str, str], float]) -> str
             cells = [f"{accepted[(klass, mode, engine)]:.2f}" if (klass, mode, engine) in accepted else "—"
                      for engine in engines]
             top1_cell = f"{statistics.fmean(top1):.3f}" if top1 else "—"
+            chain = [a for row in group for a in row.get("oracle_chain", ())]
+            chain_cell = f"{statistics.fmean(chain):.2f}" if chain else "—"
             lines.append(f"| {mode} | {klass} | {len(shares)} | {statistics.fmean(shares):.2f} | "
-                         f"{sum(share > 0.5 for share in shares)} | {top1_cell} |"
+                         f"{sum(share > 0.5 for share in shares)} | {top1_cell} | {chain_cell} |"
                          + "".join(f" {cell} |" for cell in cells))
     return "\n".join(lines)
 

@@ -230,9 +230,18 @@ def test_reply_repetition_counts_the_four_grams_a_reply_already_wrote():
     accepted = accepted_by_class(traces)
     assert accepted == {("code", "greedy", "mtp"): 0.75}           # cycles pooled over requests; no cycles, no row
     rows = [{"klass": "code", "mode": "greedy", "repeated": 0.2}, {"klass": "code", "mode": "greedy", "repeated": 0.8}]
-    assert "| greedy | code | 2 | 0.50 | 1 | — | 0.75 |" in report(rows, accepted)   # rows without top-1
-    rows = [{**row, "top1": p} for row, p in zip(rows, (0.5, 0.7))]
-    assert "| greedy | code | 2 | 0.50 | 1 | 0.600 | 0.75 |" in report(rows, accepted)
+    assert "| greedy | code | 2 | 0.50 | 1 | — | — | 0.75 |" in report(rows, accepted)   # rows without top-1
+    rows = [{**row, "top1": p, "oracle_chain": c} for row, p, c in zip(rows, (0.5, 0.7), ([4, 1], [0]))]
+    assert "| greedy | code | 2 | 0.50 | 1 | 0.600 | 1.67 | 0.75 |" in report(rows, accepted)
+
+
+def test_oracle_chain_replays_cycles_of_the_likeliest_tokens_on_the_sampled_reply():
+    from bench.reply_repetition import oracle_chain
+
+    assert oracle_chain([True] * 9) == [4, 4]                 # 4 drafts + the target's own token, twice, then 0 left
+    assert oracle_chain([True] * 11) == [4, 4, 1]
+    assert oracle_chain([False, True, True, False, True]) == [0, 2, 1]
+    assert oracle_chain([]) == []
 
 
 def test_depth_reach_counts_the_cycles_that_got_at_least_each_depth():
@@ -253,7 +262,7 @@ def test_top1_probability_reads_the_positions_that_chose_the_reply(tiny_bundle):
     """The teacher-forced forward's rows line up with a step-by-step decode of the same reply."""
     import mlx.core as mx
 
-    from bench.reply_repetition import top1_probability
+    from bench.reply_repetition import target_top1
     from contracts.sampling import SamplingParams
     from engines.sampling import SamplerConfig, probs
 
@@ -264,12 +273,13 @@ def test_top1_probability_reads_the_positions_that_chose_the_reply(tiny_bundle):
     for token in reply:
         step_max.append(mx.max(mx.softmax(logits.astype(mx.float32))).item())
         logits = tiny_bundle.model(mx.array([[token]]), cache=cache)[0, -1]
-    greedy = top1_probability(tiny_bundle, prompt, reply, SamplingParams(temperature=0.0, max_tokens=3))
+    greedy, hits = target_top1(tiny_bundle, prompt, reply, SamplingParams(temperature=0.0, max_tokens=3))
     assert greedy == pytest.approx(sum(step_max) / len(step_max), rel=1e-4)
     sharp = SamplingParams(temperature=0.5, top_p=1.0, top_k=0, min_p=0.0, max_tokens=3)
     expected = probs(tiny_bundle.model(mx.array([prompt + reply]), cache=tiny_bundle.make_cache())[0, 3:6]
                      .astype(mx.float32), SamplerConfig(0.5, 1.0, 0, 0.0))
-    assert top1_probability(tiny_bundle, prompt, reply, sharp) == pytest.approx(
+    assert target_top1(tiny_bundle, prompt, reply, sharp)[0] == pytest.approx(
         mx.mean(mx.max(expected, axis=-1)).item(), rel=1e-4)
-    assert top1_probability(tiny_bundle, prompt, reply, sharp) > greedy    # a sharper distribution
-    assert top1_probability(tiny_bundle, prompt, [], sharp) == 0.0
+    assert target_top1(tiny_bundle, prompt, reply, sharp)[0] > greedy    # a sharper distribution
+    assert hits == [int(mx.argmax(row).item()) == token for row, token in zip(expected, reply)]
+    assert target_top1(tiny_bundle, prompt, [], sharp) == (0.0, [])
