@@ -58,8 +58,9 @@ def test_chat_streaming_shape_and_usage(env):
     content = [c for c in chunks if c.choices]
     assert all(c.choices[0].delta.role is None for c in content[1:])
     assert "".join(c.choices[0].delta.content or "" for c in content) == "The quick brown"
-    assert [c.choices[0].finish_reason for c in content] == [None, None, None, "length"]
-    assert content[-1].choices[0].delta.content == " brown"  # finish_reason rides on the last content chunk
+    assert [c.choices[0].finish_reason for c in content] == [None, None, None, None, "length"]
+    assert content[-2].choices[0].delta.content == " brown"
+    assert content[-1].choices[0].delta.content is None  # the finish in a chunk of its own, as OpenAI's
     usage_chunk = chunks[-1]
     assert usage_chunk.choices == []
     assert usage_chunk.usage.completion_tokens == 3

@@ -172,7 +172,13 @@ class OpenAIRenderer:
         calls = [self._call_delta(first + i, c) for i, c in enumerate(chunk.tool_calls)] or None
         delta = ChatDelta(content=chunk.text or None, reasoning_content=chunk.reasoning or None,
                           reasoning=chunk.reasoning or None, tool_calls=calls)
-        return [event(self._chunk(choice.index, delta, chunk.finish_reason, logprobs))]
+        if chunk.finish_reason is None or not (chunk.text or chunk.reasoning or calls or logprobs):
+            return [event(self._chunk(choice.index, delta, chunk.finish_reason, logprobs))]
+        # the finish in a chunk of its own with an empty delta, as OpenAI ends a choice: the openai SDK's
+        # chat.completions.stream() reads a call as done when a later chunk finishes it, so a finish beside the
+        # last call's delta never fired `tool_calls.function.arguments.done`
+        return [event(self._chunk(choice.index, delta, None, logprobs)),
+                event(self._chunk(choice.index, ChatDelta(), chunk.finish_reason, None))]
 
     def _call_delta(self, index: int, call: ToolCall) -> ToolCallDelta | CustomToolCallDelta:
         """A whole call in a stream: a custom tool's as OpenAI streams it, {"type": "custom", "custom": {...}}."""

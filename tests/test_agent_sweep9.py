@@ -1,0 +1,43 @@
+"""A ninth agent sweep: the framework clients users put in front of a local server (the openai SDK's stream and
+parse helpers, LangChain, LiteLLM, instructor, pydantic-ai), their requests and reads reproduced with the openai
+SDK and httpx against a served gateway. Each test is a gap the sweep found."""
+
+from __future__ import annotations
+
+import json
+
+from tests.agent_sweeps import srv  # noqa: F401 - srv is the shared fixture
+from tests.agent_sweeps import openai_client as _openai
+from tests.agent_sweeps import post as _post
+
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+        "additionalProperties": False}
+CHAT_WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": CITY}}
+CALL = ("Checking.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "</function>\n</tool_call>")
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+def test_a_streamed_call_is_finished_in_a_chunk_of_its_own(srv):
+    """The last chunk of a streamed tool call carried the call's delta and finish_reason "tool_calls" together.
+    The openai SDK's `client.chat.completions.stream()` reads a call as done when a later chunk finishes the
+    choice, so `tool_calls.function.arguments.done`, the event that hands a client the whole arguments (and
+    a strict tool's `parsed_arguments`), never fired. The finish now comes in a chunk of its own with an
+    empty delta, as OpenAI ends every choice, calls and text alike."""
+    srv.backend.reply = CALL
+    with _openai(srv).chat.completions.stream(model="default", messages=ASK, tools=[CHAT_WEATHER],
+                                              tool_choice="required") as stream:
+        events = list(stream)
+        final = stream.get_final_completion()
+    done = [e for e in events if e.type == "tool_calls.function.arguments.done"]
+    assert [(e.name, json.loads(e.arguments)) for e in done] == [("get_weather", {"city": "Paris"})]
+    assert final.choices[0].finish_reason == "tool_calls"
+
+    for reply in (CALL, "Fine.\n</think>\n\nIt is sunny."):
+        srv.backend.reply = reply
+        lines = _post(srv, "/v1/chat/completions", {"messages": ASK, "tools": [CHAT_WEATHER], "stream": True})
+        chunks = [json.loads(line[6:]) for line in lines.text.splitlines() if line.startswith("data: {")]
+        *body, last = [chunk["choices"][0] for chunk in chunks]
+        assert last["delta"] == {} and last["finish_reason"] in ("tool_calls", "stop"), last
+        assert all(choice["finish_reason"] is None for choice in body)
+
