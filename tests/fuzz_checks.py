@@ -47,11 +47,10 @@ def openai_error_bodies(ctx, response, case) -> bool | None:
 
 
 # 400s for rules JSON Schema cannot state (a tool_choice naming one of the request's own tools, unique tool
-# names, a forced call with a JSON response_format, a response schema llguidance compiles, something to
-# answer), documented in /openapi.json's descriptions
+# names, a response schema llguidance compiles, something to answer), documented in /openapi.json's descriptions
 SEMANTIC_CODES = ("unknown_tool", "duplicate_tool_name", "conflicting_constraints", "empty_conversation",
                   "invalid_json_schema", "invalid_prefix", "unmatched_tool_result")
-SEMANTIC_MESSAGES = ("is not among the tools", "names must be unique", "cannot both shape", "conversation holds no",
+SEMANTIC_MESSAGES = ("is not among the tools", "names must be unique", "conversation holds no",
                      "not a usable JSON schema", "an assistant prefix cannot be combined",
                      "answers no tool_use block", "cannot end with trailing whitespace")
 

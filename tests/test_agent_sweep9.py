@@ -41,3 +41,34 @@ def test_a_streamed_call_is_finished_in_a_chunk_of_its_own(srv):
         assert last["delta"] == {} and last["finish_reason"] in ("tool_calls", "stop"), last
         assert all(choice["finish_reason"] is None for choice in body)
 
+
+def test_a_forced_call_with_a_json_response_format_is_the_call(srv):
+    """instructor's RESPONSES_TOOLS mode sends its response model both as `text.format` (json_schema) and as the
+    one tool that `tool_choice` forces; openai-agents sends an output_type with tool_choice "required" alike.
+    OpenAI takes both (the forced call leaves no text for the format to shape); here they were a 400
+    "a forced tool call and a JSON response_format cannot both shape the reply", so every such call failed.
+    The call is decoded as any forced call, on /v1/responses and chat; the format's schema is still checked."""
+    srv.backend.reply = CALL
+    body = {"input": [{"role": "user", "content": "Weather in Paris?"}],   # as instructor sent it
+            "text": {"format": {"type": "json_schema", "name": "get_weather", "strict": True, "schema": CITY}},
+            "tool_choice": {"type": "function", "name": "get_weather"},
+            "tools": [{"type": "function", "name": "get_weather", "parameters": CITY}]}
+    _post(srv, "/v1/responses", {key: value for key, value in body.items() if key != "text"})
+    forced_call_grammar = srv.backend.calls[-1]["params"].grammar   # the call's alone
+    reply = _post(srv, "/v1/responses", body)
+    assert reply.status_code == 200, reply.text
+    call = reply.json()["output"][-1]
+    assert (call["type"], call["name"], json.loads(call["arguments"])) == ("function_call", "get_weather",
+                                                                           {"city": "Paris"})
+    assert srv.backend.calls[-1]["params"].grammar == forced_call_grammar
+
+    fmt = {"type": "json_schema", "json_schema": {"name": "pick", "schema": CITY, "strict": True}}
+    chat = _openai(srv).chat.completions.create(model="default", messages=ASK, tools=[CHAT_WEATHER],
+                                                tool_choice="required", response_format=fmt)
+    assert chat.choices[0].finish_reason == "tool_calls"
+    assert chat.choices[0].message.tool_calls[0].function.name == "get_weather"
+
+    unusable = {"type": "object", "minProperties": "x"}
+    broken = {**body, "text": {"format": {**body["text"]["format"], "schema": unusable}}}
+    refused = _post(srv, "/v1/responses", broken)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_json_schema", refused.text

@@ -39,10 +39,9 @@ _GENERATION_ERRORS = {
 # 400s for rules a JSON Schema cannot state, by `code` (the Anthropic endpoint says them in `message`)
 SEMANTIC_RULES = (
     "Beyond the schema, a 400 answers: a tool_choice naming a function that is not among `tools` (code "
-    "unknown_tool); two tools with one name (duplicate_tool_name); a forced tool call together with a JSON "
-    "response_format (conflicting_constraints); a response schema, or under a forced tool_choice a callable "
-    "tool's parameters, that the constraint library cannot compile (invalid_json_schema); a conversation "
-    "with nothing to answer (empty_conversation); an assistant prefix (`prefix: true`) that is not the last "
+    "unknown_tool); two tools with one name (duplicate_tool_name); a response schema, or under a forced "
+    "tool_choice a callable tool's parameters, that the constraint library cannot compile "
+    "(invalid_json_schema); a conversation with nothing to answer (empty_conversation); an assistant prefix (`prefix: true`) that is not the last "
     "message or holds tool_calls (invalid_prefix), or comes with a forced tool_choice or a JSON "
     "response_format (conflicting_constraints); top_logprobs above 0 with logprobs false "
     "(conflicting_constraints); a prompt plus max_tokens over the model's context "

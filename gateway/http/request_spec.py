@@ -77,11 +77,7 @@ def _reject_chat(req: ChatCompletionRequest, config: GatewayConfig) -> None:
         if chosen not in names:
             raise bad_request(f"tool_choice names {chosen!r}, which is not among the tools ({', '.join(names)}).",
                               param="tool_choice", code="unknown_tool")
-    forcing = forces_tool_call(req.tool_choice)
-    if forcing and req.response_format is not None and req.response_format.type != "text":
-        raise bad_request("a forced tool call and a JSON response_format cannot both shape the reply.",
-                          param="response_format", code="conflicting_constraints")
-    if forcing:
+    if forces_tool_call(req.tool_choice):
         _check_forced_tools(req)
 
 
@@ -361,12 +357,18 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
     tool_choice = req.tool_choice.model_dump() if isinstance(req.tool_choice, NamedToolChoice) else req.tool_choice
     response_format = reply_format(req.response_format.type if req.response_format else None, tool_choice)
     logprobs = bool(req.logprobs or req.top_logprobs)   # asking for alternatives implies the tokens' own
+    # a forced call leaves no text for a JSON response_format to shape (OpenAI takes both, as instructor's
+    # RESPONSES_TOOLS mode and openai-agents' output_type with tool_choice "required" send them): the call's
+    # grammar decodes the reply; the schema is still checked
+    forcing = forces_tool_call(tool_choice)
+    grammar = grammar_for(req.response_format)
     params = _sampling(req, max_tokens, config, logprobs=logprobs, top_logprobs=req.top_logprobs or 0,
-                       grammar=grammar_for(req.response_format))
+                       grammar=None if forcing else grammar)
     # tools the model may call beside a JSON answer: the reply is that JSON or a call, a grammar the engine
     # writes in the template's call syntax (params.grammar, the JSON alone, stays for a syntax it cannot)
     answer = _answer_schema(req.response_format)
-    answer_schema = compact(answer[0]) if answer is not None and req.tools and tool_choice != "none" else None
+    beside_tools = answer is not None and bool(req.tools) and tool_choice != "none" and not forcing
+    answer_schema = compact(answer[0]) if beside_tools else None
     tools = [tool.model_dump(exclude_none=True) for tool in req.tools] if req.tools else None
     return RequestSpec(
         messages=messages,

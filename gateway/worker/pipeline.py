@@ -67,7 +67,7 @@ def run_request(
         reply = replace(reply, one_call=True)
     params = spec.params
     if grammar is not None:
-        # the gateway refuses a forced call with a response_format; a JSON answer beside tools is in the prompt's
+        # under a forced call the gateway drops a response_format's grammar; a JSON answer beside tools is the prompt's
         if params.grammar is not None and spec.answer_schema is None:
             raise InvalidRequestError("a forced tool call and a JSON response_format cannot both shape the reply",
                                       param="response_format", code="conflicting_constraints")
