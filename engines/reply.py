@@ -117,6 +117,11 @@ class ReplySplitter:
         # the template puts blank lines after </think>: not part of the answer, unless the reply continues
         # the client's prefill, where a leading space is the next word's
         self.answer_started = reply.continues
+        # where calls are read, the answer's trailing whitespace is held until more answer follows: the
+        # template's blank line before a call is not part of the answer, and a stream must not send what the
+        # whole reply leaves out
+        self.holds_space = bool(reply.parse_tools and tokenizer.has_tool_calling)
+        self.held = ""
 
     def feed(self, text: str) -> ReplyPiece:
         if self.pending_prefix:  # the forced start of a tool call is part of the reply, not of its output
@@ -139,8 +144,10 @@ class ReplySplitter:
             if calls:
                 piece.tool_calls.extend(calls)
             elif not self.reply.prefix:   # not known to be a call: give the text back as it was
-                piece.text += self.tokenizer.tool_call_start + text
+                self._answer(piece, self.tokenizer.tool_call_start + text)
             # a forced call cut before it named its tool: no call to return, and its markup is no answer
+        if not self.called:   # a reply without calls keeps its whitespace to the end
+            piece.text, self.held = piece.text + self.held, ""
         return piece
 
     def _unclosed(self, text: str) -> list[ToolCall]:
@@ -168,12 +175,20 @@ class ReplySplitter:
                 if calls:
                     piece.tool_calls.extend(calls)
                 else:  # not a call after all: the markup and all stay in the answer
-                    piece.text += self.tokenizer.tool_call_start + text + (self.tokenizer.tool_call_end or "")
+                    self._answer(piece, self.tokenizer.tool_call_start + text + (self.tokenizer.tool_call_end or ""))
         else:
             if not self.answer_started:
                 segment = segment.lstrip()
                 self.answer_started = bool(segment)
-            piece.text += segment
+            self._answer(piece, segment)
+
+    def _answer(self, piece: ReplyPiece, text: str) -> None:
+        if not self.holds_space:
+            piece.text += text
+            return
+        text = self.held + text
+        kept = text.rstrip()
+        piece.text, self.held = piece.text + kept, text[len(kept):]
 
     def _parse(self, text: str, quiet: bool = False) -> list[ToolCall]:
         try:

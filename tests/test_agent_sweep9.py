@@ -72,3 +72,38 @@ def test_a_forced_call_with_a_json_response_format_is_the_call(srv):
     broken = {**body, "text": {"format": {**body["text"]["format"], "schema": unusable}}}
     refused = _post(srv, "/v1/responses", broken)
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_json_schema", refused.text
+
+
+def test_a_streamed_answer_before_its_calls_ends_where_the_whole_one_does(srv):
+    """Qwen writes a blank line between its answer and its calls ("Checking both.\\n\\n<tool_call>..."), and a line
+    between two calls. The whole reply leaves that whitespace out of the answer; a stream sent it, so every client
+    that joins the deltas (LiteLLM's stream_chunk_builder, LangChain's chunk sum, the openai SDK's stream helper,
+    the anthropic SDK's final message) read "Checking both.\\n\\n\\n", and resent it in the history, where the
+    template renders it before the calls' own blank line. Streams now hold trailing whitespace back until more
+    answer follows, on chat, /v1/responses and /v1/messages."""
+    import anthropic
+
+    call = CALL.split("\n\n", 1)[1]
+    srv.backend.reply = "Checking.\n</think>\n\nChecking both.\n\n" + call + "\n" + call.replace("Paris", "Rome")
+    client = _openai(srv)
+    whole = client.chat.completions.create(model="default", messages=ASK, tools=[CHAT_WEATHER]).choices[0].message
+    streamed = "".join(chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(
+        model="default", messages=ASK, tools=[CHAT_WEATHER], stream=True) if chunk.choices)
+    assert whole.content == streamed == "Checking both." and len(whole.tool_calls) == 2
+
+    flat = {"type": "function", "name": "get_weather", "parameters": CITY}
+    with client.responses.stream(model="default", input="Weather?", tools=[flat]) as stream:
+        events = list(stream)
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == stream.get_final_response().output_text == "Checking both."
+
+    claude = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+    tool = {"name": "get_weather", "input_schema": CITY}
+    with claude.messages.stream(model="default", max_tokens=200, messages=ASK, tools=[tool]) as stream:
+        text = "".join(stream.text_stream)
+    assert text == "Checking both."
+
+    srv.backend.reply = "Checking.\n</think>\n\nNo tool needed.\n\n"   # without calls, the text is kept to its end
+    streamed = "".join(chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(
+        model="default", messages=ASK, tools=[CHAT_WEATHER], stream=True) if chunk.choices)
+    assert streamed == "No tool needed.\n\n"
