@@ -107,3 +107,20 @@ def test_a_streamed_answer_before_its_calls_ends_where_the_whole_one_does(srv):
     streamed = "".join(chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(
         model="default", messages=ASK, tools=[CHAT_WEATHER], stream=True) if chunk.choices)
     assert streamed == "No tool needed.\n\n"
+
+
+def test_the_ai_sdks_anthropic_tool_hints_are_accepted(srv):
+    """The AI SDK's Anthropic provider (@ai-sdk/anthropic, what `streamText` with Claude models runs on) marks
+    every tool of a streamed request `eager_input_streaming: true` (Anthropic's fine-grained tool streaming),
+    and with a known model name sends a tool's `strict`: both were "Unrecognized request argument supplied:
+    tools.0.eager_input_streaming" 400s, so every streamed tool request from it failed. Both are accepted (a call
+    streams its input in one delta here; `strict` holds no call the model chooses, as a chat function's)."""
+    import anthropic
+
+    srv.backend.reply = CALL
+    claude = anthropic.Anthropic(base_url=srv.base_url, api_key="unused", max_retries=0)
+    tool = {"name": "get_weather", "input_schema": CITY, "eager_input_streaming": True, "strict": True}
+    with claude.messages.stream(model="default", max_tokens=200, messages=ASK, tools=[tool]) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use" and final.content[-1].input == {"city": "Paris"}
+    assert srv.backend.chats[-1]["tools"][0]["function"]["name"] == "get_weather"

@@ -148,6 +148,11 @@ class AnthropicTool(_Anthropic):
     input_schema: dict[str, Any]
     type: Literal["custom"] | None = None
     cache_control: dict[str, Any] | None = None
+    # hints the AI SDK's Anthropic provider sends on every streamed tool (eager_input_streaming) and with a
+    # known model name (strict): a call streams its input in one delta here, and, as a chat function's
+    # `strict`, a call the model chooses is not held to the schema (a forced one is decoded against it)
+    eager_input_streaming: bool | None = None
+    strict: bool | None = None
 
     @field_validator("input_schema")
     @classmethod
