@@ -124,3 +124,21 @@ def test_the_ai_sdks_anthropic_tool_hints_are_accepted(srv):
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use" and final.content[-1].input == {"city": "Paris"}
     assert srv.backend.chats[-1]["tools"][0]["function"]["name"] == "get_weather"
+
+
+def test_an_item_reference_says_how_the_ai_sdk_sends_the_items(srv):
+    """The AI SDK's openai provider (`createOpenAI`, whose default models speak the Responses API) stores nothing
+    on its side: from the second step of a tool loop it sends {"type": "item_reference", "id": "fc_..."} for the
+    call it made, unless `providerOptions.openai.store` is false. That is a 400 here (nothing is stored), which
+    said "send the items themselves" without saying how: every AI SDK tool loop stopped at its second step. The
+    400 now names the setting, which makes the SDK send the items (the README says so too)."""
+    reply = _post(srv, "/v1/responses", {"input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
+        {"type": "item_reference", "id": "fc_68f3"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]})
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["param"] == "input.1" and "store: false" in error["message"], error
+    from tests.ops_helpers import REPO
+
+    assert "store: false" in (REPO / "README.md").read_text().split("**Vercel AI SDK**")[1].split("\n- ")[0]

@@ -134,8 +134,11 @@ class UnsupportedItem(_Responses):
     @classmethod
     def _refuse(cls, value: Any) -> Any:
         kind = value.get("type") if isinstance(value, dict) else None
-        raise ValueError(f"input items of type {kind!r} are not supported (a stateless server with no hosted "
-                         f"tools: send the items themselves); supported: {', '.join(ITEM_TYPES)}")
+        why = "a stateless server with no hosted tools: send the items themselves"
+        if kind == "item_reference":   # the AI SDK's openai provider refers back to earlier output unless told not to
+            why = ("they refer to stored items and none are stored here: send the items themselves, as the AI "
+                   "SDK's openai provider does with providerOptions: {openai: {store: false}}")
+        raise ValueError(f"input items of type {kind!r} are not supported ({why}); supported: {', '.join(ITEM_TYPES)}")
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
