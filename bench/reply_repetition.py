@@ -95,22 +95,25 @@ def replies(per_class: int, skip: int, max_tokens: int, modes: Sequence[str], dt
     return rows
 
 
-def accepted_by_class(traces: list[dict]) -> dict[tuple[str, str, str], float]:
-    """Mean accepted drafts per cycle of each (class, mode, engine) in handoff_replay's traces."""
+def cycles_by_class(traces: list[dict]) -> dict[tuple[str, str, str], list[int]]:
+    """Accepted drafts of every cycle, pooled over requests, per (class, mode, engine) of handoff_replay's
+    traces (requests without cycles add none)."""
     cycles: dict[tuple[str, str, str], list[int]] = {}
     for trace in traces:
         cycles.setdefault((trace["klass"], trace["mode"], trace["engine"]), []).extend(trace["accepted"])
-    return {key: statistics.fmean(values) for key, values in cycles.items() if values}
+    return {key: values for key, values in cycles.items() if values}
+
+
+def accepted_by_class(traces: list[dict]) -> dict[tuple[str, str, str], float]:
+    """Mean accepted drafts per cycle of each (class, mode, engine) in handoff_replay's traces."""
+    return {key: statistics.fmean(values) for key, values in cycles_by_class(traces).items()}
 
 
 def depth_reach(traces: list[dict]) -> dict[tuple[str, str, str], list[float]]:
     """Per (class, mode, engine): the share of cycles that accepted at least d drafts, d = 1 .. the deepest
     seen (where a tree loses its tokens: at its first draft or deeper)."""
-    cycles: dict[tuple[str, str, str], list[int]] = {}
-    for trace in traces:
-        cycles.setdefault((trace["klass"], trace["mode"], trace["engine"]), []).extend(trace["accepted"])
     return {key: [sum(a >= d for a in values) / len(values) for d in range(1, max(max(values), 1) + 1)]
-            for key, values in cycles.items() if values}
+            for key, values in cycles_by_class(traces).items()}
 
 
 def depth_report(reach: dict[tuple[str, str, str], list[float]]) -> str:

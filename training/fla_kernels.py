@@ -31,10 +31,14 @@ def _modeling():
     return modeling
 
 
-def reference_chunk():
-    """transformers' own PyTorch chunked delta rule (the wrapper's fallback)."""
-    wrapped = _modeling().torch_chunk_gated_delta_rule
+def _reference(wrapped):
+    """transformers' own PyTorch function behind its kernel wrapper (the wrapper's fallback)."""
     return getattr(wrapped, "__wrapped__", wrapped)
+
+
+def reference_chunk():
+    """transformers' own PyTorch chunked delta rule."""
+    return _reference(_modeling().torch_chunk_gated_delta_rule)
 
 
 def pad_key_dim(kernel, key_dim: int = PADDED_KEY_DIM):
@@ -109,8 +113,8 @@ def install() -> bool:
     modeling = _modeling()
     reference = reference_chunk()
     modeling.torch_chunk_gated_delta_rule = when_training(kernel, reference) if ok else reference
-    recurrent = modeling.torch_recurrent_gated_delta_rule   # one token at a time: generation only
-    modeling.torch_recurrent_gated_delta_rule = getattr(recurrent, "__wrapped__", recurrent)
+    # one token at a time: generation only
+    modeling.torch_recurrent_gated_delta_rule = _reference(modeling.torch_recurrent_gated_delta_rule)
     print(f"[fla] {'padded fla kernel' if ok else 'reference (gradient check failed)'} in use", flush=True)
     return ok
 
