@@ -67,10 +67,8 @@ def run_request(
         reply = replace(reply, one_call=True)
     params = spec.params
     if grammar is not None:
-        # under a forced call the gateway drops a response_format's grammar; a JSON answer beside tools is the prompt's
-        if params.grammar is not None and spec.answer_schema is None:
-            raise InvalidRequestError("a forced tool call and a JSON response_format cannot both shape the reply",
-                                      param="response_format", code="conflicting_constraints")
+        # the prompt's grammar shapes the reply: a forced call (chat_spec drops a response_format's grammar under
+        # it), or a JSON answer beside tools (that JSON or a call, in the template's syntax)
         params = replace(params, grammar=grammar)
     room = backend.context_length - len(prompt_ids)
     if spec.max_tokens_defaulted and room <= 0:   # the client set no max_tokens: do not blame one
