@@ -8,9 +8,10 @@ target's own output predicts a loop as well in prose as in code, so a class whos
 easy to speculate on as code is. Beside it, the target's mean top-1 probability at every position of its
 own reply (one teacher-forced forward; greedy at temperature 1, sampled after the mode's temperature and
 truncation): how far ahead the target is predictable at all, whatever the drafter; and what a chain drafter
-that always proposed the target's likeliest 4 tokens would have accepted per cycle on that reply. With `--traces` (handoff_replay's recording of the same prompts) the
-engines' mean accepted tokens per cycle per class are printed beside it, and after it the share of cycles
-that accepted at least d drafts (where a tree loses its tokens).
+that always proposed the target's likeliest 4 tokens would have accepted per cycle on that reply. With
+`--traces` (handoff_replay's recording of the same prompts) the engines' mean accepted tokens per cycle per
+class are printed beside it, and after it the share of cycles that accepted at least d drafts (where a tree
+loses its tokens).
 
     python -m bench.reply_repetition [--model DIR] [--per-class 16] [--skip 8] [--max-tokens 128] [--traces FILE]
 """

@@ -1,8 +1,8 @@
 """Train on flash-linear-attention's GatedDeltaNet kernels, checked against transformers' reference first.
 
 transformers picks fla's `chunk_gated_delta_rule` when the `fla` package imports (on the H200 the kernel
-runs 3.8x the reference's speed and the target trains at 1.8x the tokens per second), but fla 0.6 refuses its backward on Hopper with Triton 3.4-3.7.0: the gated dq/dk/dg kernel
-is miscompiled at a key block of 64 (fla issue #640), which is exactly the demo's key head dim. A key
+runs 3.8x the reference's speed and the target trains at 1.8x the tokens per second), but fla 0.6
+refuses its backward on Hopper with Triton 3.4-3.7.0: the gated dq/dk/dg kernel is miscompiled at a key block of 64 (fla issue #640), which is exactly the demo's key head dim. A key
 head padded with zeros to 128 takes the kernel's BK = 128 path instead, and changes nothing else: the
 L2 norm and every q.k product are the same, the padded rows of the state stay zero, and the scale is
 passed explicitly (fla's default would be 128 ** -0.5). `install()` swaps the padded call in for
