@@ -238,3 +238,21 @@ def test_the_two_device_calls_give_a_family_the_engines_read(tmp_path):
             "--tokenizer-dir", str(REPO / "models" / "switchyard-demo" / "target")])
     assert (tmp_path / "family" / "drafter" / "model.safetensors").exists()
     assert (tmp_path / "family" / "target" / "model.safetensors").exists()
+
+
+def test_a_timed_phase_stops_at_its_deadline_when_the_device_slows_after_the_probe(monkeypatch):
+    import training.train_common as common
+
+    clock = [1000.0]
+    monkeypatch.setattr(common.time, "time", lambda: clock[0])
+    budget = common.StepBudget(seconds=100.0, steps=None, probe=2)
+    for step in range(1, 4):      # probe: 1 s per step -> ~97 more steps planned
+        clock[0] += 1.0
+        budget.after_step(step)
+    planned = budget.planned(-1)
+    assert 90 < planned < 110 and not budget.done(3)
+    clock[0] += 10 * 100.0        # a job sharing the device makes the next step take 1000 s
+    assert budget.done(4)         # stopped long before the planned steps
+    exact = common.StepBudget(seconds=100.0, steps=50)
+    clock[0] += 10 * 100.0        # an explicit step count is kept however long it takes
+    assert not exact.done(49) and exact.done(50)

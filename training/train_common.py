@@ -58,10 +58,14 @@ class StepBudget:
     """Fixes the total step count after timing the first `probe` steps, so a phase fits its seconds.
     Passing `steps` makes the run exactly reproducible (the log prints the count it chose)."""
 
-    def __init__(self, seconds: float, steps: int | None, probe: int = 8) -> None:
+    def __init__(self, seconds: float, steps: int | None, probe: int = 8, overrun: float = 1.2) -> None:
         self.seconds, self.total, self.probe = seconds, steps, probe
         self.start = time.time()
         self.probe_start: float | None = None
+        # The probe assumes the device stays as busy as it was: a job that shares the GPU and changes phase
+        # (replies' generation, then training) slowed a target 3x after its probe and a device call's timeout
+        # lost it. A timed phase therefore also stops at `overrun` times its seconds.
+        self.deadline = None if steps is not None else self.start + seconds * overrun
 
     def after_step(self, step: int) -> None:
         if self.total is not None:
@@ -78,7 +82,13 @@ class StepBudget:
         return self.total if self.total is not None else fallback
 
     def done(self, step: int) -> bool:
-        return self.total is not None and step >= self.total
+        if self.total is not None and step >= self.total:
+            return True
+        if self.deadline is not None and time.time() > self.deadline:
+            print(f"[budget] stopped at step {step} of {self.total}: past {self.deadline - self.start:.0f} s",
+                  flush=True)
+            return True
+        return False
 
 
 def adamw(params: list[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.AdamW:
