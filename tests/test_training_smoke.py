@@ -100,6 +100,16 @@ def test_a_grown_drafter_drafts_what_the_smaller_one_did(family):
                                   big(embeds, block_pos, ctx, ctx_pos, mask), atol=1e-6)
 
 
+def test_every_generation_mode_gets_replies_when_the_budget_is_already_spent(family, tmp_path):
+    """A mode that overruns its share (a GPU shared with another job) must not leave the next ones nothing."""
+    out = tmp_path / "distilled"
+    assert main(["distill", "--tiny", "--out", str(out), "--tokenizer", str(TOKENIZER), "--target-shards",
+                 str(family), "--max-prompts", "24", "--modes", "greedy,t0.7,t1.0",
+                 "--gen-seconds", "0", "--drafter-steps", "2"]) == 0
+    generation = json.loads((out / "report.json").read_text())["generation"]
+    assert {mode: g["replies"] for mode, g in generation.items()} == {"greedy": 16, "t0.7": 16, "t1.0": 16}   # one batch of 16 (--tiny) each
+
+
 def test_distill_reads_prompts_whose_text_holds_unicode_line_separators(tmp_path):
     """Real prompts (written with ensure_ascii=False) may hold U+2028 / U+0085 inside a JSON string;
     str.splitlines broke such a line in two and the run died on a JSONDecodeError."""

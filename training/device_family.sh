@@ -8,8 +8,8 @@
 #       its evaluation. Here, xz them into training/out/target (`xz -T2 -k`): bf16 weights shrink ~30 %, so
 #       call 2's carry fits 64 MiB
 #   bash training/device_family.sh heads [options for both]        # call 2, carries also training/out/target
-#       (call 1's files) and training/out/prompts.jsonl: the MTP head (MTP_SECONDS, default 300) beside the
-#       drafter distilled on the new target's replies (GEN_SECONDS 120, DRAFTER_SECONDS 270), in parallel
+#       (call 1's files) and training/out/prompts.jsonl: the MTP head (MTP_SECONDS, default 360) beside the
+#       drafter distilled on the new target's replies (GEN_SECONDS 100, DRAFTER_SECONDS 300), in parallel
 #
 # wheels: fla-core, flash-linear-attention, einops, pydantic (+ pydantic-core, annotated-types,
 # typing-inspection) for Python 3.12; tok: the demo tokenizer.json + tokenizer_config.json.
@@ -45,14 +45,18 @@ case "$step" in
       [ -e "$packed" ] && python3 -c "import lzma, sys; open(sys.argv[2], 'wb').write(lzma.decompress(open(sys.argv[1], 'rb').read()))" \
         "$packed" "/tmp/target/$(basename "$packed" .xz)"
     done
-    budget=$(( ${GEN_SECONDS:-120} + ${DRAFTER_SECONDS:-270} + 120 ))
-    timeout "$budget" python3 -m training.fla_kernels family --corpus "${CORPUS:-training/corpus/pack}" \
-      --tokenizer "$tok" --target-shards /tmp/target --out /tmp/mtp --mtp-seconds "${MTP_SECONDS:-300}" \
-      --skip-drafter --log-every 500 "$@" > "$OUT/mtp.log" 2>&1 &
+    # Phases stop at 1.2x their seconds (train_common.StepBudget) when the other job slows them after their
+    # step probe; the timeouts leave room for that, loading and a short evaluation, under the device's 600 s.
+    # The MTP job evaluates the target again before its phase: small --eval-tokens keep that short.
+    timeout $(( ${MTP_SECONDS:-360} * 6 / 5 + 110 )) python3 -m training.fla_kernels family \
+      --corpus "${CORPUS:-training/corpus/pack}" --tokenizer "$tok" --target-shards /tmp/target --out /tmp/mtp \
+      --mtp-seconds "${MTP_SECONDS:-360}" --skip-drafter --eval-tokens 16384 --log-every 500 "$@" \
+      > "$OUT/mtp.log" 2>&1 &
     mtp=$!
-    timeout "$budget" python3 -m training.fla_kernels distill --target-shards /tmp/target --tokenizer "$tok" \
-      --prompts "$CARRY/prompts.jsonl" --out /tmp/drafter --gen-seconds "${GEN_SECONDS:-120}" \
-      --drafter-seconds "${DRAFTER_SECONDS:-270}" --log-every 500 "$@" > "$OUT/drafter.log" 2>&1
+    timeout $(( ${GEN_SECONDS:-100} + ${DRAFTER_SECONDS:-300} * 6 / 5 + 100 )) python3 -m training.fla_kernels \
+      distill --target-shards /tmp/target --tokenizer "$tok" --prompts "$CARRY/prompts.jsonl" --out /tmp/drafter \
+      --gen-seconds "${GEN_SECONDS:-100}" --drafter-seconds "${DRAFTER_SECONDS:-300}" --eval-tokens 32768 \
+      --log-every 500 "$@" > "$OUT/drafter.log" 2>&1
     echo "drafter rc=$?"
     wait "$mtp"
     echo "mtp rc=$?"
