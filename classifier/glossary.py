@@ -73,8 +73,11 @@ def glosses(text: str) -> str:
     if text.isascii():   # str.translate is fast on ASCII text only (~15 us at 1,500 characters)
         words = set(text.translate(_TO_SPACE).split())
     else:
-        words = {word.strip(_PUNCTUATION) for word in text.replace("-", " ").split()}
-        present = _FIRST_CHARS.intersection(text)
+        # strip each distinct word once (a 900-character ask repeats a third of its words), and test
+        # the 43 first characters with `in` rather than building a set of the text's characters:
+        # 36 -> 20 us on a 900-character ask
+        words = {word.strip(_PUNCTUATION) for word in set(text.replace("-", " ").split())}
+        present = [char for char in _FIRST_CHARS if char in text]
         for term, gloss in _SUBSTRING_GLOSS:
             if term[0] in present:
                 at = text.find(term)

@@ -198,3 +198,42 @@ def test_join_lower_cases_like_str_lower():
     for code in range(0, 1 << 16, 7):
         if table[code] != hashing._NOT_MAPPED and not 0xD800 <= code < 0xE000:
             assert chr(code).lower() == chr(table[code]), hex(code)
+
+
+def test_offer_scan_finds_what_the_label_and_phrase_loops_find():
+    """`tool_offer._label_or_phrase` scans 17 shared literals for the label lines' and phrases' 27;
+    on random texts built from their pieces it answers as the two plain loops do."""
+    from classifier import tool_offer
+
+    rng = random.Random(6)
+    pieces = ["tools:", "tool", "functions", "function:", " api", "apis:", "you can call", "you may use",
+              "you  can", "available", "access to the following tools", "called", "tool called", "above",
+              "functions above", "use the tool", "call ", "calls", "invoke", "given these functions", "expose",
+              "<tools>", "<functions>", "actions", "operations:", "endpoint", "\n", "## ", "- ", " ", "x",
+              "f(x)", "`get_x(", "\u00e9", "with access to tools"]  # fmt: skip
+    fired = 0
+    for _ in range(5000):
+        low = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 14)))
+        want = tool_offer._label_line(low) or tool_offer._phrase(low)
+        assert tool_offer._label_or_phrase(low) == want, repr(low)
+        fired += want
+    assert 500 < fired < 4500  # both answers are exercised
+
+
+def test_glosses_strip_each_word_as_before():
+    """glosses reads a non-English ask's distinct words, each stripped of punctuation once: the same
+    glosses, in the same order, as stripping every occurrence."""
+    from classifier import glossary
+
+    def plain(text: str) -> str:  # the function before the fast path, for text other than ASCII
+        found = [(text.find(term), gloss) for term, gloss in glossary._SUBSTRING_GLOSS if term in text]
+        words = {word.strip(glossary._PUNCTUATION) for word in text.replace("-", " ").split()}
+        found += [(text.find(word), glossary._WORD_GLOSS[word]) for word in glossary._WORD_GLOSS.keys() & words]
+        return " ".join(gloss for _, gloss in sorted(found))
+
+    rng = random.Random(7)
+    pieces = ["función", "(función)", "skript,", "напиши", "«таблица»", "写", "函数", "表格", "コード", "-", " ",
+              "\n", "é", "code", "tabla-", "escribe:", "y", "的"]  # fmt: skip
+    for _ in range(3000):
+        text = "\u00e9 " + "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 20)))
+        assert glossary.glosses(text) == plain(text), repr(text)
