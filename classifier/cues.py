@@ -137,6 +137,12 @@ CUES: tuple[Cue, ...] = (
         right="each per", window=6),
     # wh-questions apart from how and yes/no openings (prose_wh lumps them)
     Cue("wh_open", line_start="what why who whom whose when where which"),
+    # the tools and the practice of programming rather than a program's data ("install", "the docs",
+    # "a debugger", "profile", "an IDE"): how-to questions about these are answered with advice
+    Cue("tooling", words="install installed installing installation documentation docs tutorial tutorials "
+                         "debugger debugging profiler profiling profile ide editor editors learn learning "
+                         "beginner beginners release releases binary binaries executable executables standalone "
+                         "stand-alone distribute distribution toolchain book books course courses support"),
 )  # fmt: skip
 CUE_NAMES: tuple[str, ...] = tuple(cue.name for cue in CUES)
 assert len(CUES) <= 32  # one bit per cue in a uint32 mask

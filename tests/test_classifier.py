@@ -596,3 +596,15 @@ def test_changes_asked_of_a_repository_read_as_code(shipped):
     for text in ("Why is our Django app slower after the upgrade to 4.2?",
                  "Explain what a multi-stage Docker build is and why it makes images smaller."):
         assert shipped.predict(RequestText(user=text)).label == "prose", text
+
+
+def test_tooling_questions_read_as_prose_and_shell_settings_as_code(shipped):
+    """How-to questions about a language's tools and practice want advice ("How do I profile a slow Java
+    service in production?" 0.81 code before the `tooling` cue and prose/tooling_question); how to make
+    a shell behave some way wants startup-file lines. Probes written before the model was scored."""
+    for text in ("How do I profile a slow Java service in production?",
+                 "How can I find out which Haskell web framework is most popular?"):
+        assert shipped.predict(RequestText(user=text)).label == "prose", text
+    for text in ("How do I make my bash prompt show the current time?",
+                 "How can I make my shell open new tabs in the same directory?"):
+        assert shipped.predict(RequestText(user=text)).label == "code", text

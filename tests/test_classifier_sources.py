@@ -46,6 +46,10 @@ def fired(text: str) -> set[str]:
         ("How do I stop worrying so much?", {"howto"}, {"code_howto", "code_domain"}),
         ("Pretend you are a pirate captain.", {"roleplay"}, set()),
         ("x => x + 1", {"code_tokens"}, set()),
+        # the tools and practice of programming (advice), apart from a program's data
+        ("How do I set up a debugger for Rust on Windows?", {"tooling", "howto"}, set()),
+        ("Where can I find the documentation and a tutorial?", {"tooling"}, set()),
+        ("How do I sort a list of tuples by the second item?", {"howto"}, {"tooling"}),
     ],
 )
 def test_cues_fire_on_their_terms(text, expected, absent):
@@ -266,7 +270,8 @@ def test_system_prompt_persona_is_not_roleplay():
 # without a rebuild. The shipped set must be exactly what that insertion writes.
 CORPUS_FREE_TEMPLATES = ("code/hardware_spec", "code/function_spec", "code/howto_plain", "code/write_and_explain",
                          "prose/programming_question", "prose/writing_brief", "prose/measure_problem",
-                         "prose/practical_howto", "prose/format_list", "code/repo_task")  # fmt: skip
+                         "prose/practical_howto", "prose/format_list", "code/repo_task",
+                         "prose/tooling_question", "code/shell_setting")  # fmt: skip
 
 
 def test_corpus_free_templates_in_the_shipped_set_are_what_insertion_writes():

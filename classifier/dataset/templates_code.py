@@ -665,6 +665,37 @@ def _held_data(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask)}
 
 
+# How to make an interactive shell behave some way: the reply is the lines to put in its startup file
+# (options, key bindings, prompt escapes, functions), so code, although the ask names no program and
+# reads like a question about a tool (the twin `prose/tooling_question`). Settings written for this
+# template, none of the Zsh FAQ's.
+SHELL_SETTINGS = (
+    "show the current git branch in my prompt", "make the up arrow search history for what I've already typed",
+    "keep duplicate commands out of my history", "share history between terminal windows",
+    "make tab completion ignore case", "show the exit status of the last command in my prompt",
+    "make cd with no arguments go to my projects folder", "define an alias that takes an argument",
+    "stop the shell from beeping at me", "print how long a slow command took",
+    "load extra settings only on my work machine", "add a directory to PATH only if it isn't there yet",
+    "make ** match files in every subdirectory", "turn on vi key bindings on the command line",
+    "change into a directory just by typing its name", "run a command every time I change directory",
+    "show the time on the right side of the prompt", "remember the last 50,000 commands",
+    "make Ctrl-D not close the shell", "get told when a background job finishes",
+    "make one of my functions available in every new shell", "set a default umask for new files",
+    "make a glob that matches nothing expand to nothing", "shorten long directory paths in the prompt",
+)  # fmt: skip
+SHELLS = ("bash", "zsh", "fish", "ksh", "Bash", "Zsh")
+
+
+def _shell_setting(rng: random.Random, corpus: Corpus) -> dict:
+    setting, shell = rng.choice(SHELL_SETTINGS), rng.choice(SHELLS)
+    ask = phrase(rng, (
+        *howto_voices(setting), f"How do I {setting} in {shell}?", f"How can I get {shell} to {setting}?",
+        f"In my .{shell.lower()}rc, how do I {setting}?", f"What do I put in my shell config to {setting}?",
+        f"{shell}: {setting}?",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
 SYSTEM_GENERIC = (
     "You are a helpful assistant.", "You are ChatGPT, a large language model.", "Be helpful and accurate.",
     "You are a friendly assistant for a small company.", "Answer the user's questions.",
@@ -743,6 +774,7 @@ TEMPLATES: tuple[Template, ...] = (
     Template("code/dataframe_ops", "code", _dataframe_ops, 120),
     Template("code/held_data", "code", _held_data, 120),
     Template("code/repo_task", "code", _repo_task, 100),
+    Template("code/shell_setting", "code", _shell_setting, 40),
 )
 
 

@@ -326,6 +326,41 @@ def _programming_question(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask)}
 
 
+# How-to questions about a language's tools and the practice of programming — installing, learning,
+# getting help, debugging and profiling in general, shipping, choosing libraries — answered in words
+# (advice, where to look, which tool), as the FAQ label rule has it ("installing or building the
+# language itself, making a stand-alone binary, debugging" are prose). The twin of
+# `code/runtime_value`: the same voices, so the phrasing is no cue and the object decides. Written for
+# this template.
+TOOLING_TASKS = (
+    "install the {lang} interpreter on an old laptop", "find good tutorials for {lang}",
+    "get help when the {lang} documentation does not answer my question", "report a bug I found in the {lang} compiler",
+    "track down why my {lang} program is slow", "debug a program that only crashes on a customer's machine",
+    "ship my {lang} tool to people who don't have {lang} installed", "choose a GUI toolkit for a {lang} desktop app",
+    "keep the dependencies of a {lang} project up to date", "set up a {lang} development environment on Windows",
+    "learn {lang} when I already know {other}", "get my {lang} library noticed by other developers",
+    "decide which {lang} web framework to use", "find out what changed in the latest {lang} release",
+    "build {lang} itself from source on an unusual platform", "contribute a patch to the {lang} standard library",
+    "approach testing a large {lang} project", "make my {lang} programs easier for others to read",
+    "organise a large {lang} project into packages", "cut the build time of a big {lang} project",
+    "avoid memory leaks in long-running {lang} services", "pick a good editor or IDE for {lang}",
+    "get a {lang} job without a computer science degree", "find where the sources of the {lang} runtime live",
+    "move a team from {other} to {lang}", "get commercial support for {lang}",
+    "know whether {lang} is a good fit for embedded devices", "stay on top of security advisories for {lang} packages",
+    "get faster at reading other people's {lang} projects", "find a {lang} library that does what I need",
+)  # fmt: skip
+
+
+def _tooling_question(rng: random.Random, corpus: Corpus) -> dict:
+    lang, other = rng.sample(LANG_NAMES, 2)
+    task = rng.choice(TOOLING_TASKS).format(lang=lang, other=other)
+    ask = phrase(rng, (
+        *howto_voices(task), f"Any advice on how to {task}?", f"Where do I start if I want to {task}?",
+        f"I'm wondering how to {task}.", f"What should I do to {task}?", f"Can I {task} without paying anything?",
+    ))  # fmt: skip
+    return {"text": dress(rng, ask)}
+
+
 # Math written in notation (equations, f(x), a_n, matrices, coordinates, limits, LaTeX): the reply is a
 # worked solution in sentences and formulas, not a program. Written for the kinds of request that read
 # as code to the model (symbols, brackets, underscores): a probe set of 30 math asks of my own had 4 such
@@ -568,4 +603,5 @@ TEMPLATES: tuple[Template, ...] = (
     Template("prose/measure_problem", "prose", _measure_problem, 80),
     Template("prose/practical_howto", "prose", _practical_howto, 100),
     Template("prose/format_list", "prose", _format_list, 100),
+    Template("prose/tooling_question", "prose", _tooling_question, 60),
 )
