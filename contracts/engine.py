@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .chat import ChatPrompt, ReplyFormat, TokenLogprob, ToolCall
+from .errors import InvalidRequestError
 from .sampling import SamplingParams
 
 
@@ -120,6 +121,16 @@ class SwitchRule:
 
 
 MIN_ROW_COST = 0.02   # a batch row is never free (its sampling, KV write, logits): the floor of a marginal cost
+
+
+def checked_token_ids(ids: Sequence[int], vocab: int) -> list[int]:
+    """A prompt a client tokenized itself: every id must be in the model's vocabulary (an id past it would
+    index outside the embedding table), else the request's error, naming the first such id."""
+    bad = next((token for token in ids if not 0 <= token < vocab), None)
+    if bad is not None:
+        raise InvalidRequestError(f"prompt: token id {bad} is not in this model's vocabulary (0 to {vocab - 1})",
+                                  param="prompt", code="invalid_token_id")
+    return list(ids)
 
 
 def marginal_batch_cost(costs: Sequence[float], others: int) -> float:
@@ -236,7 +247,10 @@ class Backend(Protocol):
         (with tools offered, not forced): the reply is JSON matching it or a call of one of the tools."""
         ...
 
-    def encode_prompt(self, prompt: str) -> list[int]: ...
+    def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
+        """A text completion's prompt as token ids: text is tokenized, ids (a client that tokenized the prompt
+        itself) are checked against the vocabulary (InvalidRequestError, param "prompt")."""
+        ...
 
     def generate(
         self,

@@ -13,7 +13,8 @@ from typing import Any
 import mlx.core as mx
 
 from contracts.chat import ChatPrompt, ReplyFormat
-from contracts.engine import CancelToken, Engine, GenerationChunk, PrefixHint, StepResult, SwitchRule
+from contracts.engine import (CancelToken, Engine, GenerationChunk, PrefixHint, StepResult, SwitchRule,
+                              checked_token_ids)
 from contracts.names import SAMPLED_SUFFIX
 from contracts.errors import (
     ContextLengthExceeded,
@@ -91,8 +92,10 @@ class Runtime:
         return chat_prompt(self.bundle.tokenizer, messages, tools, tool_choice, template_kwargs, continue_final,
                            answer_schema=answer_schema)
 
-    def encode_prompt(self, prompt: str) -> list[int]:
-        return list(self.bundle.tokenizer.encode(prompt, add_special_tokens=False))
+    def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return list(self.bundle.tokenizer.encode(prompt, add_special_tokens=False))
+        return checked_token_ids(prompt, self.bundle.vocab_size)
 
     def generate(
         self,

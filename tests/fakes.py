@@ -18,11 +18,12 @@ from typing import Any
 import uvicorn
 
 from contracts.chat import ChatPrompt, ReplyFormat
-from contracts.engine import CancelToken, GenerationChunk, PrefixHint, StepResult, SwitchRule
+from contracts.engine import CancelToken, GenerationChunk, PrefixHint, StepResult, SwitchRule, checked_token_ids
 from contracts.errors import EngineFailure, InvalidRequestError
 from contracts.sampling import SamplingParams
 from gateway.routing.interface import RouteDecision, RouteRequest
 
+FAKE_VOCAB = 1000   # the fake tokenizer's ids: a character's code point modulo this
 DEFAULT_REPLY = "The quick brown fox jumps over the lazy dog and keeps on running far away"
 
 
@@ -82,15 +83,17 @@ class FakeBackend:
         self.threads.add(threading.get_ident())
         return ChatPrompt(self._encode(text), reply, grammar=grammar)
 
-    def encode_prompt(self, prompt: str) -> list[int]:
+    def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
         self.threads.add(threading.get_ident())
+        if not isinstance(prompt, str):
+            return checked_token_ids(prompt, FAKE_VOCAB)
         return self._encode(prompt)
 
     def _encode(self, text: str) -> list[int]:
         if len(text) > self.context_length:
             raise InvalidRequestError("prompt is longer than the context", param="messages", code="context_length_exceeded")
         self.encoded.append(text)
-        return [ord(c) % 1000 for c in text]
+        return [ord(c) % FAKE_VOCAB for c in text]
 
     def memory_bytes(self) -> dict[str, int]:
         return {"active": 0, "peak": 0}

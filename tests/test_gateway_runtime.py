@@ -176,3 +176,18 @@ def test_every_engine_streams_the_greedy_text(served, reference):
             chunks = list(response.parse())
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text, engine
         assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == finish
+
+
+def test_a_batch_of_text_and_token_id_prompts_equals_each_alone(served, reference):
+    """Several prompts in one completion (LangChain's batch): each choice is its prompt's greedy text, token-id
+    prompts run from those ids (the same text as the string they encode), an id past the vocabulary is a 400."""
+    server, client, runtime = served
+    _, _, (prompt_ids, text, tokens, finish) = reference
+    for prompts in (["The river", "The river"], [prompt_ids, prompt_ids]):
+        batch = client.completions.create(model="default", prompt=prompts, max_tokens=MAX_TOKENS, temperature=0)
+        assert [c.index for c in batch.choices] == [0, 1]
+        assert [c.text for c in batch.choices] == [text, text]
+        assert batch.usage.prompt_tokens == 2 * len(prompt_ids)
+    outside = httpx.post(server.base_url + "/v1/completions",
+                         json={"prompt": [[1, 2], [runtime.bundle.vocab_size]], "max_tokens": 1})
+    assert outside.status_code == 400 and outside.json()["error"]["code"] == "invalid_token_id", outside.text

@@ -131,8 +131,9 @@ def test_harmless_openai_fields_are_accepted(server):
 
 
 REJECTED_COMPLETION_FIELDS = [
-    ({"prompt": ["a", "b"]}, "prompt"),
-    ({"prompt": [1, 2, 3]}, "prompt"),
+    ({"prompt": ["a", 1]}, "prompt"),
+    ({"prompt": [[1, 2], []]}, "prompt"),
+    ({"prompt": [-1]}, "prompt"),
     ({"prompt": ""}, "prompt"),
     ({"echo": True}, "echo"),
     ({"suffix": "x"}, "suffix"),

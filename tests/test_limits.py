@@ -157,8 +157,10 @@ def test_unasked_max_tokens_shrinks_to_the_room_left_in_the_context():
     with live_server(create_app(backend)) as srv:
         assert httpx.post(srv.base_url + "/v1/completions", json={"prompt": "p" * 90}).status_code == 200
         assert backend.calls[-1]["params"].max_tokens == 10          # 100 - 90 prompt tokens, not 512
-        assert httpx.post(srv.base_url + "/v1/completions", json={"prompt": "p" * 90, "max_tokens": 50}).status_code == 200
-        assert backend.calls[-1]["params"].max_tokens == 50          # asked for: passed on (the runtime refuses it)
+        asked = httpx.post(srv.base_url + "/v1/completions", json={"prompt": "p" * 90, "max_tokens": 50})
+        # asked for: not shortened but refused, before the backend runs (every prompt of a batch is checked first)
+        assert asked.status_code == 400 and asked.json()["error"]["code"] == "context_length_exceeded"
+        assert backend.calls[-1]["params"].max_tokens == 10
         assert httpx.post(srv.base_url + "/v1/completions", json={"prompt": "p" * 5}).status_code == 200
         assert backend.calls[-1]["params"].max_tokens == 95
 

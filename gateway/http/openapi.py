@@ -46,7 +46,8 @@ SEMANTIC_RULES = (
     "tool_choice or a JSON "
     "response_format (conflicting_constraints); top_logprobs above 0 with logprobs false "
     "(conflicting_constraints); a prompt plus max_tokens over the model's context "
-    "(context_length_exceeded); on /v1/messages, a tool_result that answers no tool_use of the message before "
+    "(context_length_exceeded); a completion prompt's token id past the model's vocabulary (invalid_token_id); "
+    "on /v1/messages, a tool_result that answers no tool_use of the message before "
     "it (unmatched_tool_result) and a final assistant message (prefill) ending in whitespace (invalid_prefix)."
 )
 _READ_ERRORS = {"401": "Missing or wrong API key"}
@@ -153,7 +154,12 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
     completion = defs["CompletionRequest"]["properties"]
     completion.update(common)
     text = {"type": "string", "minLength": 1}
-    completion["prompt"] = {"anyOf": [text, {"type": "array", "items": text, "minItems": 1, "maxItems": 1}]}
+    # one prompt (text or token ids) or a batch of them (one choice each, times n); an id past the model's
+    # vocabulary is a 400 the model's size decides
+    ids = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": schemas.INT32_MAX}, "minItems": 1}
+    batch = {"minItems": 1, "maxItems": config.max_prompts}
+    completion["prompt"] = {"anyOf": [text, ids, {"type": "array", "items": text, **batch},
+                                      {"type": "array", "items": ids, **batch}]}
     completion["echo"] = _one_of_values(None, False)
     completion["suffix"] = _one_of_values(None, "")
     completion["best_of"] = _one_of_values(None, 1)

@@ -58,8 +58,9 @@ class RequestRecord:
         self.started = time.perf_counter()
         self.decision: RouteDecision | None = None
         self.meter: RequestMeter | None = None
-        self.prompt_tokens = 0
-        self.cached_tokens = 0               # prompt tokens the prefix cache served
+        self.prompt_tokens = 0               # every prompt's, once (not once per choice)
+        self._cached: dict[int, int] = {}    # per prompt, the tokens the prefix cache served it
+        self._prompt = 0                     # the prompt the choice being taken answers
         self.first_token_s: float | None = None
         self.choices: list[ChoiceReply] = []
         self._done = False
@@ -71,6 +72,15 @@ class RequestRecord:
     @property
     def reasoning_tokens(self) -> int:
         return sum(choice.reasoning_tokens for choice in self.choices)
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the prefix cache served: per prompt its best choice's (a later choice of one prompt
+        finds it cached whole, and it is counted once), summed over the prompts."""
+        return sum(self._cached.values())
+
+    def _cache_hit(self, chunk: GenerationChunk) -> None:
+        self._cached[self._prompt] = max(self._cached.get(self._prompt, 0), chunk.cached_tokens)
 
     @property
     def finish_reason(self) -> str | None:
@@ -85,12 +95,15 @@ class RequestRecord:
         """The prompt's cache hit, from the first chunk before it is taken: a stream's opening frame
         (Anthropic's message_start, which carries the usage of the prompt) is rendered before it."""
         for item in early:
-            if isinstance(item, GenerationChunk):
-                self.cached_tokens = max(self.cached_tokens, item.cached_tokens)
+            if isinstance(item, ChoiceStart):
+                self._prompt = item.prompt
+            else:
+                self._cache_hit(item)
 
     def take(self, item: ChoiceStart | GenerationChunk) -> ChoiceReply:
         """Record a worker item; returns the choice it belongs to."""
         if isinstance(item, ChoiceStart):
+            self._prompt = item.prompt
             self.choices.append(ChoiceReply(item.index))
             return self.choices[-1]
         if not self.choices:
@@ -102,9 +115,7 @@ class RequestRecord:
         if self.first_token_s is None and chunk.token_ids:
             self.first_token_s = time.perf_counter() - self.started
         choice.completion_tokens = chunk.completion_tokens or (choice.completion_tokens + len(chunk.token_ids))
-        if chunk.prompt_tokens:
-            self.prompt_tokens = chunk.prompt_tokens
-        self.cached_tokens = max(self.cached_tokens, chunk.cached_tokens)
+        self._cache_hit(chunk)
         if chunk.finish_reason is not None:
             choice.finish_reason = chunk.finish_reason
             choice.stop_sequence = chunk.stop_sequence

@@ -10,7 +10,7 @@ from contracts.names import forces_tool_call
 from contracts.request_text import from_messages, from_prompt, reply_format, tools_text
 from contracts.sampling import SamplingParams
 from gateway.config import GatewayConfig
-from gateway.worker.spec import RequestSpec
+from gateway.worker.spec import Prompt, RequestSpec
 
 from .errors import APIError, bad_request
 from .schemas import (
@@ -372,7 +372,7 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
     tools = [tool.model_dump(exclude_none=True) for tool in req.tools] if req.tools else None
     return RequestSpec(
         messages=messages,
-        prompt=None,
+        prompts=(),
         params=params,
         forced_engine=forced_engine,
         text=from_messages(messages, response_format, tools_text(tools, tool_choice)),
@@ -388,23 +388,34 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
     )
 
 
+def _prompts(prompt: str | list[str] | list[int] | list[list[int]], config: GatewayConfig) -> tuple[Prompt, ...]:
+    """The request's prompts in OpenAI's order: a string or a list of ints is one prompt, a list of strings or
+    of token-id lists is one prompt each."""
+    if isinstance(prompt, str) or isinstance(prompt[0], int):
+        prompts: list[Any] = [prompt]
+    else:
+        prompts = list(prompt)
+    if len(prompts) > config.max_prompts:
+        raise bad_request(f"At most {config.max_prompts} prompts are allowed per request (got {len(prompts)}).",
+                          param="prompt", code="invalid_value")
+    if any(not p for p in prompts):
+        raise bad_request("prompt must not be empty.", param="prompt")
+    return tuple(p if isinstance(p, str) else tuple(p) for p in prompts)
+
+
 def completion_spec(req: CompletionRequest, forced_engine: str | None, config: GatewayConfig) -> RequestSpec:
     _reject_completion(req, config)
-    prompt = req.prompt
-    if isinstance(prompt, list):
-        if len(prompt) != 1 or not isinstance(prompt[0], str):
-            raise bad_request("prompt must be a string (or a list holding exactly one string).", param="prompt")
-        prompt = prompt[0]
-    if not prompt:
-        raise bad_request("prompt must not be empty.", param="prompt")
+    prompts = _prompts(req.prompt, config)
     logprobs = req.logprobs is not None
+    # one route for the batch, on its first text prompt's words (a batch is alike; token ids have none to read)
+    text = next((p for p in prompts if isinstance(p, str)), "")
     return RequestSpec(
         messages=None,
-        prompt=prompt,
+        prompts=prompts,
         params=_sampling(req, _max_tokens(req.max_tokens, "max_tokens", config), config, logprobs=logprobs,
                          top_logprobs=req.logprobs or 0),
         forced_engine=forced_engine,
-        text=from_prompt(prompt),
+        text=from_prompt(text),
         max_tokens_defaulted=req.max_tokens is None,
         n=req.n or 1,
         priority=req.priority or 0,

@@ -525,8 +525,43 @@ class ChatCompletionRequest(_SamplingFields):
         return frozenset(t.custom.name for t in self.tools or () if isinstance(t, ChatCustomTool))
 
 
+TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
+TokenIds = Annotated[list[TokenId], Field(min_length=1)]
+
+
+def _token_ids(value: Any) -> list[int] | None:
+    """The list as token ids (whole floats read as ints, as everywhere), or None when it is not one."""
+    if not isinstance(value, list) or not value:
+        return None
+    ids = [_whole_number(t) for t in value]
+    if all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= INT32_MAX for t in ids):
+        return ids
+    return None
+
+
+def _prompt_shape(value: Any) -> Any:
+    """OpenAI's four prompt shapes, checked here so that a malformed one is one 400 in words (the union's
+    own error names whichever branch failed last): a string, strings, token ids, lists of token ids."""
+    if isinstance(value, str) or not isinstance(value, list):
+        return value
+    if not value:
+        raise ValueError("prompt must not be an empty list")
+    if all(isinstance(item, str) for item in value):
+        return value
+    ids = _token_ids(value)
+    if ids is not None:
+        return ids
+    batch = [_token_ids(item) for item in value]
+    if all(item is not None for item in batch):
+        return batch
+    raise ValueError("prompt must be a string, a list of strings, a list of token ids (non-negative integers) "
+                     "or a list of non-empty lists of token ids")
+
+
 class CompletionRequest(_SamplingFields):
-    prompt: str | list[Any]
+    # several prompts (a list of strings or of token-id lists, as LangChain's batch sends them): one choice
+    # per prompt (times n), in order; a list of ints is one prompt, already tokenized
+    prompt: Annotated[str | list[str] | TokenIds | list[TokenIds], BeforeValidator(_prompt_shape)]
     logprobs: Annotated[int, Field(ge=0, le=5), BeforeValidator(_whole_number)] | None = None  # legacy: top-N
     echo: bool | None = None
     suffix: str | None = None

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from contracts.chat import ReplyFormat
 from contracts.engine import Backend, CancelToken, GenerationChunk, Pause, PrefixHint
 from contracts.errors import ContextLengthExceeded, InvalidRequestError
+from contracts.sampling import SamplingParams
 from gateway.routing.interface import RouteDecision, Router, RouteRequest
 
 from .spec import RequestSpec
@@ -26,19 +27,20 @@ class Routed:
 
 @dataclass(frozen=True)
 class ChoiceStart:
-    """Precedes the chunks of each choice (n > 1 generates them one after another)."""
+    """Precedes the chunks of each choice (n > 1, or several prompts: generated one after another)."""
 
     index: int
+    prompt: int = 0   # which of the request's prompts it answers (a text completion may send several)
 
 
-def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[int], ReplyFormat | None, PrefixHint, str | None]:
-    """The prompt's tokens, how to read the reply, where to snapshot it, and the grammar the prompt
-    imposes on the reply (a forced tool call's)."""
+def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[list[int]], ReplyFormat | None, PrefixHint, str | None]:
+    """The prompts' tokens (a chat has one, a text completion one or more), how to read the reply, where to
+    snapshot it, and the grammar the prompt imposes on the reply (a forced tool call's)."""
     if spec.messages is None:
-        return backend.encode_prompt(spec.prompt or ""), None, PrefixHint(spec.cache_scope), None
+        return [backend.encode_prompt(p) for p in spec.prompts], None, PrefixHint(spec.cache_scope), None
     prompt = backend.chat_prompt(spec.messages, spec.tools, spec.tool_choice, spec.template_kwargs, spec.continue_final,
                                  answer_schema=spec.answer_schema)
-    return prompt.ids, prompt.reply, PrefixHint(spec.cache_scope, prompt.cache_points), prompt.grammar
+    return [prompt.ids], prompt.reply, PrefixHint(spec.cache_scope, prompt.cache_points), prompt.grammar
 
 
 def check_fits(prompt_tokens: int, context_length: int, spec: RequestSpec) -> None:
@@ -56,13 +58,23 @@ def check_prompt(backend: Backend, spec: RequestSpec) -> None:
     """Render the prompt as run_request will and raise what it would raise about it (a template's error,
     a prompt that does not fit). Tokenizer only, no model: safe off the worker thread. For a stream that
     must start while it still waits in the queue, so that those errors stay plain HTTP errors."""
-    check_fits(len(_prompt(backend, spec)[0]), backend.context_length, spec)
+    for ids in _prompt(backend, spec)[0]:
+        check_fits(len(ids), backend.context_length, spec)
+
+
+def _fitted(params: SamplingParams, prompt_tokens: int, context_length: int, spec: RequestSpec) -> SamplingParams:
+    """The params for one prompt: a max_tokens the client did not ask for stops at the context's end instead
+    of refusing the prompt."""
+    room = context_length - prompt_tokens
+    if spec.max_tokens_defaulted and 0 < room < params.max_tokens:
+        return replace(params, max_tokens=room)
+    return params
 
 
 def run_request(
     backend: Backend, router: Router, spec: RequestSpec, cancel: CancelToken, queue_depth: int, concurrent: int = 0
 ) -> Iterator[Routed | ChoiceStart | GenerationChunk | Pause]:
-    prompt_ids, reply, prefix, grammar = _prompt(backend, spec)
+    prompts, reply, prefix, grammar = _prompt(backend, spec)
     if reply is not None and not spec.parallel_tool_calls:   # the engines end the reply at its first call
         reply = replace(reply, one_call=True)
     params = spec.params
@@ -70,39 +82,42 @@ def run_request(
         # the prompt's grammar shapes the reply: a forced call (chat_spec drops a response_format's grammar under
         # it), or a JSON answer beside tools (that JSON or a call, in the template's syntax)
         params = replace(params, grammar=grammar)
-    room = backend.context_length - len(prompt_ids)
-    if spec.max_tokens_defaulted and room <= 0:   # the client set no max_tokens: do not blame one
-        raise ContextLengthExceeded(len(prompt_ids), backend.context_length)
-    if spec.max_tokens_defaulted and 0 < room < params.max_tokens:
-        params = replace(params, max_tokens=room)   # unasked: stop at the context's end instead of refusing
+    for ids in prompts:   # every prompt is checked before the first one runs: a batch fails whole or not at all
+        check_fits(len(ids), backend.context_length, spec)
+    longest = max(map(len, prompts))
     decision = router.choose(
         RouteRequest(
             text=spec.text,
             forced_engine=spec.forced_engine,
-            prompt_tokens=len(prompt_ids),
+            prompt_tokens=longest,
             queue_depth=queue_depth,
             concurrent=concurrent,
             sampled=(params.temperature if params.temperature is not None else backend.default_temperature) > 0,
         )
     )
-    yield Routed(decision, len(prompt_ids))
+    # usage counts every prompt once, as OpenAI's does (not once per choice of it)
+    yield Routed(decision, sum(map(len, prompts)))
     error: BaseException | None = None
     try:
-        for index in range(spec.n):
-            if cancel.cancelled:
-                break
-            yield ChoiceStart(index)
-            # each choice is its own sample: a fixed seed gives n different (reproducible) choices
-            choice_params = replace(params, seed=params.seed + index) if params.seed is not None else params
-            chunks = backend.generate(prompt_ids, choice_params, decision.engine, cancel, switch=decision.switch,
-                                      reply=reply, prefix=prefix)
-            for chunk in _one_call_at_most(chunks) if not spec.parallel_tool_calls else chunks:
-                if isinstance(chunk, Pause):   # a long prefill gives the worker back: the scheduler posts nothing
+        for at, prompt_ids in enumerate(prompts):
+            prompt_params = _fitted(params, len(prompt_ids), backend.context_length, spec)
+            for index in range(spec.n):
+                if cancel.cancelled:
+                    return
+                yield ChoiceStart(at * spec.n + index, at)
+                # each choice is its own sample: a fixed seed gives n different (reproducible) choices, and a
+                # prompt's choices in a batch are those it would get alone
+                choice_params = replace(prompt_params, seed=prompt_params.seed + index) \
+                    if prompt_params.seed is not None else prompt_params
+                chunks = backend.generate(prompt_ids, choice_params, decision.engine, cancel, switch=decision.switch,
+                                          reply=reply, prefix=prefix)
+                for chunk in _one_call_at_most(chunks) if not spec.parallel_tool_calls else chunks:
+                    if isinstance(chunk, Pause):   # a long prefill gives the worker back: the scheduler posts nothing
+                        yield chunk
+                        continue
+                    if chunk.step is not None:
+                        _safely(router.observe, decision, chunk.step)
                     yield chunk
-                    continue
-                if chunk.step is not None:
-                    _safely(router.observe, decision, chunk.step)
-                yield chunk
     except InvalidRequestError:
         raise  # the request's fault, not the engine's: no quarantine
     except Exception as exc:

@@ -8,13 +8,16 @@ from typing import Any
 from contracts.request_text import RequestText
 from contracts.sampling import SamplingParams
 
+Prompt = str | tuple[int, ...]   # a completion prompt: text, or token ids the client tokenized itself
+
 
 @dataclass(frozen=True)
 class RequestSpec:
     """Everything the worker needs for one generation, with no HTTP in it."""
 
     messages: list[dict] | None      # chat, as the chat template reads it; None for a text completion
-    prompt: str | None               # completion prompt; None for chat
+    # a text completion's prompts, each text or this model's token ids (one choice per prompt, times n); () for chat
+    prompts: tuple[Prompt, ...]
     params: SamplingParams
     forced_engine: str | None        # None = let the router decide
     text: RequestText                # what routing and the classifier read, split once at the edge

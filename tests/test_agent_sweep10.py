@@ -1,0 +1,92 @@
+"""A tenth agent sweep: requests as the openai and anthropic SDKs (and the frameworks on them: LangChain's
+batch, Claude Code's resent histories) send them, against a served gateway. Each test is a gap the sweep found."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from tests.agent_sweeps import openai_client as _openai
+from tests.agent_sweeps import post as _post
+from tests.agent_sweeps import srv  # noqa: F401 - srv is the shared fixture
+
+PROSE = "The quick brown fox"
+
+
+def _completion_chunks(response: httpx.Response) -> list[dict]:
+    return [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+
+
+def test_several_prompts_are_one_choice_each_times_n(srv):
+    """LangChain's OpenAI LLM batches prompts into one /v1/completions request (`prompt` a list of strings);
+    here any list but one string was a 400 "prompt must be a string", so `llm.batch([...])` and
+    `llm.generate([...])` failed. OpenAI answers one choice per prompt (times n), choice index
+    prompt_index * n + i, and counts every prompt's tokens once in usage."""
+    srv.backend.reply = PROSE
+    prompts = ["Once upon a time", "def add(a, b):"]
+    reply = _openai(srv).completions.create(model="default", prompt=prompts, n=2, max_tokens=3, seed=7)
+    assert [c.index for c in reply.choices] == [0, 1, 2, 3]
+    assert [c.text for c in reply.choices] == ["The quick brown"] * 4
+    calls = srv.backend.calls[-4:]
+    assert [call["prompt_ids"] for call in calls] == [[ord(c) for c in p] for p in prompts for _ in range(2)]
+    # a prompt's choices in the batch are the ones it gets alone: seed + i within each prompt
+    assert [call["params"].seed for call in calls] == [7, 8, 7, 8]
+    assert reply.usage.prompt_tokens == sum(map(len, prompts))
+    assert reply.usage.completion_tokens == 4 * 3
+    assert reply.usage.total_tokens == sum(map(len, prompts)) + 12
+
+
+def test_several_prompts_stream_each_choice_under_its_index(srv):
+    """The same batch streamed: each choice's chunks carry its own index, and the usage chunk sums the prompts."""
+    srv.backend.reply = PROSE
+    prompts = ["ab", "cde", "f"]
+    response = _post(srv, "/v1/completions", {"prompt": prompts, "max_tokens": 2, "stream": True,
+                                              "stream_options": {"include_usage": True}})
+    assert response.status_code == 200, response.text
+    chunks = _completion_chunks(response)
+    texts: dict[int, str] = {}
+    for chunk in chunks[:-1]:
+        for choice in chunk["choices"]:
+            texts[choice["index"]] = texts.get(choice["index"], "") + choice["text"]
+    assert texts == {0: "The quick", 1: "The quick", 2: "The quick"}
+    assert chunks[-1]["usage"]["prompt_tokens"] == 6 and chunks[-1]["usage"]["completion_tokens"] == 6
+
+
+def test_token_id_prompts_are_generated_from_as_given(srv):
+    """A prompt of token ids (one list of ints, or a list of such lists, as the openai SDK types `prompt`)
+    runs from exactly those ids; an id past the vocabulary is a 400 naming it, not an engine failure."""
+    srv.backend.reply = PROSE
+    reply = _openai(srv).completions.create(model="default", prompt=[[5, 6, 7], [8, 9]], max_tokens=1)
+    assert [c.index for c in reply.choices] == [0, 1]
+    assert [call["prompt_ids"] for call in srv.backend.calls[-2:]] == [[5, 6, 7], [8, 9]]
+    assert reply.usage.prompt_tokens == 5
+    one = _post(srv, "/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 1})
+    assert one.status_code == 200 and len(one.json()["choices"]) == 1, one.text
+    assert srv.backend.calls[-1]["prompt_ids"] == [5, 6, 7]
+    outside = _post(srv, "/v1/completions", {"prompt": [[5], [10**6]], "max_tokens": 1})
+    assert outside.status_code == 400, outside.text
+    assert outside.json()["error"]["param"] == "prompt" and "1000000" in outside.json()["error"]["message"]
+
+
+def test_malformed_or_oversized_prompt_batches_are_clear_400s(srv):
+    """A mixed list, an empty one, an empty prompt inside a batch and more prompts than the server takes are
+    400s that say what a prompt may be: never a 500, nothing generated."""
+    before = len(srv.backend.calls)
+    for prompt in (["a", 1], [], [[1], "a"], [[]], ["a", ""], [True, False], ["x"] * 33):
+        response = _post(srv, "/v1/completions", {"prompt": prompt, "max_tokens": 1})
+        assert response.status_code == 400, (prompt, response.text)
+        error = response.json()["error"]
+        assert error["param"] == "prompt" and error["type"] == "invalid_request_error", (prompt, error)
+    assert len(srv.backend.calls) == before
+
+
+def test_a_batch_with_one_prompt_too_long_fails_before_any_output(srv):
+    """Every prompt of a batch is checked against the context before the first one runs, so a batch whose
+    second prompt overflows is one context_length_exceeded 400, not a stream cut after the first choice."""
+    srv.backend.context_length = 64
+    before = len(srv.backend.calls)
+    response = _post(srv, "/v1/completions", {"prompt": ["short", "x" * 60], "max_tokens": 10, "stream": True})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+    assert len(srv.backend.calls) == before
