@@ -90,3 +90,37 @@ def test_a_batch_with_one_prompt_too_long_fails_before_any_output(srv):
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "context_length_exceeded"
     assert len(srv.backend.calls) == before
+
+
+ANTHROPIC_WEATHER = {"name": "get_weather", "description": "The weather in a city.", "input_schema": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+def _anthropic(server):
+    import anthropic
+
+    return anthropic.Anthropic(base_url=server.base_url, api_key="unused", max_retries=0)
+
+
+def test_anthropic_tool_input_examples_are_shown_to_the_model(srv):
+    """Anthropic's tools take `input_examples` (example inputs the model learns a tool's use from; the
+    anthropic SDK's ToolParam has the field). It was an "Unrecognized request argument" 400, so any client
+    that documents its tools with examples failed on every request. The examples are now accepted and put
+    in the prompt after the tool's description (the one tool field every chat template renders), as JSON;
+    count_tokens counts them."""
+    tool = {**ANTHROPIC_WEATHER, "input_examples": [{"city": "Paris"}, {"city": "Tōkyō"}]}
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    reply = _anthropic(srv).messages.create(model="default", max_tokens=32, messages=ask, tools=[tool])
+    assert reply.stop_reason == "end_turn"
+    described = srv.backend.chats[-1]["tools"][0]["function"]["description"]
+    assert described == 'The weather in a city.\n\nInput examples:\n{"city": "Paris"}\n{"city": "Tōkyō"}'
+    assert "Input examples:" in srv.backend.encoded[-1] and "Tōkyō" in srv.backend.encoded[-1]
+    plain = _post(srv, "/v1/messages/count_tokens", {"messages": ask, "tools": [ANTHROPIC_WEATHER]})
+    counted = _post(srv, "/v1/messages/count_tokens", {"messages": ask, "tools": [tool]})
+    assert counted.status_code == 200, counted.text
+    assert counted.json()["input_tokens"] > plain.json()["input_tokens"]
+    no_description = {key: value for key, value in tool.items() if key != "description"}
+    assert _post(srv, "/v1/messages", {"max_tokens": 8, "messages": ask, "tools": [no_description]}).status_code == 200
+    assert srv.backend.chats[-1]["tools"][0]["function"]["description"].startswith("Input examples:\n")
+    bad = _post(srv, "/v1/messages", {"max_tokens": 8, "messages": ask, "tools": [{**tool, "input_examples": ["x"]}]})
+    assert bad.status_code == 400 and bad.json()["type"] == "error", bad.text

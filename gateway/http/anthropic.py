@@ -144,7 +144,7 @@ def to_chat_request(req: MessagesRequest) -> dict[str, Any]:
     if req.stop_sequences:
         body["stop"] = req.stop_sequences
     if req.tools:
-        body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
+        body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.described(),
                                                            "parameters": t.input_schema}} for t in req.tools]
         for tool in body["tools"]:
             if tool["function"]["description"] is None:

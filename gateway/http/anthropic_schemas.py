@@ -4,6 +4,7 @@ ignored (they never change the output)."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
@@ -153,6 +154,16 @@ class AnthropicTool(_Anthropic):
     # `strict`, a call the model chooses is not held to the schema (a forced one is decoded against it)
     eager_input_streaming: bool | None = None
     strict: bool | None = None
+    # example inputs (Anthropic's tool-use examples): shown to the model with the tool's description
+    input_examples: list[dict[str, Any]] | None = None
+
+    def described(self) -> str | None:
+        """The description the model reads: the tool's own, then its input examples as JSON, one a line (every
+        chat template renders a function's description; not every one would render another field)."""
+        if not self.input_examples:
+            return self.description
+        examples = "\n".join(json.dumps(example, ensure_ascii=False) for example in self.input_examples)
+        return "\n\n".join(part for part in (self.description, f"Input examples:\n{examples}") if part)
 
     @field_validator("input_schema")
     @classmethod
