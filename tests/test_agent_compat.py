@@ -340,7 +340,8 @@ def test_the_fields_claude_code_sends_are_accepted(qwen_chat_tokenizer):
     """Claude Code sends `context_management`, `output_config` (effort) and `thinking.display` to models it
     does not know (every alias served here), on /v1/messages?beta=true and count_tokens: each was a 400
     "Unrecognized request argument supplied: context_management", so Claude Code could not run at all."""
-    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply="hmm\n</think>\n\nhello")
+    # a context with room for the max_tokens Claude Code asks for (a prompt plus it over the context is a 400)
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply="hmm\n</think>\n\nhello", context_length=65536)
     claude_code = {"model": "claude-sonnet-4-6", "max_tokens": 32000, "stream": True,
                    "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
                    "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
