@@ -124,3 +124,62 @@ def test_anthropic_tool_input_examples_are_shown_to_the_model(srv):
     assert srv.backend.chats[-1]["tools"][0]["function"]["description"].startswith("Input examples:\n")
     bad = _post(srv, "/v1/messages", {"max_tokens": 8, "messages": ask, "tools": [{**tool, "input_examples": ["x"]}]})
     assert bad.status_code == 400 and bad.json()["type"] == "error", bad.text
+
+
+CLAUDE_CODE_HISTORY = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": "The user wants the weather.", "signature": ""},
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]},
+    {"role": "assistant", "content": [{"type": "thinking", "thinking": "Answer it.", "signature": "c2lnbmVk"},
+                                      {"type": "text", "text": "It is sunny."}]},
+    {"role": "user", "content": "And tomorrow?"},
+]
+
+
+def test_resent_thinking_blocks_with_empty_signatures_are_accepted(srv):
+    """Claude Code and the anthropic SDK send a conversation's thinking back as it came: `thinking` blocks whose
+    `signature` is "" (this server signs nothing) or a real Claude one, and `redacted_thinking` blocks. On
+    /v1/messages (and count_tokens) every turn of such a history is taken, the readable thinking kept. (Already
+    so before this sweep: the test keeps it so.)"""
+    client = _anthropic(srv)
+    reply = client.messages.create(model="default", max_tokens=32, messages=CLAUDE_CODE_HISTORY,
+                                   tools=[ANTHROPIC_WEATHER], thinking={"type": "enabled", "budget_tokens": 1024})
+    assert reply.content[0].type == "thinking" and reply.content[0].signature == ""
+    # the reply's own blocks, sent back as the SDK returns them, are a valid next turn
+    follow = [*CLAUDE_CODE_HISTORY, {"role": "assistant", "content": reply.content},
+              {"role": "user", "content": "Thanks."}]
+    again = client.messages.create(model="default", max_tokens=8, messages=follow, tools=[ANTHROPIC_WEATHER])
+    assert again.stop_reason in ("end_turn", "max_tokens")
+    assert [m.get("reasoning_content") for m in srv.backend.chats[-1]["messages"] if m["role"] == "assistant"][:2] == \
+        ["The user wants the weather.", "Answer it."]
+    assert client.messages.count_tokens(model="default", messages=follow, tools=[ANTHROPIC_WEATHER]).input_tokens > 0
+
+
+def test_litellm_thinking_blocks_on_chat_turns_are_accepted(srv):
+    """Claude Code through LiteLLM's proxy to an OpenAI-compatible model: LiteLLM's Anthropic adapter turns each
+    assistant turn's thinking into `thinking_blocks` on the chat message (signature "" where Claude gave none,
+    redacted blocks as they came) beside `reasoning_content`, and its Message sends `thinking_blocks` back in a
+    tool loop. /v1/chat/completions answered "Unrecognized request argument supplied: messages.1.thinking_blocks",
+    so the second turn of every such conversation failed. The blocks are accepted; their readable thinking is the
+    turn's reasoning where the message has no `reasoning_content` (redacted thinking is left out)."""
+    import os
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")   # no network at import
+    adapters = __import__("pytest").importorskip("litellm.llms.anthropic.messages.adapters.transformation")
+    messages = adapters.LiteLLMAnthropicMessagesAdapter().translate_anthropic_messages_to_openai(
+        messages=CLAUDE_CODE_HISTORY)
+    assert any("thinking_blocks" in m for m in messages)   # what LiteLLM sends
+    chat_weather = {"type": "function", "function": {"name": "get_weather", "parameters": ANTHROPIC_WEATHER["input_schema"]}}
+    reply = _post(srv, "/v1/chat/completions", {"messages": messages, "tools": [chat_weather], "max_tokens": 8})
+    assert reply.status_code == 200, reply.text
+    # blocks alone (LiteLLM's Message of a Claude reply, resent): the readable ones are the reasoning
+    turn = {"role": "assistant", "content": "It is sunny.", "thinking_blocks": [
+        {"type": "thinking", "thinking": "Answer it.", "signature": ""}, {"type": "redacted_thinking", "data": "x"},
+        {"type": "thinking", "thinking": "Briefly."}]}
+    reply = _post(srv, "/v1/chat/completions", {"messages": [messages[0], turn, {"role": "user", "content": "ok"}],
+                                                "max_tokens": 8})
+    assert reply.status_code == 200, reply.text
+    assert srv.backend.chats[-1]["messages"][1]["reasoning_content"] == "Answer it.\nBriefly."

@@ -248,7 +248,7 @@ def template_message(message: ChatMessage) -> dict[str, Any]:
             out["tool_calls"] = [{"id": call.id, "type": "function",
                                   "function": {"name": call.function.name, "arguments": call.function.arguments}}
                                  for call in message.tool_calls]
-        reasoning = message.reasoning_content if message.reasoning_content is not None else message.reasoning
+        reasoning = message.thinking()
         if reasoning:
             out["reasoning_content"] = reasoning
     return out

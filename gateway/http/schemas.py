@@ -319,6 +319,30 @@ class UserMessage(_Message):
         return value
 
 
+class ThinkingBlockIn(_Strict):
+    """An Anthropic thinking block kept on an OpenAI-shaped assistant turn: LiteLLM's `thinking_blocks`, which its
+    Anthropic adapter writes from Claude Code's history (the signature "" where Claude gave none) and its
+    Message carries back. The signature proves nothing here (no server signed it) and is not checked."""
+
+    type: Literal["thinking"]
+    thinking: str = ""
+    signature: str | None = None
+    cache_control: CacheControl = None
+    index: int | None = None   # LiteLLM's position of a streamed block
+
+
+class RedactedThinkingBlockIn(_Strict):
+    """Thinking another server encrypted: nothing this model can read, so it is left out of the prompt."""
+
+    type: Literal["redacted_thinking"]
+    data: str = ""
+    cache_control: CacheControl = None
+    index: int | None = None
+
+
+ThinkingBlocks = list[Annotated[ThinkingBlockIn | RedactedThinkingBlockIn, Field(discriminator="type")]]
+
+
 class AssistantTurn(_Message):
     """An assistant turn of the history: text, tool calls, and the reasoning that led to them."""
 
@@ -327,6 +351,7 @@ class AssistantTurn(_Message):
     tool_calls: list[ToolCallInAny] | None = None
     reasoning_content: str | None = None            # the thinking (vLLM / DeepSeek name)
     reasoning: str | None = None                    # the same (OpenRouter / Ollama name)
+    thinking_blocks: ThinkingBlocks | None = None   # the same as Anthropic blocks (LiteLLM), read where neither is sent
     # DeepSeek's and Mistral's prefix completion: this last message is the start of the reply, which the
     # generation continues (Aider sends it to resume a reply cut at max_tokens); the reply holds the rest
     prefix: bool | None = None
@@ -344,6 +369,16 @@ class AssistantTurn(_Message):
     def _text_parts(cls, value: Any) -> Any:
         # the API's assistant content parts are text or refusal; a refusal's words are the turn's text
         return _text_parts_only(refusals_as_text(value, "text"))
+
+    def thinking(self) -> str | None:
+        """The turn's reasoning under whichever name the client sent it; readable thinking blocks (LiteLLM
+        joins them with newlines into `reasoning_content` itself) where no name is set."""
+        if self.reasoning_content is not None:
+            return self.reasoning_content
+        if self.reasoning is not None:
+            return self.reasoning
+        texts = [block.thinking for block in self.thinking_blocks or () if isinstance(block, ThinkingBlockIn)]
+        return "\n".join(text for text in texts if text) or None
 
 
 class ToolMessage(_Message):
