@@ -5,6 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+SEEDS = 2**64   # the generator's seeds are 64-bit unsigned: 0 to SEEDS - 1
+
+
+def choice_seed(seed: int, index: int) -> int:
+    """Choice `index`'s seed of a request seeded `seed`: seed + index, wrapping past the last seed (a request's
+    seed may be the last one, and its n choices must all be valid seeds)."""
+    return (seed + index) % SEEDS
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """What the sampler needs. None means "use the model's generation_config default"."""
@@ -13,7 +22,7 @@ class SamplingParams:
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
-    seed: int | None = None
+    seed: int | None = None            # 0 to SEEDS - 1
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     # penalties on the target's logits (every engine applies them identically at every verified position)

@@ -183,3 +183,19 @@ def test_litellm_thinking_blocks_on_chat_turns_are_accepted(srv):
                                                 "max_tokens": 8})
     assert reply.status_code == 200, reply.text
     assert srv.backend.chats[-1]["messages"][1]["reasoning_content"] == "Answer it.\nBriefly."
+
+
+def test_a_negative_seed_is_a_seed(srv):
+    """OpenAI's `seed` is any int64 (its API spec's minimum is -2**63), and llama.cpp's habit of seed -1 reaches
+    OpenAI-compatible servers through UIs that keep it; here a negative seed was a 400 "greater than or equal to
+    0". It is now a seed like any other: read as its 64-bit two's complement (the generator's seeds are
+    unsigned), n choices wrapping past the last one, so each is a valid, reproducible seed."""
+    client = _openai(srv)
+    reply = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=2, seed=-1, n=2)
+    assert len(reply.choices) == 2
+    assert [call["params"].seed for call in srv.backend.calls[-2:]] == [2**64 - 1, 0]
+    client.completions.create(model="default", prompt="hi", max_tokens=1, seed=-2**63)
+    assert srv.backend.calls[-1]["params"].seed == 2**63
+    for seed in (-2**63 - 1, 2**63):
+        assert _post(srv, "/v1/completions", {"prompt": "hi", "max_tokens": 1, "seed": seed}).status_code == 400

@@ -83,7 +83,7 @@ REJECTED_CHAT_FIELDS = [
     ({"max_tokens": 0}, "max_tokens"),
     ({"max_completion_tokens": -3}, "max_completion_tokens"),
     ({"max_tokens": "many"}, "max_tokens"),
-    ({"seed": -1}, "seed"),
+    ({"seed": -2**63 - 1}, "seed"),
     ({"stream": "yes please"}, "stream"),
     ({"stream_options": {"include_usage": True, "bogus": 1}}, "stream_options.bogus"),
     ({"messages": []}, "messages"),

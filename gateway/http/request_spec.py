@@ -8,7 +8,7 @@ from typing import Any
 
 from contracts.names import forces_tool_call
 from contracts.request_text import from_messages, from_prompt, reply_format, tools_text
-from contracts.sampling import SamplingParams
+from contracts.sampling import SEEDS, SamplingParams
 from gateway.config import GatewayConfig
 from gateway.worker.spec import Prompt, RequestSpec
 
@@ -188,7 +188,7 @@ def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, l
         top_p=req.top_p,
         top_k=0 if req.top_k == -1 else req.top_k,
         min_p=req.min_p,
-        seed=req.seed,
+        seed=None if req.seed is None else req.seed % SEEDS,   # a negative seed: its 64-bit two's complement
         max_tokens=max_tokens,
         stop=_stop_list(req.stop, config),
         presence_penalty=req.presence_penalty or 0.0,

@@ -495,7 +495,8 @@ class _SamplingFields(_Strict):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: Annotated[int, Field(ge=-1, le=INT32_MAX), BeforeValidator(_whole_number)] | None = None  # 0/-1: off
     min_p: float | None = Field(None, ge=0.0, lt=1.0)   # the sampler needs p_max * min_p < p_max
-    seed: Annotated[int, Field(ge=0, le=2**63 - 1), BeforeValidator(_whole_number)] | None = None
+    # OpenAI's range (int64: negative seeds too; llama.cpp users send -1); the generator reads it as 64-bit unsigned
+    seed: Annotated[int, Field(ge=-2**63, le=2**63 - 1), BeforeValidator(_whole_number)] | None = None
     stop: str | list[str] | None = None
     stream: Stream = False
     stream_options: StreamOptions | None = None

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from contracts.chat import ReplyFormat
 from contracts.engine import Backend, CancelToken, GenerationChunk, Pause, PrefixHint
 from contracts.errors import ContextLengthExceeded, InvalidRequestError
-from contracts.sampling import SamplingParams
+from contracts.sampling import SamplingParams, choice_seed
 from gateway.routing.interface import RouteDecision, Router, RouteRequest
 
 from .spec import RequestSpec
@@ -107,7 +107,7 @@ def run_request(
                 yield ChoiceStart(at * spec.n + index, at)
                 # each choice is its own sample: a fixed seed gives n different (reproducible) choices, and a
                 # prompt's choices in a batch are those it would get alone
-                choice_params = replace(prompt_params, seed=prompt_params.seed + index) \
+                choice_params = replace(prompt_params, seed=choice_seed(prompt_params.seed, index)) \
                     if prompt_params.seed is not None else prompt_params
                 chunks = backend.generate(prompt_ids, choice_params, decision.engine, cancel, switch=decision.switch,
                                           reply=reply, prefix=prefix)
