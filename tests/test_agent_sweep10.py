@@ -199,3 +199,19 @@ def test_a_negative_seed_is_a_seed(srv):
     assert srv.backend.calls[-1]["params"].seed == 2**63
     for seed in (-2**63 - 1, 2**63):
         assert _post(srv, "/v1/completions", {"prompt": "hi", "max_tokens": 1, "seed": seed}).status_code == 400
+
+
+def test_anthropic_tool_fields_that_ask_for_no_server_tool_are_accepted(srv):
+    """The anthropic SDK's ToolParam also has `defer_loading` (Anthropic's server-side tool search) and
+    `allowed_callers` (calls from its code execution); clients that write such fields out send `false` and
+    `["direct"]`, which ask for nothing this server lacks, yet each was an "Unrecognized request argument" 400.
+    Those values are accepted; a deferred tool or a code-execution caller is a 400 that says why."""
+    client = _anthropic(srv)
+    tool = {**ANTHROPIC_WEATHER, "defer_loading": False, "allowed_callers": ["direct"]}
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    assert client.messages.create(model="default", max_tokens=8, messages=ask, tools=[tool]).stop_reason
+    assert srv.backend.chats[-1]["tools"][0]["function"]["name"] == "get_weather"
+    for field, value, words in (("defer_loading", True, "tool search"),
+                                ("allowed_callers", ["code_execution_20250825"], "code execution")):
+        refused = _post(srv, "/v1/messages", {"max_tokens": 8, "messages": ask, "tools": [{**tool, field: value}]})
+        assert refused.status_code == 400 and words in refused.json()["error"]["message"], refused.text
