@@ -215,3 +215,24 @@ def test_anthropic_tool_fields_that_ask_for_no_server_tool_are_accepted(srv):
                                 ("allowed_callers", ["code_execution_20250825"], "code execution")):
         refused = _post(srv, "/v1/messages", {"max_tokens": 8, "messages": ask, "tools": [{**tool, field: value}]})
         assert refused.status_code == 400 and words in refused.json()["error"]["message"], refused.text
+
+
+def test_responses_tool_fields_that_ask_for_no_server_tool_are_accepted(srv):
+    """The openai SDK's Responses FunctionToolParam grew `defer_loading` (tool search), `allowed_callers`
+    ("direct" / "programmatic") and `output_schema`, as Anthropic's tools did; clients that write them out were
+    "Unrecognized request argument" 400s on /v1/responses. `defer_loading: false`, `allowed_callers: ["direct"]`
+    and an `output_schema` (the client reads the call's output, not the model) are accepted, the function offered
+    as before; a deferred tool or a programmatic caller is a 400 that says why."""
+    tool = {"type": "function", "name": "get_weather", "parameters": ANTHROPIC_WEATHER["input_schema"], "strict": False,
+            "defer_loading": False, "allowed_callers": ["direct"], "output_schema": {"type": "string"}}
+    reply = _openai(srv).responses.create(model="default", input="Weather in Paris?", tools=[tool],
+                                          max_output_tokens=16)
+    assert reply.status == "completed"
+    assert srv.backend.chats[-1]["tools"] == [{"type": "function", "function": {
+        "name": "get_weather", "parameters": ANTHROPIC_WEATHER["input_schema"], "strict": False}}]
+    custom = {"type": "custom", "name": "apply_patch", "defer_loading": False, "allowed_callers": ["direct"]}
+    assert _post(srv, "/v1/responses", {"input": "hi", "tools": [custom]}).status_code == 200
+    for field, value, words in (("defer_loading", True, "tool search"),
+                                ("allowed_callers", ["programmatic"], "code execution")):
+        refused = _post(srv, "/v1/responses", {"input": "hi", "tools": [{**tool, field: value}]})
+        assert refused.status_code == 400 and words in refused.json()["error"]["message"], refused.text

@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from .schemas import TOOL_NAME, FunctionDefinition, NonNegativeInt, PositiveInt32, Stream, only_kinds
+from .schemas import (TOOL_NAME, DirectCallers, FunctionDefinition, NonNegativeInt, PositiveInt32, Stream, Undeferred,
+                      only_kinds)
 
 
 class _Anthropic(BaseModel):
@@ -156,27 +157,8 @@ class AnthropicTool(_Anthropic):
     strict: bool | None = None
     # example inputs (Anthropic's tool-use examples): shown to the model with the tool's description
     input_examples: list[dict[str, Any]] | None = None
-    # the SDK's ToolParam fields for Anthropic's server-side tool search and code execution: their values that
-    # ask for neither (the tool is offered up front and the model calls it) are accepted
-    defer_loading: bool | None = None
-    allowed_callers: list[str] | None = None
-
-    @field_validator("defer_loading")
-    @classmethod
-    def _loaded(cls, value: bool | None) -> bool | None:
-        if value:
-            raise ValueError("defer_loading needs Anthropic's tool search, a server tool not hosted here: send the "
-                             "tool without it (every tool is offered to the model)")
-        return value
-
-    @field_validator("allowed_callers")
-    @classmethod
-    def _direct(cls, value: list[str] | None) -> list[str] | None:
-        others = [caller for caller in value or () if caller != "direct"]
-        if others:
-            raise ValueError(f"allowed_callers {others[0]!r} is not supported (no code execution is hosted here: "
-                             "the model calls tools directly); supported: direct")
-        return value
+    defer_loading: Undeferred = None
+    allowed_callers: DirectCallers = None
 
     def described(self) -> str | None:
         """The description the model reads: the tool's own, then its input examples as JSON, one a line (every

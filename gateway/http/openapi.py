@@ -204,9 +204,10 @@ def _honoured_translations(defs: dict[str, Any], common: dict[str, Any], stop: d
     defs["FunctionTool"]["properties"]["parameters"] = _nullable(
         {"type": "object", "properties": {"type": {"const": "object"}}})
     defs["AnthropicTool"]["properties"]["input_schema"] = {"type": "object", "properties": {"type": {"const": "object"}}}
-    tool = defs["AnthropicTool"]["properties"]   # no server-side tool search or code execution: what asks for neither
-    tool["defer_loading"] = _one_of_values(None, False)
-    tool["allowed_callers"] = _nullable({"type": "array", "items": {"const": "direct"}})
+    for name in ("AnthropicTool", "FunctionTool", "CustomTool"):   # no server-side tool search or code execution
+        tool = defs[name]["properties"]
+        tool["defer_loading"] = _one_of_values(None, False)
+        tool["allowed_callers"] = _nullable({"type": "array", "items": {"const": "direct"}})
 
 
 def build_openapi(

@@ -13,6 +13,7 @@ from .schemas import (
     TOOL_NAME,
     CacheBreakpoint,
     CacheRetention,
+    DirectCallers,
     FunctionDefinition,
     JsonSchemaFormat,
     Penalty,
@@ -20,6 +21,7 @@ from .schemas import (
     ReasoningEffort,
     Stream,
     TopLogprobs,
+    Undeferred,
     custom_tool_function,
     only_kinds,
     refusals_as_text,
@@ -170,6 +172,9 @@ class FunctionTool(_Responses):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    defer_loading: Undeferred = None
+    allowed_callers: DirectCallers = None
+    output_schema: dict[str, Any] | None = None   # what the call's string output encodes: the client's to read
 
     @field_validator("parameters")
     @classmethod
@@ -178,7 +183,7 @@ class FunctionTool(_Responses):
 
     def function(self) -> dict[str, Any]:
         """The chat pipeline's function tool."""
-        return self.model_dump(exclude={"type"}, exclude_none=True)
+        return self.model_dump(include=set(FunctionDefinition.model_fields), exclude_none=True)
 
 
 class CustomToolFormat(_Responses):
@@ -193,6 +198,8 @@ class CustomTool(_Responses):
     name: str = Field(pattern=TOOL_NAME)
     description: str | None = None
     format: CustomToolFormat | None = None   # absent: text
+    defer_loading: Undeferred = None
+    allowed_callers: DirectCallers = None
 
     @field_validator("format", mode="before")
     @classmethod

@@ -59,6 +59,27 @@ class TextPart(_Strict):
 TEXT_KINDS = ("text", "input_text", "output_text")
 
 
+def _undeferred(value: bool | None) -> bool | None:
+    if value:
+        raise ValueError("defer_loading needs tool search, a server-side tool not hosted here: send the tool "
+                         "without it (every tool is offered to the model)")
+    return value
+
+
+def _direct_callers(value: list[str] | None) -> list[str] | None:
+    others = [caller for caller in value or () if caller != "direct"]
+    if others:
+        raise ValueError(f"allowed_callers {others[0]!r} is not supported (no code execution is hosted here: the "
+                         "model calls tools directly); supported: direct")
+    return value
+
+
+# A tool's fields for the vendors' server-side tool search and code execution (Anthropic's and the Responses API's
+# tools have both): the values that ask for neither (the tool offered up front, called by the model) are accepted
+Undeferred = Annotated[bool | None, AfterValidator(_undeferred)]
+DirectCallers = Annotated[list[str] | None, AfterValidator(_direct_callers)]
+
+
 def only_kinds(value: Any, allowed: tuple[str, ...], what: str, why: str) -> Any:
     """Before validation of a list of typed objects: say plainly why an unsupported `type` fails (an
     image part, a hosted tool) instead of pydantic's union-member noise. A text part written as another
