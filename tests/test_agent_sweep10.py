@@ -175,11 +175,17 @@ def test_litellm_thinking_blocks_on_chat_turns_are_accepted(srv):
     chat_weather = {"type": "function", "function": {"name": "get_weather", "parameters": ANTHROPIC_WEATHER["input_schema"]}}
     reply = _post(srv, "/v1/chat/completions", {"messages": messages, "tools": [chat_weather], "max_tokens": 8})
     assert reply.status_code == 200, reply.text
-    # blocks alone (LiteLLM's Message of a Claude reply, resent): the readable ones are the reasoning
+
+
+def test_thinking_blocks_alone_are_the_turns_reasoning(srv):
+    """LiteLLM's Message of a Claude reply, resent with `thinking_blocks` and no `reasoning_content` (the shape the
+    test above gets from LiteLLM itself, written out so that it runs where LiteLLM is not installed, as in CI):
+    the readable blocks are the turn's reasoning, the redacted one is left out."""
     turn = {"role": "assistant", "content": "It is sunny.", "thinking_blocks": [
         {"type": "thinking", "thinking": "Answer it.", "signature": ""}, {"type": "redacted_thinking", "data": "x"},
         {"type": "thinking", "thinking": "Briefly."}]}
-    reply = _post(srv, "/v1/chat/completions", {"messages": [messages[0], turn, {"role": "user", "content": "ok"}],
+    ask = {"role": "user", "content": "Weather in Paris?"}
+    reply = _post(srv, "/v1/chat/completions", {"messages": [ask, turn, {"role": "user", "content": "ok"}],
                                                 "max_tokens": 8})
     assert reply.status_code == 200, reply.text
     assert srv.backend.chats[-1]["messages"][1]["reasoning_content"] == "Answer it.\nBriefly."
