@@ -250,7 +250,7 @@ def test_the_two_device_calls_give_a_family_the_engines_read(tmp_path):
     assert (tmp_path / "family" / "target" / "model.safetensors").exists()
 
 
-def test_a_timed_phase_stops_at_its_deadline_when_the_device_slows_after_the_probe(monkeypatch):
+def test_a_timed_phase_stops_at_its_deadline_when_the_device_slows_after_the_probe(monkeypatch, capsys):
     import training.train_common as common
 
     clock = [1000.0]
@@ -263,6 +263,8 @@ def test_a_timed_phase_stops_at_its_deadline_when_the_device_slows_after_the_pro
     assert 90 < planned < 110 and not budget.done(3)
     clock[0] += 10 * 100.0        # a job sharing the device makes the next step take 1000 s
     assert budget.done(4)         # stopped long before the planned steps
+    assert budget.done(4) and budget.planned(-1) == 4   # the loop's test and its last log line read it too
+    assert capsys.readouterr().out.count("stopped at step 4") == 1   # said once
     exact = common.StepBudget(seconds=100.0, steps=50)
     clock[0] += 10 * 100.0        # an explicit step count is kept however long it takes
     assert not exact.done(49) and exact.done(50)

@@ -82,13 +82,12 @@ class StepBudget:
         return self.total if self.total is not None else fallback
 
     def done(self, step: int) -> bool:
-        if self.total is not None and step >= self.total:
-            return True
-        if self.deadline is not None and time.time() > self.deadline:
+        if self.deadline is not None and time.time() > self.deadline and (self.total is None or step < self.total):
+            # the phase ends here: later calls (the loop's test, its last log line) read the step count
             print(f"[budget] stopped at step {step} of {self.total}: past {self.deadline - self.start:.0f} s",
                   flush=True)
-            return True
-        return False
+            self.total = step
+        return self.total is not None and step >= self.total
 
 
 def adamw(params: list[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.AdamW:
