@@ -268,3 +268,24 @@ def test_a_timed_phase_stops_at_its_deadline_when_the_device_slows_after_the_pro
     exact = common.StepBudget(seconds=100.0, steps=50)
     clock[0] += 10 * 100.0        # an explicit step count is kept however long it takes
     assert not exact.done(49) and exact.done(50)
+
+
+def test_a_timed_phase_plans_and_stops_by_the_process_stop_time(monkeypatch, capsys):
+    """Start-up before a phase (fla's compilation) is unknown in advance: the device script sets a stop
+    time so the shards are saved before its timeout, whatever the phase's own seconds say."""
+    import training.train_common as common
+
+    clock = [1000.0]
+    monkeypatch.setattr(common.time, "time", lambda: clock[0])
+    monkeypatch.setenv(common.STOP_AT_ENV, "1050")
+    budget = common.StepBudget(seconds=100.0, steps=None, probe=2)
+    for step in range(1, 4):      # probe: 1 s per step; 47 s to the stop time, 97 s of the phase's own
+        clock[0] += 1.0
+        budget.after_step(step)
+    assert budget.planned(-1) == 3 + 47
+    assert "47 s left before" in capsys.readouterr().out
+    clock[0] += 60.0              # slower than probed: stopped at the stop time, not at 1.2x 100 s
+    assert budget.done(10) and budget.planned(-1) == 10
+    monkeypatch.delenv(common.STOP_AT_ENV)
+    unbounded = common.StepBudget(seconds=100.0, steps=None, probe=2)
+    assert unbounded.deadline == clock[0] + 120.0

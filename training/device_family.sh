@@ -15,8 +15,11 @@
 # typing-inspection) for Python 3.12; tok: the demo tokenizer.json + tokenizer_config.json.
 # Then here: call 1's target-*.safetensors, and heads/*.safetensors of call 2's heads.tgz with its
 # heads/report_mtp.json as report.json, in one folder DIR: `switchyard-train export --shards DIR`.
-# Seconds are budgets of the training loops; every call stays under the device's 600 s with start-up and
-# the kernels' first compilation (~60-90 s). Off the device the same commands run on the CPU (fla absent:
+# Seconds are budgets of the training loops, and every phase also stops by STOP_SECONDS (default 440) after
+# the script starts, so a call stays under the device's 600 s whatever fla's start-up costs: its gradient check
+# and first compilation took 100-340 s on the device (2026-11-28: 200 s before the target's phase, 144 s in its
+# first step), which the phase's own seconds cannot know. Where fla's start-up is that slow, a 380-s target
+# gets ~240 s of steps; the reference kernels (`python3 -m training.train_family`) start in seconds. Off the device the same commands run on the CPU (fla absent:
 # transformers' reference kernels), e.g. with --tiny, which is how the plumbing is tested.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -26,12 +29,17 @@ for wheel in "$CARRY"/wheels/*.whl; do
   [ -e "$wheel" ] && python3 -m zipfile -e "$wheel" /tmp/site
 done
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+# Every timed phase stops by this wall-clock time (train_common.stop_at), whatever its start-up took (fla's
+# gradient check and first compilation cost 100-340 s before and inside the phase), so the shards are saved
+# before the jobs' timeouts; STOP_SECONDS is counted from here and leaves the call's last ~100 s for saving.
+STOP_SECONDS=${STOP_SECONDS:-440}
+export SWITCHYARD_TRAIN_STOP_AT=$(( $(date +%s) + STOP_SECONDS ))
 step=${1:?target or heads}
 shift
 tok="$CARRY/tok/tokenizer.json"
 case "$step" in
   target)
-    timeout $(( ${TARGET_SECONDS:-380} + 140 )) python3 -m training.fla_kernels family --target-only \
+    timeout $(( STOP_SECONDS + 90 )) python3 -m training.fla_kernels family --target-only \
       --corpus "${CORPUS:-training/corpus/pack}" --tokenizer "$tok" --out "$OUT" \
       --target-seconds "${TARGET_SECONDS:-380}" --log-every 500 "$@" > "$OUT/target.log" 2>&1
     echo "target rc=$?"
@@ -45,15 +53,15 @@ case "$step" in
       [ -e "$packed" ] && python3 -c "import lzma, sys; open(sys.argv[2], 'wb').write(lzma.decompress(open(sys.argv[1], 'rb').read()))" \
         "$packed" "/tmp/target/$(basename "$packed" .xz)"
     done
-    # Phases stop at 1.2x their seconds (train_common.StepBudget) when the other job slows them after their
-    # step probe; the timeouts leave room for that, loading and a short evaluation, under the device's 600 s.
-    # The MTP job evaluates the target again before its phase: small --eval-tokens keep that short.
-    timeout $(( ${MTP_SECONDS:-360} * 6 / 5 + 110 )) python3 -m training.fla_kernels family \
+    # Phases stop at 1.2x their seconds or at the stop time, whichever comes first; the timeouts leave room
+    # for saving and a short evaluation (the MTP job also evaluates the target before its phase: small
+    # --eval-tokens keep that short).
+    timeout $(( STOP_SECONDS + 90 )) python3 -m training.fla_kernels family \
       --corpus "${CORPUS:-training/corpus/pack}" --tokenizer "$tok" --target-shards /tmp/target --out /tmp/mtp \
       --mtp-seconds "${MTP_SECONDS:-360}" --skip-drafter --eval-tokens 16384 --log-every 500 "$@" \
       > "$OUT/mtp.log" 2>&1 &
     mtp=$!
-    timeout $(( ${GEN_SECONDS:-100} + ${DRAFTER_SECONDS:-300} * 6 / 5 + 100 )) python3 -m training.fla_kernels \
+    timeout $(( STOP_SECONDS + 90 )) python3 -m training.fla_kernels \
       distill --target-shards /tmp/target --tokenizer "$tok" --prompts "$CARRY/prompts.jsonl" --out /tmp/drafter \
       --gen-seconds "${GEN_SECONDS:-100}" --drafter-seconds "${DRAFTER_SECONDS:-300}" --eval-tokens 32768 \
       --log-every 500 "$@" > "$OUT/drafter.log" 2>&1

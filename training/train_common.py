@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -54,18 +55,34 @@ def lr_at(step: int, total: int, peak: float, warmup: int, floor: float = 0.1) -
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+STOP_AT_ENV = "SWITCHYARD_TRAIN_STOP_AT"
+
+
+def stop_at() -> float | None:
+    """The wall-clock time (epoch seconds, from SWITCHYARD_TRAIN_STOP_AT) by which every timed phase must have
+    stopped, so the shards are saved before a device call's timeout. Start-up before a phase (the fla kernels'
+    gradient check, their first compilation: 100-340 s on the device) is not known in advance, and a phase
+    sized by its own seconds alone lost a target to the timeout twice."""
+    value = os.environ.get(STOP_AT_ENV)
+    return float(value) if value else None
+
+
 class StepBudget:
-    """Fixes the total step count after timing the first `probe` steps, so a phase fits its seconds.
-    Passing `steps` makes the run exactly reproducible (the log prints the count it chose)."""
+    """Fixes the total step count after timing the first `probe` steps, so a phase fits its seconds (and
+    ends by `stop_at()` when that is set). Passing `steps` makes the run exactly reproducible (the log
+    prints the count it chose)."""
 
     def __init__(self, seconds: float, steps: int | None, probe: int = 8, overrun: float = 1.2) -> None:
         self.seconds, self.total, self.probe = seconds, steps, probe
         self.start = time.time()
         self.probe_start: float | None = None
+        self.stop_at = None if steps is not None else stop_at()
         # The probe assumes the device stays as busy as it was: a job that shares the GPU and changes phase
         # (replies' generation, then training) slowed a target 3x after its probe and a device call's timeout
         # lost it. A timed phase therefore also stops at `overrun` times its seconds.
         self.deadline = None if steps is not None else self.start + seconds * overrun
+        if self.stop_at is not None:
+            self.deadline = min(self.deadline, self.stop_at)
 
     def after_step(self, step: int) -> None:
         if self.total is not None:
@@ -73,8 +90,12 @@ class StepBudget:
         if step == 1:  # the first step pays for allocation and kernel selection
             self.probe_start = time.time()
         elif step == 1 + self.probe and self.probe_start is not None:
-            per_step = (time.time() - self.probe_start) / self.probe
-            remaining = self.seconds - (time.time() - self.start)
+            now = time.time()
+            per_step = (now - self.probe_start) / self.probe
+            remaining = self.seconds - (now - self.start)
+            if self.stop_at is not None and self.stop_at - now < remaining:
+                remaining = self.stop_at - now
+                print(f"[budget] {remaining:.0f} s left before {STOP_AT_ENV}", flush=True)
             self.total = step + max(1, int(remaining / per_step))
             print(f"[budget] {per_step * 1000:.1f} ms/step -> {self.total} steps", flush=True)
 
