@@ -19,13 +19,18 @@
 # the script starts, so a call stays under the device's 600 s whatever fla's start-up costs: its gradient check
 # and first compilation took 100-340 s on the device (2026-11-28: 200 s before the target's phase, 144 s in its
 # first step), which the phase's own seconds cannot know. Where fla's start-up is that slow, a 380-s target
-# gets ~240 s of steps; the reference kernels (`python3 -m training.train_family`) start in seconds. Off the device the same commands run on the CPU (fla absent:
-# transformers' reference kernels), e.g. with --tiny, which is how the plumbing is tested.
+# gets ~240 s of steps; KERNELS=reference (transformers' kernels, ~1/1.8 the target's tokens per second) starts
+# in seconds. Off the device the same commands run on the CPU (fla absent: the reference kernels), e.g. with
+# --tiny, which is how the plumbing is tested.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 CARRY=${CARRY:-training/out}
+# a warm device keeps /tmp between calls: a reference call must not import the last call's fla
+rm -rf /tmp/site
 mkdir -p "$OUT" /tmp/site
 for wheel in "$CARRY"/wheels/*.whl; do
+  # transformers picks fla's kernel up by itself wherever fla imports (unpadded: refused on Hopper)
+  case "${KERNELS:-fla}:$(basename "$wheel")" in reference:fla_core-*|reference:flash_linear_attention-*) continue ;; esac
   [ -e "$wheel" ] && python3 -m zipfile -e "$wheel" /tmp/site
 done
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -34,12 +39,18 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 # before the jobs' timeouts; STOP_SECONDS is counted from here and leaves the call's last ~100 s for saving.
 STOP_SECONDS=${STOP_SECONDS:-440}
 export SWITCHYARD_TRAIN_STOP_AT=$(( $(date +%s) + STOP_SECONDS ))
+# KERNELS=reference skips fla (its start-up cost ~340 s of a call on 2026-11-28): transformers' kernels.
+if [ "${KERNELS:-fla}" = reference ]; then
+  family=training.train_family distill=training.distill
+else
+  family="training.fla_kernels family" distill="training.fla_kernels distill"
+fi
 step=${1:?target or heads}
 shift
 tok="$CARRY/tok/tokenizer.json"
 case "$step" in
   target)
-    timeout $(( STOP_SECONDS + 90 )) python3 -m training.fla_kernels family --target-only \
+    timeout $(( STOP_SECONDS + 90 )) python3 -m $family --target-only \
       --corpus "${CORPUS:-training/corpus/pack}" --tokenizer "$tok" --out "$OUT" \
       --target-seconds "${TARGET_SECONDS:-380}" --log-every 500 "$@" > "$OUT/target.log" 2>&1
     echo "target rc=$?"
@@ -56,13 +67,13 @@ case "$step" in
     # Phases stop at 1.2x their seconds or at the stop time, whichever comes first; the timeouts leave room
     # for saving and a short evaluation (the MTP job also evaluates the target before its phase: small
     # --eval-tokens keep that short).
-    timeout $(( STOP_SECONDS + 90 )) python3 -m training.fla_kernels family \
+    timeout $(( STOP_SECONDS + 90 )) python3 -m $family \
       --corpus "${CORPUS:-training/corpus/pack}" --tokenizer "$tok" --target-shards /tmp/target --out /tmp/mtp \
       --mtp-seconds "${MTP_SECONDS:-360}" --skip-drafter --eval-tokens 16384 --log-every 500 "$@" \
       > "$OUT/mtp.log" 2>&1 &
     mtp=$!
-    timeout $(( STOP_SECONDS + 90 )) python3 -m training.fla_kernels \
-      distill --target-shards /tmp/target --tokenizer "$tok" --prompts "$CARRY/prompts.jsonl" --out /tmp/drafter \
+    timeout $(( STOP_SECONDS + 90 )) python3 -m $distill \
+      --target-shards /tmp/target --tokenizer "$tok" --prompts "$CARRY/prompts.jsonl" --out /tmp/drafter \
       --gen-seconds "${GEN_SECONDS:-100}" --drafter-seconds "${DRAFTER_SECONDS:-300}" --eval-tokens 32768 \
       --log-every 500 "$@" > "$OUT/drafter.log" 2>&1
     echo "drafter rc=$?"
