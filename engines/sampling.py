@@ -45,8 +45,8 @@ def resolve(params: SamplingParams, defaults: GenerationDefaults) -> SamplerConf
     )
     if cfg.temperature < 0:
         raise InvalidRequestError("temperature must be >= 0", param="temperature")
-    if not 0.0 < cfg.top_p <= 1.0:
-        raise InvalidRequestError("top_p must be in (0, 1]", param="top_p")
+    if not 0.0 <= cfg.top_p <= 1.0:
+        raise InvalidRequestError("top_p must be in [0, 1]", param="top_p")
     if cfg.top_k < 0:
         raise InvalidRequestError("top_k must be >= 0 (0 disables it)", param="top_k")
     if not 0.0 <= cfg.min_p < 1.0:
@@ -107,7 +107,8 @@ def candidates(logits: mx.array, cfg: SamplerConfig) -> Candidates:
     renormalised top-k distribution, as HF/vLLM), min-p.
 
     Top-k keeps exactly k tokens (a tie at the k-th value is broken by the partition, as
-    torch.topk breaks it); top-p and min-p keep every token at or above their threshold value.
+    torch.topk breaks it); top-p and min-p keep every token at or above their threshold value. The
+    nucleus always holds the most likely token (as HF and vLLM keep one): top_p 0 is that token alone.
     """
     vocab = logits.shape[-1]
     tokens = None
@@ -123,6 +124,7 @@ def candidates(logits: mx.array, cfg: SamplerConfig) -> Candidates:
         probs = mx.exp(ordered)
         before = mx.cumsum(probs, axis=-1) - probs
         threshold = mx.min(mx.where(before < cfg.top_p, ordered, mx.inf), axis=-1, keepdims=True)
+        threshold = mx.minimum(threshold, ordered[..., :1])   # top_p 0 keeps no prefix: the top token stays
         x = mx.where(x >= threshold, x, neg_inf)
     if cfg.min_p > 0.0:
         top = mx.max(x, axis=-1, keepdims=True)

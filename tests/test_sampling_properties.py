@@ -43,7 +43,7 @@ def plain(temperature: float) -> SamplerConfig:
 
 
 @SETTINGS
-@given(vocab_logits, temperatures, st.integers(0, 12), st.floats(0.05, 1.0), st.floats(0.0, 0.95))
+@given(vocab_logits, temperatures, st.integers(0, 12), st.floats(0.05, 1.0) | st.just(0.0), st.floats(0.0, 0.95))
 def test_log_probs_are_normalised_and_keep_the_argmax(logits, temperature, top_k, top_p, min_p):
     cfg = SamplerConfig(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p)
     lp = np.array(log_probs(mx.array(logits, dtype=mx.float32), cfg), dtype=np.float64)
@@ -158,7 +158,7 @@ def _verify(draft: int, q: Candidates, target: mx.array, cfg: SamplerConfig, u: 
     st.lists(grid_logit, min_size=v, max_size=v),
     st.lists(grid_logit, min_size=v, max_size=v),
     st.lists(grid_logit, min_size=v, max_size=v),
-)), temperatures, st.integers(0, 6), st.floats(0.3, 1.0))
+)), temperatures, st.integers(0, 6), st.floats(0.3, 1.0) | st.just(0.0))   # 0: the top token alone
 def test_chain_verify_accepts_with_min_1_p_over_q_and_emits_p(vectors, temperature, top_k, top_p):
     draft_logits, target_now, target_next = vectors
     cfg = SamplerConfig(temperature=temperature, top_p=top_p, top_k=top_k, min_p=0.0)

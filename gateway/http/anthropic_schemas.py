@@ -236,7 +236,7 @@ class MessagesRequest(_ClaudeCodeFields):
     stop_sequences: list[str] | None = None
     stream: Stream = False
     temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)   # 0: the most likely token alone
     top_k: NonNegativeInt | None = None
     tools: ClientTools = None
     tool_choice: AnthropicToolChoice | None = None

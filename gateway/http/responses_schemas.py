@@ -318,7 +318,7 @@ class _PromptFields(_Responses):
 class ResponsesRequest(_PromptFields):
     max_output_tokens: PositiveInt32 | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)   # 0: the most likely token alone
     top_logprobs: TopLogprobs | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None

@@ -513,7 +513,7 @@ class _SamplingFields(_Strict):
     model: str | None = None
     max_tokens: PositiveInt32 | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)   # 0: the most likely token alone
     top_k: Annotated[int, Field(ge=-1, le=INT32_MAX), BeforeValidator(_whole_number)] | None = None  # 0/-1: off
     min_p: float | None = Field(None, ge=0.0, lt=1.0)   # the sampler needs p_max * min_p < p_max
     # OpenAI's range (int64: negative seeds too; llama.cpp users send -1); the generator reads it as 64-bit unsigned
