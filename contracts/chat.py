@@ -47,7 +47,8 @@ class ReplyFormat:
     """How to read the reply's text: reasoning blocks and tool calls in the chat template's syntax."""
 
     tools: tuple[dict[str, Any], ...] = ()   # the request's tools (argument types for the parser)
-    parse_tools: bool = False                # tool_choice none, or no tools: tool-call markup stays text
+    parse_tools: bool = False                # tool_choice none (tools shown, no call), or no tools: tool-call
+                                             # markup stays text
     opens_in_reasoning: bool = False         # the generation prompt already opened a thinking block
     prefix: str = ""                         # reply text the prompt already holds (a forced tool call's start)
     continues: bool = False                  # the reply continues the client's own start of it (a prefill):
@@ -66,3 +67,5 @@ class ChatPrompt:
     # what the reply must follow (SamplingParams.grammar, an llguidance grammar): a forced tool call,
     # from just after its opening (`reply.prefix`, the prompt's end) to the end of the reply
     grammar: str | None = None
+    # tokens the reply may not hold (SamplingParams.logit_bias -inf): tool_choice "none"'s call opening
+    banned: tuple[int, ...] = ()

@@ -124,12 +124,14 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
                 template_kwargs: dict[str, Any] | None = None, continue_final: bool = False, *,
                 answer_schema: dict[str, Any] | None = None) -> tuple[str, ReplyFormat, str | None]:
     """The prompt text, how to read the reply, and the grammar the reply must follow. tool_choice
-    "none" hides the tools (the model is not offered them); "required" and named functions start the
-    reply with the call's opening and constrain the rest to one call (engines.forced_call). With tools
-    offered and not forced, `answer_schema` makes the reply that JSON or one call (engines.forced_call).
-    `continue_final`: the prompt ends inside the last (assistant) message, and the reply continues it."""
+    "none" shows the tools but offers no call (their markup stays text; chat_prompt bans the call's
+    opening); "required" and named functions start the reply with the call's opening and constrain the
+    rest to one call (engines.forced_call). With tools offered and not forced, `answer_schema` makes the
+    reply that JSON or one call (engines.forced_call). `continue_final`: the prompt ends inside the last
+    (assistant) message, and the reply continues it."""
     kwargs = dict(template_kwargs or {})
     offered = tools if tools and tool_choice != "none" else None
+    shown = _shown_tools(tokenizer, tools, tool_choice)
     forced = offered is not None and forces_tool_call(tool_choice)
     if offered and not tokenizer.has_tool_calling:
         raise InvalidRequestError("this model's chat template has no tool-call format: tools are not supported",
@@ -138,7 +140,7 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
     if forced and tokenizer.has_thinking:
         kwargs.setdefault("enable_thinking", False)   # the call starts the reply, unless thinking is asked for
     try:
-        text = tokenizer.apply_chat_template(_template_messages(tokenizer, messages), tools=offered, tokenize=False,
+        text = tokenizer.apply_chat_template(_template_messages(tokenizer, messages), tools=shown, tokenize=False,
                                              **ending, **kwargs)
     except InvalidRequestError:
         raise
@@ -156,9 +158,28 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
     else:
         call = ForcedCall("", None)
     prefix = call.prefix
-    reply = ReplyFormat(tools=tuple(offered or ()), parse_tools=offered is not None,
+    reply = ReplyFormat(tools=tuple(shown or ()), parse_tools=offered is not None,
                         opens_in_reasoning=opens_in_reasoning and not prefix, prefix=prefix, continues=continue_final)
     return text + prefix, reply, call.grammar
+
+
+def _shown_tools(tokenizer: Any, tools: list[dict] | None, tool_choice: Any) -> list[dict] | None:
+    """The tools the template renders: every one given, tool_choice "none" too (OpenAI's "none" forbids a
+    call, the model still knows the tools), except "none" on a template with no tool-call format, which
+    has nothing to show them in."""
+    if not tools or (tool_choice == "none" and not tokenizer.has_tool_calling):
+        return None
+    return tools
+
+
+def refused_call_tokens(tokenizer: Any, tools: list[dict] | None, tool_choice: Any) -> tuple[int, ...]:
+    """The tokens a reply may not hold: under tool_choice "none" with tools shown, the call's opening where it
+    is one token (Qwen's <tool_call>), so that no call starts; an opening of several tokens is not banned
+    (its markup, if written, stays the answer's text)."""
+    if tool_choice != "none" or _shown_tools(tokenizer, tools, tool_choice) is None:
+        return ()
+    ids = tokenizer.encode(tokenizer.tool_call_start, add_special_tokens=False)
+    return tuple(ids) if len(ids) == 1 else ()
 
 
 def _conversation_ids(tokenizer: Any, messages: list[dict], tools: list[dict] | None,
@@ -215,9 +236,9 @@ def chat_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
     text, reply, grammar = render_chat(tokenizer, messages, tools, tool_choice, template_kwargs, continue_final,
                                        answer_schema=answer_schema)
     ids = _encode(tokenizer, text)
-    offered = list(reply.tools) or None   # the tools the template was given (none for tool_choice "none")
+    offered = list(reply.tools) or None   # the tools the template was given
     # a continued reply: the conversation ends where the client's unfinished assistant turn begins
     history = messages[:-1] if continue_final else messages
     points = {*_system_point(tokenizer, ids, messages, offered, template_kwargs),
               *_history_point(tokenizer, ids, history, offered, template_kwargs)}
-    return ChatPrompt(ids, reply, tuple(sorted(points)), grammar)
+    return ChatPrompt(ids, reply, tuple(sorted(points)), grammar, refused_call_tokens(tokenizer, tools, tool_choice))

@@ -76,12 +76,13 @@ class FakeBackend:
                            "answer_schema": answer_schema})
         if self.tokenizer is None:
             return ChatPrompt(self.encode_chat(messages))
-        from engines.chat import render_chat
+        from engines.chat import refused_call_tokens, render_chat
 
         text, reply, grammar = render_chat(self.tokenizer, messages, tools, tool_choice, template_kwargs,
                                            continue_final, answer_schema=answer_schema)
         self.threads.add(threading.get_ident())
-        return ChatPrompt(self._encode(text), reply, grammar=grammar)
+        return ChatPrompt(self._encode(text), reply, grammar=grammar,
+                          banned=refused_call_tokens(self.tokenizer, tools, tool_choice))
 
     def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
         self.threads.add(threading.get_ident())

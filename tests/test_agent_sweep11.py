@@ -11,6 +11,7 @@ import mlx.core as mx
 from contracts.sampling import SamplingParams
 from engines.bundle import GenerationDefaults
 from engines.sampling import Rng, SamplerConfig, candidates, choose, resolve
+from tests.agent_sweeps import WEATHER
 from tests.agent_sweeps import openai_client as _openai
 from tests.agent_sweeps import post as _post
 from tests.agent_sweeps import srv  # noqa: F401 - srv is the shared fixture
@@ -47,3 +48,69 @@ def test_top_p_zero_keeps_only_the_most_likely_token(srv):
     with_top_k = candidates(logits, SamplerConfig(temperature=0.7, top_p=0.0, top_k=2, min_p=0.0)).dense(4)
     assert [math.isfinite(v) for v in with_top_k.tolist()[0]] == [False, True, False, False]
     assert choose(logits[:1], cfg, Rng(3)).tolist() == [1]
+
+
+CHAT_WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+                                                 "parameters": WEATHER["parameters"]}}
+XML_CALL = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+
+
+def test_tool_choice_none_shows_the_tools_but_allows_no_call(srv, qwen_chat_tokenizer):
+    """OpenAI's tool_choice "none" means the model may not call a tool, not that it does not know them: the
+    tools stay in the prompt (a conversation whose earlier turns called them reads the same, and the prompt's
+    prefix stays cached across turns that switch tool_choice). Here "none" took the tools out of the prompt,
+    on /v1/chat/completions, /v1/responses and Anthropic's tool_choice {"type": "none"} alike. The template now
+    renders them, and the call's opening token (Qwen's <tool_call>) is banned from the reply (a -inf logit
+    bias, applied as every bias is: every engine alike); call markup the model still writes stays text."""
+    srv.backend.reply = "Fine.\n</think>\n\nIt is sunny."
+    start = qwen_chat_tokenizer.convert_tokens_to_ids("<tool_call>")
+    asks = {
+        "chat": lambda: _openai(srv).chat.completions.create(model="default", messages=ASK, tools=[CHAT_WEATHER],
+                                                             tool_choice="none", max_tokens=16),
+        "responses": lambda: _openai(srv).responses.create(model="default", input="Weather in Paris?", tools=[WEATHER],
+                                                           tool_choice="none", max_output_tokens=16),
+        "messages": lambda: _anthropic(srv).messages.create(
+            model="default", max_tokens=16, messages=ASK, tool_choice={"type": "none"},
+            tools=[{"name": "get_weather", "input_schema": WEATHER["parameters"]}]),
+    }
+    for api, ask in asks.items():
+        ask()
+        prompt = srv.backend.encoded[-1]
+        assert "<tools>" in prompt and "get_weather" in prompt, api
+        assert (start, -math.inf) in srv.backend.calls[-1]["params"].logit_bias, api
+        assert srv.backend.calls[-1]["reply"].parse_tools is False, api
+    # the count matches the prompt the reply is generated from
+    counted = _post(srv, "/v1/messages/count_tokens", {"messages": ASK, "tool_choice": {"type": "none"},
+                                                       "tools": [{"name": "get_weather", "input_schema": WEATHER["parameters"]}]})
+    plain = _post(srv, "/v1/messages/count_tokens", {"messages": ASK})
+    assert counted.json()["input_tokens"] > plain.json()["input_tokens"]
+    # a call written anyway (the fake ignores the ban) is the answer's text, never a tool call
+    srv.backend.reply = f"Fine.\n</think>\n\n{XML_CALL}"
+    reply = asks["chat"]()
+    assert reply.choices[0].message.tool_calls is None and reply.choices[0].finish_reason == "stop"
+    # auto offers them with no ban
+    _openai(srv).chat.completions.create(model="default", messages=ASK, tools=[CHAT_WEATHER], max_tokens=16)
+    assert srv.backend.calls[-1]["params"].logit_bias == ()
+
+
+def test_tool_choice_none_bans_the_call_on_a_real_runtime(tiny_qwen_chat_target, qwen_chat_tokenizer):
+    """On the runtime, every engine: a reply pushed towards a call (logit_bias +100 on <tool_call>) opens one
+    under tool_choice "auto" and never under "none", whose ban outweighs any bias."""
+    from engines.runtime import load_runtime
+    from gateway.http.app import create_app
+    from tests.fakes import live_server
+
+    start = qwen_chat_tokenizer.convert_tokens_to_ids("<tool_call>")
+    runtime = load_runtime(str(tiny_qwen_chat_target))
+    with live_server(create_app(runtime)) as server:
+        client = _openai(server)
+        for engine in runtime.engine_names:
+            replies = {}
+            for choice in ("auto", "none"):
+                reply = client.chat.completions.create(
+                    model="default", messages=ASK, tools=[CHAT_WEATHER], tool_choice=choice, max_tokens=4,
+                    temperature=0, reasoning_effort="none", logit_bias={str(start): 100},
+                    extra_body={"engine": engine}).choices[0]
+                replies[choice] = (reply.message.content or "") + str(reply.message.tool_calls or "")
+            assert "<tool_call>" in replies["auto"] or "get_weather" in replies["auto"], (engine, replies)
+            assert "<tool_call>" not in replies["none"], (engine, replies)

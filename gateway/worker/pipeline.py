@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from contracts.chat import ReplyFormat
+from contracts.chat import ChatPrompt
 from contracts.engine import Backend, CancelToken, GenerationChunk, Pause, PrefixHint
 from contracts.errors import ContextLengthExceeded, InvalidRequestError
 from contracts.sampling import SamplingParams, choice_seed
@@ -33,14 +34,28 @@ class ChoiceStart:
     prompt: int = 0   # which of the request's prompts it answers (a text completion may send several)
 
 
-def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[list[int]], ReplyFormat | None, PrefixHint, str | None]:
-    """The prompts' tokens (a chat has one, a text completion one or more), how to read the reply, where to
-    snapshot it, and the grammar the prompt imposes on the reply (a forced tool call's)."""
+def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[list[int]], ChatPrompt | None, PrefixHint]:
+    """The prompts' tokens (a chat has one, a text completion one or more), the rendered chat (how to read the
+    reply, what it imposes on it) and where to snapshot it."""
     if spec.messages is None:
-        return [backend.encode_prompt(p) for p in spec.prompts], None, PrefixHint(spec.cache_scope), None
+        return [backend.encode_prompt(p) for p in spec.prompts], None, PrefixHint(spec.cache_scope)
     prompt = backend.chat_prompt(spec.messages, spec.tools, spec.tool_choice, spec.template_kwargs, spec.continue_final,
                                  answer_schema=spec.answer_schema)
-    return [prompt.ids], prompt.reply, PrefixHint(spec.cache_scope, prompt.cache_points), prompt.grammar
+    return [prompt.ids], prompt, PrefixHint(spec.cache_scope, prompt.cache_points)
+
+
+def _imposed(params: SamplingParams, chat: ChatPrompt | None) -> SamplingParams:
+    """The params with what the rendered chat imposes on its reply: its grammar (a forced call, for which
+    chat_spec drops a response_format's grammar; or a JSON answer beside tools: that JSON or a call, in the
+    template's syntax), and its banned tokens (tool_choice "none"'s call opening) as a -inf logit bias, which
+    every engine applies to the target's logits like any bias."""
+    if chat is None:
+        return params
+    if chat.grammar is not None:
+        params = replace(params, grammar=chat.grammar)
+    if chat.banned:
+        params = replace(params, logit_bias=(*params.logit_bias, *((token, -math.inf) for token in chat.banned)))
+    return params
 
 
 def check_fits(prompt_tokens: int, context_length: int, spec: RequestSpec) -> None:
@@ -74,14 +89,11 @@ def _fitted(params: SamplingParams, prompt_tokens: int, context_length: int, spe
 def run_request(
     backend: Backend, router: Router, spec: RequestSpec, cancel: CancelToken, queue_depth: int, concurrent: int = 0
 ) -> Iterator[Routed | ChoiceStart | GenerationChunk | Pause]:
-    prompts, reply, prefix, grammar = _prompt(backend, spec)
+    prompts, chat, prefix = _prompt(backend, spec)
+    reply = chat.reply if chat is not None else None
     if reply is not None and not spec.parallel_tool_calls:   # the engines end the reply at its first call
         reply = replace(reply, one_call=True)
-    params = spec.params
-    if grammar is not None:
-        # the prompt's grammar shapes the reply: a forced call (chat_spec drops a response_format's grammar under
-        # it), or a JSON answer beside tools (that JSON or a call, in the template's syntax)
-        params = replace(params, grammar=grammar)
+    params = _imposed(spec.params, chat)
     for ids in prompts:   # every prompt is checked before the first one runs: a batch fails whole or not at all
         check_fits(len(ids), backend.context_length, spec)
     longest = max(map(len, prompts))
