@@ -249,7 +249,8 @@ class Backend(Protocol):
 
     def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
         """A text completion's prompt as token ids: text is tokenized, ids (a client that tokenized the prompt
-        itself) are checked against the vocabulary (InvalidRequestError, param "prompt")."""
+        itself) are checked against the vocabulary (InvalidRequestError, param "prompt"); "" is the start of
+        a text (engines.text.start_of_text; InvalidRequestError where the tokenizer has no such token)."""
         ...
 
     def generate(

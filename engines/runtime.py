@@ -37,7 +37,7 @@ from .prefill import PrefixPlan
 from .prefix_cache import PrefixCache
 from .raw import RawEngine
 from .reply import FirstCallEnd, ReplySplitter, split_reply, stop_skips
-from .text import stream_text
+from .text import start_of_text, stream_text
 
 log = logging.getLogger("switchyard.runtime")
 
@@ -93,6 +93,8 @@ class Runtime:
                            answer_schema=answer_schema)
 
     def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
+        if prompt == "":
+            return start_of_text(self.bundle.tokenizer)
         if isinstance(prompt, str):
             return list(self.bundle.tokenizer.encode(prompt, add_special_tokens=False))
         return checked_token_ids(prompt, self.bundle.vocab_size)

@@ -6,6 +6,24 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from contracts.engine import GenerationChunk, Pause, StepResult
+from contracts.errors import InvalidRequestError
+
+# GPT-2's and Qwen's end-of-text token: the separator between pretraining documents, so what a new one follows
+END_OF_TEXT = "<|endoftext|>"
+
+
+def start_of_text(tokenizer: Any) -> list[int]:
+    """What an empty prompt is generated from (OpenAI's completions take `prompt: ""`): the tokenizer's
+    beginning-of-sequence token, or where it has none (Qwen's) its end-of-text token. InvalidRequestError
+    where it has neither: the model has nothing to continue."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is not None:
+        return [bos]
+    end_of_text = tokenizer.convert_tokens_to_ids(END_OF_TEXT)
+    if isinstance(end_of_text, int) and end_of_text != getattr(tokenizer, "unk_token_id", None):
+        return [end_of_text]
+    raise InvalidRequestError("prompt must not be empty for this model: its tokenizer has no beginning-of-sequence "
+                              f"or {END_OF_TEXT} token to generate from", param="prompt", code="empty_prompt")
 
 
 class StopMatcher:

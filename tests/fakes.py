@@ -24,6 +24,7 @@ from contracts.sampling import SamplingParams
 from gateway.routing.interface import RouteDecision, RouteRequest
 
 FAKE_VOCAB = 1000   # the fake tokenizer's ids: a character's code point modulo this
+FAKE_START_OF_TEXT = 0   # what the fake generates an empty prompt from
 DEFAULT_REPLY = "The quick brown fox jumps over the lazy dog and keeps on running far away"
 
 
@@ -88,6 +89,8 @@ class FakeBackend:
         self.threads.add(threading.get_ident())
         if not isinstance(prompt, str):
             return checked_token_ids(prompt, FAKE_VOCAB)
+        if prompt == "":
+            return [FAKE_START_OF_TEXT]   # as the runtime generates an empty prompt from a start token
         return self._encode(prompt)
 
     def _encode(self, text: str) -> list[int]:

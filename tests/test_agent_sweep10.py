@@ -70,10 +70,11 @@ def test_token_id_prompts_are_generated_from_as_given(srv):
 
 
 def test_malformed_or_oversized_prompt_batches_are_clear_400s(srv):
-    """A mixed list, an empty one, an empty prompt inside a batch and more prompts than the server takes are
-    400s that say what a prompt may be: never a 500, nothing generated."""
+    """A mixed list, an empty one, an empty list of ids inside a batch and more prompts than the server takes
+    are 400s that say what a prompt may be: never a 500, nothing generated. (An empty string is a prompt:
+    test_agent_sweep11.)"""
     before = len(srv.backend.calls)
-    for prompt in (["a", 1], [], [[1], "a"], [[]], ["a", ""], [True, False], ["x"] * 33):
+    for prompt in (["a", 1], [], [[1], "a"], [[]], [[1], []], [True, False], ["x"] * 33):
         response = _post(srv, "/v1/completions", {"prompt": prompt, "max_tokens": 1})
         assert response.status_code == 400, (prompt, response.text)
         error = response.json()["error"]

@@ -7,7 +7,9 @@ import math
 
 import anthropic
 import mlx.core as mx
+import pytest
 
+from contracts.errors import InvalidRequestError
 from contracts.sampling import SamplingParams
 from engines.bundle import GenerationDefaults
 from engines.sampling import Rng, SamplerConfig, candidates, choose, resolve
@@ -114,3 +116,38 @@ def test_tool_choice_none_bans_the_call_on_a_real_runtime(tiny_qwen_chat_target,
                 replies[choice] = (reply.message.content or "") + str(reply.message.tool_calls or "")
             assert "<tool_call>" in replies["auto"] or "get_weather" in replies["auto"], (engine, replies)
             assert "<tool_call>" not in replies["none"], (engine, replies)
+
+
+def test_an_empty_prompt_is_generated_from_the_start_of_text(srv, tiny_qwen_chat_target):
+    """OpenAI's /v1/completions takes `prompt: ""` (the model writes from the start of a document; clients
+    probe a server with it, and a batch may hold one); here it was a 400 "prompt must not be empty". The
+    runtime now generates an empty prompt from the tokenizer's beginning-of-sequence token, or where it has
+    none (Qwen's) from its end-of-text token, which is what a pretraining document follows; a tokenizer with
+    neither is a 400 that says so."""
+    from engines.runtime import load_runtime
+    from engines.text import start_of_text
+    from gateway.http.app import create_app
+    from tests.fakes import live_server
+
+    reply = _openai(srv).completions.create(model="default", prompt="", max_tokens=2)
+    assert reply.choices[0].text and srv.backend.calls[-1]["prompt_ids"]
+    batch = _openai(srv).completions.create(model="default", prompt=["hi", ""], max_tokens=1)
+    assert len(batch.choices) == 2
+    runtime = load_runtime(str(tiny_qwen_chat_target))
+    endoftext = runtime.bundle.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert runtime.encode_prompt("") == [endoftext]
+    with live_server(create_app(runtime)) as server:
+        for engine in runtime.engine_names:
+            done = _openai(server).completions.create(model="default", prompt="", max_tokens=3, temperature=0,
+                                                      extra_body={"engine": engine})
+            assert done.usage.prompt_tokens == 1 and done.usage.completion_tokens >= 1, engine
+
+    class Bare:   # a tokenizer with no start token of either kind
+        bos_token_id = None
+
+        def convert_tokens_to_ids(self, token: str) -> None:
+            return None
+
+    with pytest.raises(InvalidRequestError) as refused:
+        start_of_text(Bare())
+    assert refused.value.param == "prompt" and "beginning-of-sequence" in str(refused.value)

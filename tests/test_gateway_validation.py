@@ -135,7 +135,6 @@ REJECTED_COMPLETION_FIELDS = [
     ({"prompt": ["a", 1]}, "prompt"),
     ({"prompt": [[1, 2], []]}, "prompt"),
     ({"prompt": [-1]}, "prompt"),
-    ({"prompt": ""}, "prompt"),
     ({"echo": True}, "echo"),
     ({"suffix": "x"}, "suffix"),
     ({"best_of": 3}, "best_of"),

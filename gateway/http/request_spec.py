@@ -390,7 +390,8 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
 
 def _prompts(prompt: str | list[str] | list[int] | list[list[int]], config: GatewayConfig) -> tuple[Prompt, ...]:
     """The request's prompts in OpenAI's order: a string or a list of ints is one prompt, a list of strings or
-    of token-id lists is one prompt each."""
+    of token-id lists is one prompt each. An empty string is a prompt (the backend starts it from its start of
+    text); an empty list of ids is refused by the schema."""
     if isinstance(prompt, str) or isinstance(prompt[0], int):
         prompts: list[Any] = [prompt]
     else:
@@ -398,8 +399,6 @@ def _prompts(prompt: str | list[str] | list[int] | list[list[int]], config: Gate
     if len(prompts) > config.max_prompts:
         raise bad_request(f"At most {config.max_prompts} prompts are allowed per request (got {len(prompts)}).",
                           param="prompt", code="invalid_value")
-    if any(not p for p in prompts):
-        raise bad_request("prompt must not be empty.", param="prompt")
     return tuple(p if isinstance(p, str) else tuple(p) for p in prompts)
 
 
