@@ -151,3 +151,39 @@ def test_an_empty_prompt_is_generated_from_the_start_of_text(srv, tiny_qwen_chat
     with pytest.raises(InvalidRequestError) as refused:
         start_of_text(Bare())
     assert refused.value.param == "prompt" and "beginning-of-sequence" in str(refused.value)
+
+
+def test_best_of_equal_to_n_is_plain_n_and_more_returns_the_likeliest(srv):
+    """OpenAI's legacy completions take best_of >= n (LangChain's OpenAI LLM writes best_of=1 out, and clients
+    that mirror n into best_of send best_of == n); here anything but best_of 1 was a 400. best_of == n is now
+    plain n; best_of > n generates best_of choices per prompt and returns the n of highest mean token
+    log-probability (OpenAI's rule), renumbered, usage counting every one generated (as OpenAI bills); it
+    cannot be streamed (the best are known at the end), and best_of < n is a 400, as OpenAI's."""
+    srv.backend.reply = "The quick brown fox"
+    client = _openai(srv)
+    same = client.completions.create(model="default", prompt="hi", n=2, best_of=2, max_tokens=2)
+    assert [c.index for c in same.choices] == [0, 1] and srv.backend.calls[-1]["params"].logprobs is False
+    before = len(srv.backend.calls)
+    best = client.completions.create(model="default", prompt=["a", "b"], n=1, best_of=3, max_tokens=2)
+    assert len(srv.backend.calls) - before == 6 and srv.backend.calls[-1]["params"].logprobs is True
+    assert [c.index for c in best.choices] == [0, 1] and best.choices[0].logprobs is None
+    assert best.usage.completion_tokens == 12
+    for body in ({"best_of": 1, "n": 2}, {"best_of": 3, "stream": True}, {"best_of": 9}):
+        refused = _post(srv, "/v1/completions", {"prompt": "hi", "max_tokens": 1, **body})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "best_of", (body, refused.text)
+
+
+def test_best_of_keeps_the_choices_of_highest_mean_logprob():
+    from contracts.chat import TokenLogprob
+    from gateway.http.openai_render import best_choices
+    from gateway.http.record import ChoiceReply
+
+    def choice(index: int, *logprobs: float) -> ChoiceReply:
+        return ChoiceReply(index, logprobs=[TokenLogprob("x", 1, lp) for lp in logprobs])
+
+    # two prompts, best_of 3, n 2: per prompt the two likeliest per token, likeliest first; an empty choice
+    # (no token to rank it by) comes last
+    generated = [choice(0, -1.0, -3.0), choice(1, -0.5), choice(2, -5.0), choice(3), choice(4, -0.1), choice(5, -2.0)]
+    kept = best_choices(generated, n=2, best_of=3)
+    assert [c.index for c in kept] == [0, 1, 2, 3]
+    assert [c.logprobs[0].logprob for c in kept] == [-0.5, -1.0, -0.1, -2.0]

@@ -179,7 +179,8 @@ def _openai_completion(data: dict[str, Any], request: Request, state: GatewaySta
     req = parse(CompletionRequest, data)
     check_model(req.model, state)
     spec = completion_spec(req, forced_engine(req.engine, request, state), state.config)
-    renderer = OpenAIRenderer(chat=False, model=state.backend.model_id, logprobs=req.logprobs is not None)
+    renderer = OpenAIRenderer(chat=False, model=state.backend.model_id, logprobs=req.logprobs is not None,
+                              n=req.n or 1, best_of=spec.n)
     return Admitted(spec, req.stream, bool(req.stream_options and req.stream_options.include_usage), renderer)
 
 

@@ -4,9 +4,10 @@ openai SDK accumulates by index), log-probabilities, several choices and usage."
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic_core import from_json
@@ -104,6 +105,21 @@ def tool_calls_out(calls: list[ToolCall], customs: frozenset[str] = frozenset())
     return [tool_call_out(c, customs) for c in calls] or None
 
 
+def _mean_logprob(choice: ChoiceReply) -> float:
+    """A choice's log-probability per token; -inf for one without tokens (nothing to rank it by)."""
+    return sum(t.logprob for t in choice.logprobs) / len(choice.logprobs) if choice.logprobs else -math.inf
+
+
+def best_choices(choices: list[ChoiceReply], n: int, best_of: int) -> list[ChoiceReply]:
+    """best_of choices per prompt (in prompt order) cut to each prompt's n of highest mean token log-probability
+    (OpenAI's best_of), likeliest first, renumbered prompt index x n + i."""
+    kept: list[ChoiceReply] = []
+    for start in range(0, len(choices), best_of):
+        ranked = sorted(choices[start:start + best_of], key=_mean_logprob, reverse=True)[:n]
+        kept += [replace(choice, index=len(kept) + i) for i, choice in enumerate(ranked)]
+    return kept
+
+
 @dataclass
 class OpenAIRenderer:
     """`chat` selects chat.completion(.chunk) vs text_completion; `logprobs` whether choices carry them."""
@@ -115,6 +131,8 @@ class OpenAIRenderer:
     # streams do (openai-agents turns an opening `content: ""` into an empty message beside the call)
     call_only: bool = False
     custom_tools: frozenset[str] = frozenset()   # the custom tools offered: their calls come back as custom calls
+    n: int = 1          # choices returned per prompt (text completions)
+    best_of: int = 1    # choices generated per prompt: above n, the n likeliest are returned (best_choices)
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -133,9 +151,10 @@ class OpenAIRenderer:
                        for c in record.choices]
             return ChatCompletion(id=self.id, created=self.created, model=self.model, choices=choices,
                                   usage=u).model_dump()
+        kept = best_choices(record.choices, self.n, self.best_of) if self.best_of > self.n else record.choices
         texts = [CompletionChoice(index=c.index, text=c.content, finish_reason=c.finish_reason,
                                   logprobs=completion_logprobs(c.logprobs) if self.logprobs else None)
-                 for c in record.choices]
+                 for c in kept]
         return Completion(id=self.id, created=self.created, model=self.model, choices=texts, usage=u).model_dump()
 
     def _message(self, choice: ChoiceReply) -> AssistantMessage:

@@ -153,7 +153,7 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
     _honoured_translations(defs, common, stop, config)
     completion = defs["CompletionRequest"]["properties"]
     completion.update(common)
-    text = {"type": "string", "minLength": 1}
+    text = {"type": "string"}   # "" too: generated from the start of a text
     # one prompt (text or token ids) or a batch of them (one choice each, times n); an id past the model's
     # vocabulary is a 400 the model's size decides
     ids = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": schemas.INT32_MAX}, "minItems": 1}
@@ -162,7 +162,8 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
                                       {"type": "array", "items": ids, **batch}]}
     completion["echo"] = _one_of_values(None, False)
     completion["suffix"] = _one_of_values(None, "")
-    completion["best_of"] = _one_of_values(None, 1)
+    # at least n (a 400 otherwise); above n: the n likeliest of best_of, not streamed
+    completion["best_of"] = _nullable({"type": "integer", "minimum": 1, "maximum": config.max_choices})
 
 
 def _forcing_needs_tools(forced: dict[str, Any]) -> list[dict[str, Any]]:

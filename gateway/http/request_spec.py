@@ -89,9 +89,21 @@ def _reject_completion(req: CompletionRequest, config: GatewayConfig) -> None:
     if req.suffix:
         raise bad_request("suffix is not supported (the model has no fill-in-the-middle format).", param="suffix",
                           code="unsupported_parameter")
-    if req.best_of not in (None, 1):
-        raise bad_request("Only best_of=1 is supported (use n for several completions).", param="best_of",
-                          code="unsupported_value")
+    n = req.n or 1
+    if req.best_of is not None and req.best_of < n:
+        raise bad_request(f"best_of must be at least n ({n}); got {req.best_of}.", param="best_of",
+                          code="invalid_value")
+    if best_of(req) > config.max_choices:
+        raise bad_request(f"best_of must be at most {config.max_choices} on this server (got {req.best_of}).",
+                          param="best_of", code="invalid_value")
+    if best_of(req) > n and req.stream:
+        raise bad_request("best_of greater than n cannot be streamed (the best choices are known only when all are "
+                          "done).", param="best_of", code="unsupported_value")
+
+
+def best_of(req: CompletionRequest) -> int:
+    """How many choices are generated per prompt: best_of, or n where it is absent (best_of == n is plain n)."""
+    return max(req.best_of or 1, req.n or 1)
 
 
 def _stop_list(stop: str | list[str] | None, config: GatewayConfig) -> tuple[str, ...]:
@@ -405,7 +417,8 @@ def _prompts(prompt: str | list[str] | list[int] | list[list[int]], config: Gate
 def completion_spec(req: CompletionRequest, forced_engine: str | None, config: GatewayConfig) -> RequestSpec:
     _reject_completion(req, config)
     prompts = _prompts(req.prompt, config)
-    logprobs = req.logprobs is not None
+    ranked = best_of(req) > (req.n or 1)   # the best are picked by their tokens' log-probabilities
+    logprobs = req.logprobs is not None or ranked
     # one route for the batch, on its first text prompt's words (a batch is alike; token ids have none to read)
     text = next((p for p in prompts if isinstance(p, str)), "")
     return RequestSpec(
@@ -416,6 +429,6 @@ def completion_spec(req: CompletionRequest, forced_engine: str | None, config: G
         forced_engine=forced_engine,
         text=from_prompt(text),
         max_tokens_defaulted=req.max_tokens is None,
-        n=req.n or 1,
+        n=best_of(req),
         priority=req.priority or 0,
     )
