@@ -187,3 +187,47 @@ def test_best_of_keeps_the_choices_of_highest_mean_logprob():
     kept = best_choices(generated, n=2, best_of=3)
     assert [c.index for c in kept] == [0, 1, 2, 3]
     assert [c.logprobs[0].logprob for c in kept] == [-0.5, -1.0, -0.1, -2.0]
+
+
+def test_responses_fields_for_features_not_hosted_take_their_empty_values(srv):
+    """The openai SDK's ResponseCreateParams has `prompt` (a stored prompt template), `background_options`,
+    `access_programs` and `image`, its tools and function_call items `async`; clients that write every field
+    out send them null or empty, yet each was an "Unrecognized request argument" 400. Null and empty values
+    (and `async: false` on a tool; a resent call's `async` either way: history) are accepted; a stored
+    prompt, background options or an asynchronous tool are a 400 naming the feature not hosted here."""
+    tool = {**WEATHER, "strict": False, "async": False}
+    reply = _openai(srv).responses.create(
+        model="default", input="Weather in Paris?", tools=[tool], max_output_tokens=16,
+        extra_body={"prompt": None, "background_options": {}, "access_programs": {}, "image": None})
+    assert reply.status == "completed"
+    assert reply.tools[0].to_dict()["async"] is False   # the tool echoed as it was sent
+    history = [{"role": "user", "content": "Weather in Paris?"},
+               {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Paris"}',
+                "async": True},
+               {"type": "function_call_output", "call_id": "c1", "output": "sunny"}]
+    assert _post(srv, "/v1/responses", {"input": history, "tools": [WEATHER]}).status_code == 200
+    for field, value, words in (("prompt", {"id": "pmpt_1", "version": "2"}, "stored prompt"),
+                                ("background_options", {"completion_window": "2h"}, "background"),
+                                ("access_programs", {"cyber": "standard"}, "access program"),
+                                ("tools", [{**tool, "async": True}], "asynchronous")):
+        refused = _post(srv, "/v1/responses", {"input": "hi", field: value})
+        assert refused.status_code == 400, (field, refused.text)
+        assert words in refused.json()["error"]["message"], (field, refused.text)
+
+
+def test_anthropic_container_and_mcp_servers_take_their_empty_values(srv):
+    """Anthropic's Messages API has `container` (its code execution's container) and, in the SDK's beta
+    messages, `mcp_servers` (its MCP connector); clients that write them out send null and [], and each was
+    an "Unrecognized request argument" 400. Those are accepted; a container or an MCP server is a 400 that
+    names the server-side feature not hosted here."""
+    client = _anthropic(srv)
+    reply = client.messages.create(model="default", max_tokens=8, messages=ASK, container=None,
+                                   extra_body={"mcp_servers": []})
+    assert reply.stop_reason
+    assert _post(srv, "/v1/messages/count_tokens", {"messages": ASK, "mcp_servers": []}).status_code == 200
+    server = {"type": "url", "url": "https://example.com/mcp", "name": "example"}
+    for field, value, words in (("container", "container_1", "code execution"),
+                                ("mcp_servers", [server], "MCP connector")):
+        refused = _post(srv, "/v1/messages", {"max_tokens": 8, "messages": ASK, field: value})
+        assert refused.status_code == 400 and refused.json()["type"] == "error", refused.text
+        assert words in refused.json()["error"]["message"], (field, refused.text)

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from .schemas import (TOOL_NAME, DirectCallers, FunctionDefinition, NonNegativeInt, PositiveInt32, Stream, Undeferred,
-                      only_kinds)
+                      not_hosted, only_kinds)
 
 
 class _Anthropic(BaseModel):
@@ -210,6 +210,12 @@ class OutputConfig(_Anthropic):
 # is rendered, and one that outgrows the context is a "prompt is too long" 400, which Claude Code compacts.
 class _ClaudeCodeFields(_Anthropic):
     context_management: dict[str, Any] | None = None
+    # Anthropic's server-side features not hosted here: null / [] accepted, anything else a 400 naming them
+    container: Annotated[str | dict[str, Any] | None, not_hosted(
+        "containers belong to Anthropic's code execution tool, which is not hosted here: leave container out")] = None
+    mcp_servers: Annotated[list[Any] | None, not_hosted(
+        "the MCP connector is not hosted here (no server-side MCP calls): connect MCP servers in the client, "
+        "as Claude Code does, and offer their tools as tools")] = None
     # hints: the prefix cache is automatic (top-level cache_control asks Anthropic for that); one speed
     cache_control: dict[str, Any] | None = None
     speed: Literal["standard", "fast"] | None = None

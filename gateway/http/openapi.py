@@ -209,6 +209,15 @@ def _honoured_translations(defs: dict[str, Any], common: dict[str, Any], stop: d
         tool = defs[name]["properties"]
         tool["defer_loading"] = _one_of_values(None, False)
         tool["allowed_callers"] = _nullable({"type": "array", "items": {"const": "direct"}})
+    for name in ("FunctionTool", "CustomTool"):   # no asynchronous calls
+        defs[name]["properties"]["async"] = _one_of_values(None, False)
+    # vendor features not hosted here (schemas.not_hosted): null or empty only
+    for name in ("prompt", "background_options", "access_programs", "image"):
+        responses[name] = _nullable({"type": "object", "maxProperties": 0})
+    for name in ("MessagesRequest", "CountTokensRequest"):
+        defs[name]["properties"]["container"] = {"anyOf": [{"type": "null"}, {"type": "string", "maxLength": 0},
+                                                           {"type": "object", "maxProperties": 0}]}
+        defs[name]["properties"]["mcp_servers"] = _nullable({"type": "array", "maxItems": 0})
 
 
 def build_openapi(

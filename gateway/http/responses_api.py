@@ -172,7 +172,7 @@ class ResponsesRenderer:
             "temperature": req.temperature, "top_p": req.top_p,
             "tool_choice": (req.tool_choice.model_dump() if isinstance(req.tool_choice, BaseModel)
                             else req.tool_choice or "auto"),
-            "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
+            "tools": [t.model_dump(exclude_none=True, by_alias=True) for t in req.tools or []],
             "store": False, "metadata": req.metadata or {}, "usage": None, "max_tool_calls": req.max_tool_calls,
             "reasoning": {"effort": req.reasoning.effort if req.reasoning else None,
                           "summary": (req.reasoning.summary or req.reasoning.generate_summary) if req.reasoning else None},

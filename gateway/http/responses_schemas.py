@@ -21,8 +21,10 @@ from .schemas import (
     ReasoningEffort,
     Stream,
     TopLogprobs,
+    Synchronous,
     Undeferred,
     custom_tool_function,
+    not_hosted,
     only_kinds,
     refusals_as_text,
     text_format_only,
@@ -75,6 +77,7 @@ class _CallItem(_Responses):
 class FunctionCallItem(_CallItem):
     type: Literal["function_call"]
     arguments: str
+    async_: bool | None = Field(None, alias="async")   # how the client ran it: history, either way
 
     def chat_call(self) -> dict[str, Any]:
         return {"id": self.call_id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
@@ -175,6 +178,7 @@ class FunctionTool(_Responses):
     defer_loading: Undeferred = None
     allowed_callers: DirectCallers = None
     output_schema: dict[str, Any] | None = None   # what the call's string output encodes: the client's to read
+    async_: Synchronous = Field(None, alias="async")
 
     @field_validator("parameters")
     @classmethod
@@ -200,6 +204,7 @@ class CustomTool(_Responses):
     format: CustomToolFormat | None = None   # absent: text
     defer_loading: Undeferred = None
     allowed_callers: DirectCallers = None
+    async_: Synchronous = Field(None, alias="async")
 
     @field_validator("format", mode="before")
     @classmethod
@@ -340,6 +345,17 @@ class ResponsesRequest(_PromptFields):
     moderation: Any = None
     context_management: Any = None
     max_tool_calls: PositiveInt32 | None = None     # caps hosted-tool calls, of which there are none here
+    # vendor features not hosted here: null / empty accepted, anything else a 400 naming the feature
+    prompt: Annotated[dict[str, Any] | None, not_hosted(
+        "stored prompt templates are not supported (none are stored here): send the instructions and input "
+        "themselves")] = None
+    background_options: Annotated[dict[str, Any] | None, not_hosted(
+        "background execution is not supported (every response runs while the request waits): leave "
+        "background_options out")] = None
+    access_programs: Annotated[dict[str, Any] | None, not_hosted(
+        "access programs are not supported (no access program tiers here): leave access_programs out")] = None
+    image: Annotated[dict[str, Any] | None, not_hosted(
+        "image options are not supported: this is a text-only model")] = None
     stream_options: ResponsesStreamOptions | None = None
     engine: str | None = None                       # Switchyard: raw | mtp | ddtree | auto
 

@@ -80,6 +80,22 @@ Undeferred = Annotated[bool | None, AfterValidator(_undeferred)]
 DirectCallers = Annotated[list[str] | None, AfterValidator(_direct_callers)]
 
 
+def not_hosted(why: str) -> AfterValidator:
+    """A field that asks for a vendor's server-side feature not hosted here: its empty values (null, false, [],
+    {}, "": what clients that write out every field send) are accepted, anything else is a 400 saying `why`."""
+    def check(value: Any) -> Any:
+        if value not in (None, False, [], {}, ""):
+            raise ValueError(why)
+        return value
+    return AfterValidator(check)
+
+
+# the Responses API's asynchronous function tools (the model goes on without the call's output)
+Synchronous = Annotated[bool | None, not_hosted(
+    "asynchronous function calls are not supported (the model waits for each call's output): send async false or "
+    "leave it out")]
+
+
 def only_kinds(value: Any, allowed: tuple[str, ...], what: str, why: str) -> Any:
     """Before validation of a list of typed objects: say plainly why an unsupported `type` fails (an
     image part, a hosted tool) instead of pydantic's union-member noise. A text part written as another
