@@ -231,3 +231,25 @@ def test_anthropic_container_and_mcp_servers_take_their_empty_values(srv):
         refused = _post(srv, "/v1/messages", {"max_tokens": 8, "messages": ASK, field: value})
         assert refused.status_code == 400 and refused.json()["type"] == "error", refused.text
         assert words in refused.json()["error"]["message"], (field, refused.text)
+
+
+def test_resent_function_calls_with_their_caller_are_accepted(srv):
+    """The openai SDK's Responses function_call items carry `caller` ({"type": "direct"}: the model called it)
+    and `namespace` (the namespace tool it belongs to), and openai-agents sends output items back as returned: a
+    conversation begun on OpenAI's API and continued here was an "Unrecognized request argument" 400
+    (input.N.caller). A direct caller and a null namespace are accepted; a call made by a program (code
+    execution) or in a namespace (tools this server is never offered) is a 400 naming the field."""
+    call = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Paris"}',
+            "status": "completed"}
+    def history(**fields: object) -> list[dict]:
+        return [{"role": "user", "content": "Weather in Paris?"}, {**call, **fields},
+                {"type": "function_call_output", "call_id": "c1", "output": "sunny"}]
+
+    reply = _openai(srv).responses.create(model="default", input=history(caller={"type": "direct"}, namespace=None),
+                                          tools=[WEATHER], max_output_tokens=16)
+    assert reply.status == "completed"
+    assert srv.backend.chats[-1]["messages"][1]["tool_calls"][0]["function"]["name"] == "get_weather"
+    for fields, param in (({"caller": {"type": "program", "caller_id": "p1"}}, "input.1.caller"),
+                          ({"namespace": "weather"}, "input.1.namespace")):
+        refused = _post(srv, "/v1/responses", {"input": history(**fields), "tools": [WEATHER]})
+        assert refused.status_code == 400 and refused.json()["error"]["param"].startswith(param), refused.text

@@ -74,10 +74,21 @@ class _CallItem(_Responses):
     status: str | None = None
 
 
+class DirectCaller(_Responses):
+    """Who made a call: the model itself (OpenAI returns it on function calls; clients send the items back as
+    returned). A call made by a program (code execution, not hosted here) has another type: a 400."""
+
+    type: Literal["direct"]
+
+
 class FunctionCallItem(_CallItem):
     type: Literal["function_call"]
     arguments: str
     async_: bool | None = Field(None, alias="async")   # how the client ran it: history, either way
+    caller: DirectCaller | None = None
+    namespace: Annotated[str | None, not_hosted(
+        "namespaced tools are not supported (tools of type namespace are not offered here): send the call "
+        "without a namespace")] = None
 
     def chat_call(self) -> dict[str, Any]:
         return {"id": self.call_id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
