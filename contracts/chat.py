@@ -47,13 +47,14 @@ class ReplyFormat:
     """How to read the reply's text: reasoning blocks and tool calls in the chat template's syntax."""
 
     tools: tuple[dict[str, Any], ...] = ()   # the request's tools (argument types for the parser)
-    parse_tools: bool = False                # tool_choice none (tools shown, no call), or no tools: tool-call
-                                             # markup stays text
+    parse_tools: bool = False                # no tools: tool-call markup stays text
     opens_in_reasoning: bool = False         # the generation prompt already opened a thinking block
     prefix: str = ""                         # reply text the prompt already holds (a forced tool call's start)
     continues: bool = False                  # the reply continues the client's own start of it (a prefill):
                                              # its first characters belong to the answer, leading blanks too
     one_call: bool = False                   # parallel_tool_calls false: the reply ends with its first call
+    refuse_calls: bool = False               # tool_choice none (tools shown, no call allowed): a call the model
+                                             # writes anyway ends the reply and is not returned, nor its markup
 
 
 @dataclass(frozen=True)

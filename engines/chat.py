@@ -124,8 +124,8 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
                 template_kwargs: dict[str, Any] | None = None, continue_final: bool = False, *,
                 answer_schema: dict[str, Any] | None = None) -> tuple[str, ReplyFormat, str | None]:
     """The prompt text, how to read the reply, and the grammar the reply must follow. tool_choice
-    "none" shows the tools but offers no call (their markup stays text; chat_prompt bans the call's
-    opening); "required" and named functions start the reply with the call's opening and constrain the
+    "none" shows the tools but allows no call (chat_prompt bans the call's opening where it is one token;
+    a call written anyway ends the reply unreturned: ReplyFormat.refuse_calls); "required" and named functions start the reply with the call's opening and constrain the
     rest to one call (engines.forced_call). With tools offered and not forced, `answer_schema` makes the
     reply that JSON or one call (engines.forced_call). `continue_final`: the prompt ends inside the last
     (assistant) message, and the reply continues it."""
@@ -158,7 +158,8 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
     else:
         call = ForcedCall("", None)
     prefix = call.prefix
-    reply = ReplyFormat(tools=tuple(shown or ()), parse_tools=offered is not None,
+    reply = ReplyFormat(tools=tuple(shown or ()), parse_tools=shown is not None,
+                        refuse_calls=shown is not None and offered is None,
                         opens_in_reasoning=opens_in_reasoning and not prefix, prefix=prefix, continues=continue_final)
     return text + prefix, reply, call.grammar
 
@@ -174,8 +175,8 @@ def _shown_tools(tokenizer: Any, tools: list[dict] | None, tool_choice: Any) -> 
 
 def refused_call_tokens(tokenizer: Any, tools: list[dict] | None, tool_choice: Any) -> tuple[int, ...]:
     """The tokens a reply may not hold: under tool_choice "none" with tools shown, the call's opening where it
-    is one token (Qwen's <tool_call>), so that no call starts; an opening of several tokens is not banned
-    (its markup, if written, stays the answer's text)."""
+    is one token (Qwen's <tool_call>), so that no call starts; an opening of several tokens is not banned (a
+    call written anyway ends the reply, unreturned: ReplyFormat.refuse_calls)."""
     if tool_choice != "none" or _shown_tools(tokenizer, tools, tool_choice) is None:
         return ()
     ids = tokenizer.encode(tokenizer.tool_call_start, add_special_tokens=False)

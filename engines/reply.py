@@ -124,6 +124,19 @@ class ReplySplitter:
         self.held = ""
 
     def feed(self, text: str) -> ReplyPiece:
+        return self._refused(self._feed(text))
+
+    def _refused(self, piece: ReplyPiece) -> ReplyPiece:
+        """tool_choice none: a call is read (its markup is no answer) but not returned."""
+        if self.reply.refuse_calls:
+            piece.tool_calls = []
+        return piece
+
+    @property
+    def returned_calls(self) -> bool:
+        return bool(self.called) and not self.reply.refuse_calls
+
+    def _feed(self, text: str) -> ReplyPiece:
         if self.pending_prefix:  # the forced start of a tool call is part of the reply, not of its output
             text, self.pending_prefix = self.pending_prefix + text, ""
         self.state, segments = TextStateMachine.split(self.state, text)
@@ -148,7 +161,7 @@ class ReplySplitter:
             # a forced call cut before it named its tool: no call to return, and its markup is no answer
         if not self.called:   # a reply without calls keeps its whitespace to the end
             piece.text, self.held = piece.text + self.held, ""
-        return piece
+        return self._refused(piece)
 
     def _unclosed(self, text: str) -> list[ToolCall]:
         """A call cut off: whole when only its closing marker was cut, else the offered tool it calls
@@ -208,13 +221,18 @@ class ReplySplitter:
 
 
 class FirstCallEnd:
-    """parallel_tool_calls false: fed the reply's text token by token (engines.text.stream_text's `ends`),
-    says when its first tool call has closed, so that every engine ends the reply at the token raw
-    decoding ends it at, whatever a speculative step wrote past it. It reads the text with a splitter of
-    its own, exactly as split_reply will: markup that is no call after all does not end the reply."""
+    """parallel_tool_calls false, or tool_choice none (a call written anyway): fed the reply's text token by
+    token (engines.text.stream_text's `ends`), says when its first tool call has closed, so that every engine
+    ends the reply at the token raw decoding ends it at, whatever a speculative step wrote past it. It reads
+    the text with a splitter of its own, exactly as split_reply will: markup that is no call after all does
+    not end the reply."""
 
     def __init__(self, tokenizer: Any, reply: ReplyFormat):
-        self.splitter = ReplySplitter(tokenizer, reply)
+        self.splitter = ReplySplitter(tokenizer, replace(reply, refuse_calls=False))
+
+    @staticmethod
+    def wanted(reply: ReplyFormat | None) -> bool:
+        return reply is not None and (reply.one_call or reply.refuse_calls)
 
     def __call__(self, text: str) -> bool:
         return bool(self.splitter.feed(text).tool_calls)
@@ -239,7 +257,7 @@ def split_reply(chunks: Iterator[GenerationChunk], splitter: ReplySplitter) -> I
             piece = ReplyPiece(piece.text + rest.text, piece.reasoning + rest.reasoning,
                                piece.tool_calls + rest.tool_calls)
         finish = chunk.finish_reason
-        if finish == "stop" and splitter.called:
+        if finish == "stop" and splitter.returned_calls:
             finish = "tool_calls"
         yield replace(chunk, text=piece.text, reasoning=piece.reasoning, tool_calls=piece.tool_calls,
                       finish_reason=finish, parts=parts.feed(chunk.token_ids))

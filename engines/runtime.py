@@ -127,7 +127,7 @@ class Runtime:
             steps, self.bundle.tokenizer, eos_token_ids=self.bundle.eos_token_ids,
             max_tokens=params.max_tokens, stops=params.stop, prompt_tokens=len(prompt_ids),
             cancelled=lambda: cancel.cancelled,
-            ends=FirstCallEnd(self.bundle.tokenizer, reply) if reply is not None and reply.one_call else None,
+            ends=FirstCallEnd(self.bundle.tokenizer, reply) if FirstCallEnd.wanted(reply) else None,
             skip=skip, inside=inside,
         )
         if reply is not None:

@@ -128,8 +128,8 @@ def test_tool_choice_none_required_and_named(agent):
     srv, client, backend = agent
     backend.reply = f"{THOUGHT}\n</think>\n\n{CALL}"
     none = client.chat.completions.create(model="default", messages=ASK, tools=[WEATHER], tool_choice="none")
-    assert "<tools>" in _prompt(backend)                          # shown, not callable: markup written anyway is text
-    assert none.choices[0].message.tool_calls is None and "<tool_call>" in none.choices[0].message.content
+    assert "<tools>" in _prompt(backend)                          # shown, not callable: a call written anyway
+    assert none.choices[0].message.tool_calls is None and none.choices[0].message.content == ""   # is dropped
     assert backend.calls[-1]["params"].grammar is None            # no grammar: only the call's opening is banned
     client.chat.completions.create(model="default", messages=ASK, tools=[WEATHER], tool_choice="auto")
     assert backend.calls[-1]["params"].grammar is None

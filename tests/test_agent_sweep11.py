@@ -63,7 +63,8 @@ def test_tool_choice_none_shows_the_tools_but_allows_no_call(srv, qwen_chat_toke
     prefix stays cached across turns that switch tool_choice). Here "none" took the tools out of the prompt,
     on /v1/chat/completions, /v1/responses and Anthropic's tool_choice {"type": "none"} alike. The template now
     renders them, and the call's opening token (Qwen's <tool_call>) is banned from the reply (a -inf logit
-    bias, applied as every bias is: every engine alike); call markup the model still writes stays text."""
+    bias, applied as every bias is: every engine alike); a call the model writes anyway (an opening of several
+    tokens cannot be banned) ends the reply and is returned neither as a call nor as text."""
     srv.backend.reply = "Fine.\n</think>\n\nIt is sunny."
     start = qwen_chat_tokenizer.convert_tokens_to_ids("<tool_call>")
     asks = {
@@ -80,19 +81,47 @@ def test_tool_choice_none_shows_the_tools_but_allows_no_call(srv, qwen_chat_toke
         prompt = srv.backend.encoded[-1]
         assert "<tools>" in prompt and "get_weather" in prompt, api
         assert (start, -math.inf) in srv.backend.calls[-1]["params"].logit_bias, api
-        assert srv.backend.calls[-1]["reply"].parse_tools is False, api
+        assert srv.backend.calls[-1]["reply"].refuse_calls is True, api
     # the count matches the prompt the reply is generated from
     counted = _post(srv, "/v1/messages/count_tokens", {"messages": ASK, "tool_choice": {"type": "none"},
                                                        "tools": [{"name": "get_weather", "input_schema": WEATHER["parameters"]}]})
     plain = _post(srv, "/v1/messages/count_tokens", {"messages": ASK})
     assert counted.json()["input_tokens"] > plain.json()["input_tokens"]
-    # a call written anyway (the fake ignores the ban) is the answer's text, never a tool call
-    srv.backend.reply = f"Fine.\n</think>\n\n{XML_CALL}"
+    # a call written anyway (the fake ignores the ban) is no call and no text: the answer before it stays
+    srv.backend.reply = f"Fine.\n</think>\n\nLet me look.\n\n{XML_CALL}"
     reply = asks["chat"]()
     assert reply.choices[0].message.tool_calls is None and reply.choices[0].finish_reason == "stop"
+    assert reply.choices[0].message.content == "Let me look."
+    assert [block.type for block in asks["messages"]().content] == ["thinking", "text"]
     # auto offers them with no ban
     _openai(srv).chat.completions.create(model="default", messages=ASK, tools=[CHAT_WEATHER], max_tokens=16)
     assert srv.backend.calls[-1]["params"].logit_bias == ()
+
+
+def test_a_call_written_under_tool_choice_none_ends_the_reply_unreturned(demo_tokenizer):
+    """Where the call's opening is several tokens (the demo template's <tool_call> is text), no token can be
+    banned: the reply is read for calls, and one written anyway ends the reply (every engine stops at the
+    token that closes it: FirstCallEnd) and is dropped with its markup; the finish reason stays "stop"."""
+    from contracts.engine import GenerationChunk
+    from engines.chat import chat_prompt
+    from engines.reply import FirstCallEnd, ReplySplitter, split_reply
+
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER["parameters"]}}
+    prompt = chat_prompt(demo_tokenizer, ASK, [weather], "none")
+    assert "get_weather" in demo_tokenizer.decode(prompt.ids) and prompt.banned == ()
+    assert prompt.reply.refuse_calls and FirstCallEnd.wanted(prompt.reply)
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    ends = FirstCallEnd(demo_tokenizer, prompt.reply)
+    assert not ends("Let me look.\n") and ends(call)
+    texts = ["Let me look.\n", call]
+    chunks = [GenerationChunk(text, [1], "stop" if i == len(texts) - 1 else None, None, 3, i + 1)
+              for i, text in enumerate(texts)]
+    out = list(split_reply(iter(chunks), ReplySplitter(demo_tokenizer, prompt.reply)))
+    assert "".join(c.text for c in out) == "Let me look." and not any(c.tool_calls for c in out)
+    assert out[-1].finish_reason == "stop"
+    auto = chat_prompt(demo_tokenizer, ASK, [weather], "auto")
+    assert not auto.reply.refuse_calls and not FirstCallEnd.wanted(auto.reply)
+    assert not FirstCallEnd.wanted(chat_prompt(demo_tokenizer, ASK).reply)
 
 
 def test_tool_choice_none_bans_the_call_on_a_real_runtime(tiny_qwen_chat_target, qwen_chat_tokenizer):
