@@ -125,10 +125,11 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None =
                 answer_schema: dict[str, Any] | None = None) -> tuple[str, ReplyFormat, str | None]:
     """The prompt text, how to read the reply, and the grammar the reply must follow. tool_choice
     "none" shows the tools but allows no call (chat_prompt bans the call's opening where it is one token;
-    a call written anyway ends the reply unreturned: ReplyFormat.refuse_calls); "required" and named functions start the reply with the call's opening and constrain the
-    rest to one call (engines.forced_call). With tools offered and not forced, `answer_schema` makes the
-    reply that JSON or one call (engines.forced_call). `continue_final`: the prompt ends inside the last
-    (assistant) message, and the reply continues it."""
+    a call written anyway ends the reply unreturned: ReplyFormat.refuse_calls); "required" and named
+    functions start the reply with the call's opening and constrain the rest to one call
+    (engines.forced_call). With tools offered and not forced, `answer_schema` makes the reply that JSON or
+    one call (engines.forced_call). `continue_final`: the prompt ends inside the last (assistant) message,
+    and the reply continues it."""
     kwargs = dict(template_kwargs or {})
     offered = tools if tools and tool_choice != "none" else None
     shown = _shown_tools(tokenizer, tools, tool_choice)

@@ -83,8 +83,9 @@ def test_tool_choice_none_shows_the_tools_but_allows_no_call(srv, qwen_chat_toke
         assert (start, -math.inf) in srv.backend.calls[-1]["params"].logit_bias, api
         assert srv.backend.calls[-1]["reply"].refuse_calls is True, api
     # the count matches the prompt the reply is generated from
+    anthropic_weather = {"name": "get_weather", "input_schema": WEATHER["parameters"]}
     counted = _post(srv, "/v1/messages/count_tokens", {"messages": ASK, "tool_choice": {"type": "none"},
-                                                       "tools": [{"name": "get_weather", "input_schema": WEATHER["parameters"]}]})
+                                                       "tools": [anthropic_weather]})
     plain = _post(srv, "/v1/messages/count_tokens", {"messages": ASK})
     assert counted.json()["input_tokens"] > plain.json()["input_tokens"]
     # a call written anyway (the fake ignores the ban) is no call and no text: the answer before it stays

@@ -214,7 +214,8 @@ def _honoured_translations(defs: dict[str, Any], common: dict[str, Any], stop: d
     # vendor features not hosted here (schemas.not_hosted): null or empty only
     for name in ("prompt", "background_options", "access_programs", "image"):
         responses[name] = _nullable({"type": "object", "maxProperties": 0})
-    defs["FunctionCallItem"]["properties"]["namespace"] = {"anyOf": [{"type": "null"}, {"type": "string", "maxLength": 0}]}
+    defs["FunctionCallItem"]["properties"]["namespace"] = {"anyOf": [{"type": "null"},
+                                                                     {"type": "string", "maxLength": 0}]}
     for name in ("MessagesRequest", "CountTokensRequest"):
         defs[name]["properties"]["container"] = {"anyOf": [{"type": "null"}, {"type": "string", "maxLength": 0},
                                                            {"type": "object", "maxProperties": 0}]}
