@@ -253,6 +253,11 @@ class Backend(Protocol):
         a text (engines.text.start_of_text; InvalidRequestError where the tokenizer has no such token)."""
         ...
 
+    def prompt_text(self, prompt: str | Sequence[int]) -> str:
+        """A text completion's prompt as text, what `echo` returns before the reply: the text itself, or token
+        ids decoded (checked as encode_prompt checks them). No MLX: callable from any thread."""
+        ...
+
     def generate(
         self,
         prompt_ids: Sequence[int],

@@ -99,6 +99,11 @@ class Runtime:
             return list(self.bundle.tokenizer.encode(prompt, add_special_tokens=False))
         return checked_token_ids(prompt, self.bundle.vocab_size)
 
+    def prompt_text(self, prompt: str | Sequence[int]) -> str:
+        if isinstance(prompt, str):
+            return prompt
+        return self.bundle.tokenizer.decode(checked_token_ids(prompt, self.bundle.vocab_size))
+
     def generate(
         self,
         prompt_ids: Sequence[int],

@@ -93,6 +93,11 @@ class FakeBackend:
             return [FAKE_START_OF_TEXT]   # as the runtime generates an empty prompt from a start token
         return self._encode(prompt)
 
+    def prompt_text(self, prompt: str | Sequence[int]) -> str:
+        if isinstance(prompt, str):
+            return prompt
+        return "".join(chr(token) for token in checked_token_ids(prompt, FAKE_VOCAB))
+
     def _encode(self, text: str) -> list[int]:
         if len(text) > self.context_length:
             raise InvalidRequestError("prompt is longer than the context", param="messages", code="context_length_exceeded")

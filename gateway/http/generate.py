@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from contracts.engine import GenerationChunk
+from contracts.errors import InvalidRequestError
 from contracts.names import forces_tool_call
 from gateway.routing.interface import RouteDecision
 from gateway.worker.errors import QueueFull, WorkerError, WorkerUnavailable
@@ -180,8 +181,16 @@ def _openai_completion(data: dict[str, Any], request: Request, state: GatewaySta
     check_model(req.model, state)
     spec = completion_spec(req, forced_engine(req.engine, request, state), state.config)
     renderer = OpenAIRenderer(chat=False, model=state.backend.model_id, logprobs=req.logprobs is not None,
-                              n=req.n or 1, best_of=spec.n)
+                              n=req.n or 1, best_of=spec.n, echo=_echoed(spec, state) if req.echo else ())
     return Admitted(spec, req.stream, bool(req.stream_options and req.stream_options.include_usage), renderer)
+
+
+def _echoed(spec: RequestSpec, state: GatewayState) -> tuple[str, ...]:
+    """Each prompt's text, for `echo` (token ids decoded; an id past the vocabulary is the request's 400)."""
+    try:
+        return tuple(state.backend.prompt_text(prompt) for prompt in spec.prompts)
+    except InvalidRequestError as exc:
+        raise from_exception(exc) from None
 
 
 CHAT = Endpoint("chat_completions", _openai_chat, lambda err: err.response())

@@ -133,6 +133,7 @@ class OpenAIRenderer:
     custom_tools: frozenset[str] = frozenset()   # the custom tools offered: their calls come back as custom calls
     n: int = 1          # choices returned per prompt (text completions)
     best_of: int = 1    # choices generated per prompt: above n, the n likeliest are returned (best_choices)
+    echo: tuple[str, ...] = ()   # text completions' `echo`: each prompt's text, put before its choices' text
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -152,10 +153,14 @@ class OpenAIRenderer:
             return ChatCompletion(id=self.id, created=self.created, model=self.model, choices=choices,
                                   usage=u).model_dump()
         kept = best_choices(record.choices, self.n, self.best_of) if self.best_of > self.n else record.choices
-        texts = [CompletionChoice(index=c.index, text=c.content, finish_reason=c.finish_reason,
+        texts = [CompletionChoice(index=c.index, text=self._echoed(c) + c.content, finish_reason=c.finish_reason,
                                   logprobs=completion_logprobs(c.logprobs) if self.logprobs else None)
                  for c in kept]
         return Completion(id=self.id, created=self.created, model=self.model, choices=texts, usage=u).model_dump()
+
+    def _echoed(self, choice: ChoiceReply) -> str:
+        """The prompt text a choice's text begins with under `echo` ("" without it)."""
+        return self.echo[choice.prompt] if self.echo else ""
 
     def _message(self, choice: ChoiceReply) -> AssistantMessage:
         reasoning = choice.reasoning_text or None
@@ -170,9 +175,14 @@ class OpenAIRenderer:
 
     def choice_started(self, choice: ChoiceReply) -> list[bytes]:
         """Chat choices open with the assistant role (and empty content, unless the reply is a call), as
-        OpenAI's do."""
+        OpenAI's do; a text completion's choice under `echo` with its prompt's text."""
         if not self.chat:
-            return []
+            echoed = self._echoed(choice)
+            if not echoed:
+                return []
+            body = CompletionChoice(index=choice.index, text=echoed)
+            return [event(Completion(id=self.id, created=self.created, model=self.model,
+                                     choices=[body]).model_dump(exclude={"usage"}))]
         opening = ChatDelta(role="assistant", content=None if self.call_only else "")
         return [event(self._chunk(choice.index, opening, None, None))]
 

@@ -160,7 +160,11 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
     batch = {"minItems": 1, "maxItems": config.max_prompts}
     completion["prompt"] = {"anyOf": [text, ids, {"type": "array", "items": text, **batch},
                                       {"type": "array", "items": ids, **batch}]}
-    completion["echo"] = _one_of_values(None, False)
+    # echo: the prompt's text before each choice's; with logprobs a 400 (no prompt log-probabilities here)
+    defs["CompletionRequest"]["allOf"] = [{
+        "if": {"properties": {"echo": {"const": True}}, "required": ["echo"]},
+        "then": {"properties": {"logprobs": {"type": "null"}}},
+    }]
     completion["suffix"] = _one_of_values(None, "")
     # at least n (a 400 otherwise); above n: the n likeliest of best_of, not streamed
     completion["best_of"] = _nullable({"type": "integer", "minimum": 1, "maximum": config.max_choices})

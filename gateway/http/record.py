@@ -37,6 +37,7 @@ class ChoiceReply:
     stop_sequence: str | None = None   # the stop string that ended it
     reasoning_tokens: int = 0          # of completion_tokens, those inside the thinking block
     answer_logprobs: list[TokenLogprob] = field(default_factory=list)   # of logprobs, the answer text's
+    prompt: int = 0                    # which of the request's prompts it answers (text completions)
 
     @property
     def content(self) -> str:
@@ -104,7 +105,7 @@ class RequestRecord:
         """Record a worker item; returns the choice it belongs to."""
         if isinstance(item, ChoiceStart):
             self._prompt = item.prompt
-            self.choices.append(ChoiceReply(item.index))
+            self.choices.append(ChoiceReply(item.index, prompt=item.prompt))
             return self.choices[-1]
         if not self.choices:
             self.choices.append(ChoiceReply(0))

@@ -83,9 +83,10 @@ def _reject_chat(req: ChatCompletionRequest, config: GatewayConfig) -> None:
 
 def _reject_completion(req: CompletionRequest, config: GatewayConfig) -> None:
     _reject_common(req, config)
-    if req.echo:
-        raise bad_request("echo is not supported (the prompt's log-probabilities are not computed).", param="echo",
-                          code="unsupported_parameter")
+    if req.echo and req.logprobs is not None:
+        raise bad_request("echo with logprobs is not supported: the prompt's log-probabilities are not computed (the "
+                          "prefill keeps only the last prompt position's logits); send echo without logprobs, or "
+                          "logprobs without echo.", param="echo", code="unsupported_parameter")
     if req.suffix:
         raise bad_request("suffix is not supported (the model has no fill-in-the-middle format).", param="suffix",
                           code="unsupported_parameter")
