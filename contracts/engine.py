@@ -247,10 +247,17 @@ class Backend(Protocol):
         (with tools offered, not forced): the reply is JSON matching it or a call of one of the tools."""
         ...
 
-    def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
+    @property
+    def fills_in_middle(self) -> bool:
+        """Whether encode_prompt takes a `suffix` (the tokenizer has fill-in-the-middle tokens)."""
+        ...
+
+    def encode_prompt(self, prompt: str | Sequence[int], suffix: str | None = None) -> list[int]:
         """A text completion's prompt as token ids: text is tokenized, ids (a client that tokenized the prompt
         itself) are checked against the vocabulary (InvalidRequestError, param "prompt"); "" is the start of
-        a text (engines.text.start_of_text; InvalidRequestError where the tokenizer has no such token)."""
+        a text (engines.text.start_of_text; InvalidRequestError where the tokenizer has no such token). With a
+        non-empty `suffix`, the model's fill-in-the-middle prompt of the two (engines.text.fill_in_middle;
+        InvalidRequestError, param "suffix", where it has none)."""
         ...
 
     def prompt_text(self, prompt: str | Sequence[int]) -> str:

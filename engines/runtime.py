@@ -37,7 +37,7 @@ from .prefill import PrefixPlan
 from .prefix_cache import PrefixCache
 from .raw import RawEngine
 from .reply import FirstCallEnd, ReplySplitter, split_reply, stop_skips
-from .text import start_of_text, stream_text
+from .text import fill_in_middle, fim_token_ids, start_of_text, stream_text
 
 log = logging.getLogger("switchyard.runtime")
 
@@ -92,12 +92,21 @@ class Runtime:
         return chat_prompt(self.bundle.tokenizer, messages, tools, tool_choice, template_kwargs, continue_final,
                            answer_schema=answer_schema)
 
-    def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
+    @property
+    def fills_in_middle(self) -> bool:
+        return fim_token_ids(self.bundle.tokenizer) is not None
+
+    def encode_prompt(self, prompt: str | Sequence[int], suffix: str | None = None) -> list[int]:
+        if suffix:
+            return fill_in_middle(self.bundle.tokenizer, self._encoded(prompt), self._encoded(suffix))
         if prompt == "":
             return start_of_text(self.bundle.tokenizer)
-        if isinstance(prompt, str):
-            return list(self.bundle.tokenizer.encode(prompt, add_special_tokens=False))
-        return checked_token_ids(prompt, self.bundle.vocab_size)
+        return self._encoded(prompt)
+
+    def _encoded(self, text: str | Sequence[int]) -> list[int]:
+        if isinstance(text, str):
+            return list(self.bundle.tokenizer.encode(text, add_special_tokens=False))
+        return checked_token_ids(text, self.bundle.vocab_size)
 
     def prompt_text(self, prompt: str | Sequence[int]) -> str:
         if isinstance(prompt, str):

@@ -26,6 +26,35 @@ def start_of_text(tokenizer: Any) -> list[int]:
                               f"or {END_OF_TEXT} token to generate from", param="prompt", code="empty_prompt")
 
 
+# Qwen's fill-in-the-middle tokens (Qwen2.5-Coder on; Qwen3's tokenizers have them too), in the order a prompt
+# holds them: the code before the gap, the code after it, then the gap the model writes
+FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
+
+
+def fim_token_ids(tokenizer: Any) -> tuple[int, int, int] | None:
+    """The tokenizer's ids of the three fill-in-the-middle tokens, or None where it lacks any of them."""
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    ids = [tokenizer.convert_tokens_to_ids(token) for token in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)]
+    if all(isinstance(i, int) and i != unknown for i in ids):
+        return ids[0], ids[1], ids[2]
+    return None
+
+
+def fill_in_middle(tokenizer: Any, prefix: Sequence[int], suffix: Sequence[int]) -> list[int]:
+    """A text completion's `suffix` (OpenAI's insert mode) as the model's fill-in-the-middle prompt:
+    <|fim_prefix|> prefix <|fim_suffix|> suffix <|fim_middle|>, after which the model writes the gap.
+    InvalidRequestError (param "suffix") where the tokenizer has no such tokens: the model was not trained to
+    fill a gap, and a suffix it cannot see would be silently ignored."""
+    ids = fim_token_ids(tokenizer)
+    if ids is None:
+        raise InvalidRequestError(f"suffix is not supported by this model: its tokenizer has no fill-in-the-middle "
+                                  f"tokens ({FIM_PREFIX}, {FIM_SUFFIX}, {FIM_MIDDLE}), so it cannot write text that "
+                                  "leads into a suffix; send the prompt without one", param="suffix",
+                                  code="unsupported_parameter")
+    start, middle, end = ids
+    return [start, *prefix, middle, *suffix, end]
+
+
 class StopMatcher:
     """Finds stop strings across chunk boundaries; holds back text that may begin one.
 

@@ -54,6 +54,7 @@ class FakeBackend:
     # a real mlx-lm tokenizer: chats render through its template and replies are split (reasoning,
     # tool calls) exactly as the runtime does; `reply` is then the model's raw text
     tokenizer: Any = None
+    fills_in_middle: bool = False        # encode_prompt takes a suffix (fill-in-the-middle tokens)
     # observations
     calls: list[dict] = field(default_factory=list)
     threads: set[int] = field(default_factory=set)
@@ -85,8 +86,13 @@ class FakeBackend:
         return ChatPrompt(self._encode(text), reply, grammar=grammar,
                           banned=refused_call_tokens(self.tokenizer, tools, tool_choice))
 
-    def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
+    def encode_prompt(self, prompt: str | Sequence[int], suffix: str | None = None) -> list[int]:
         self.threads.add(threading.get_ident())
+        if suffix:   # fill in the middle, in the fake's character tokens
+            if not self.fills_in_middle:
+                raise InvalidRequestError("suffix is not supported by this model: its tokenizer has no "
+                                          "fill-in-the-middle tokens", param="suffix", code="unsupported_parameter")
+            return self._encode(f"<|fim_prefix|>{self.prompt_text(prompt)}<|fim_suffix|>{suffix}<|fim_middle|>")
         if not isinstance(prompt, str):
             return checked_token_ids(prompt, FAKE_VOCAB)
         if prompt == "":

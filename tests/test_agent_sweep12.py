@@ -45,3 +45,50 @@ def test_echo_puts_the_prompt_before_each_choice(srv):
     assert "log-probabilities" in refused.json()["error"]["message"]
     outside = _post(srv, "/v1/completions", {"prompt": [10**6], "max_tokens": 1, "echo": True})
     assert outside.status_code == 400 and outside.json()["error"]["code"] == "invalid_token_id", outside.text
+
+
+def test_suffix_fills_in_the_middle_where_the_tokenizer_has_fim_tokens(srv, tiny_qwen_chat_target, demo_tokenizer):
+    """OpenAI's /v1/completions `suffix` (insert mode; code editors' fill-in-the-middle completions send it)
+    was a 400 on every model. Where the tokenizer has fill-in-the-middle tokens (Qwen's <|fim_prefix|>,
+    <|fim_suffix|>, <|fim_middle|>) the prompt is now <|fim_prefix|>prompt<|fim_suffix|>suffix<|fim_middle|>,
+    after which the model writes the gap; where it has none (the demo's and the test checkpoints' tokenizers)
+    a suffix is a 400 that says why, and /openapi.json takes a suffix only where it is served."""
+    from mlx_lm.utils import load_tokenizer
+
+    from engines.runtime import load_runtime
+    from engines.text import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, fill_in_middle, fim_token_ids
+    from gateway.http.app import create_app
+    from gateway.http.openapi import build_openapi
+    from tests.fakes import live_server
+
+    # the gateway: a backend without FIM tokens refuses, one with them gets the suffix
+    refused = _post(srv, "/v1/completions", {"prompt": "def f(", "suffix": "\n    return x\n", "max_tokens": 1})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "suffix", refused.text
+    assert "fill-in-the-middle" in refused.json()["error"]["message"]
+    assert _post(srv, "/v1/completions", {"prompt": "hi", "suffix": "", "max_tokens": 1}).status_code == 200
+    srv.backend.fills_in_middle = True
+    srv.backend.reply = PROSE
+    reply = _openai(srv).completions.create(model="default", prompt="def f(", suffix=")", max_tokens=2)
+    assert reply.choices[0].text == "The quick"
+    assert srv.backend.encoded[-1] == "<|fim_prefix|>def f(<|fim_suffix|>)<|fim_middle|>"
+    suffix_schema = build_openapi()["components"]["schemas"]["CompletionRequest"]["properties"]["suffix"]
+    assert suffix_schema == {"enum": [None, ""]}
+    assert "enum" not in str(build_openapi(fills_in_middle=True)["components"]["schemas"]["CompletionRequest"]
+                             ["properties"]["suffix"])
+
+    # the runtime: a Qwen tokenizer with the tokens builds the prompt from them; the test checkpoint's has none
+    tokenizer = load_tokenizer(tiny_qwen_chat_target)
+    tokenizer.add_special_tokens({"additional_special_tokens": [FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE]})
+    start, middle, end = (tokenizer.convert_tokens_to_ids(t) for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
+    assert fill_in_middle(tokenizer, [5, 6], [7]) == [start, 5, 6, middle, 7, end]
+    assert fim_token_ids(demo_tokenizer) is None   # the demo model was trained without them
+    runtime = load_runtime(str(tiny_qwen_chat_target))
+    assert not runtime.fills_in_middle
+    assert runtime.prompt_text(runtime.encode_prompt("the cat")) == "the cat"   # echo's text of token ids
+    with live_server(create_app(runtime)) as server:
+        refused = _post(server, "/v1/completions", {"prompt": "def f(", "suffix": ")", "max_tokens": 1})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "suffix", refused.text
+        assert "<|fim_prefix|>" in refused.json()["error"]["message"]
+        echoed = _openai(server).completions.create(model="default", prompt="the cat", max_tokens=2, echo=True)
+        assert echoed.choices[0].text.startswith("the cat")
+

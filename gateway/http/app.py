@@ -127,7 +127,8 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
     )
     app.state.gateway = state
     app.state.body_budget = BodyBudget(body_slots(config.max_queue), config.retry_after_seconds)
-    app.state.openapi = build_openapi(config, tuple(backend.engine_names), tuple(state.model_names))
+    app.state.openapi = build_openapi(config, tuple(backend.engine_names), tuple(state.model_names),
+                                      backend.fills_in_middle)
     if config.api_keys:  # a request without a valid key never reaches a handler
         app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, protect_metrics=config.protect_metrics,
                            protect_admin=config.protect_admin)

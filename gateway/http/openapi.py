@@ -115,7 +115,8 @@ def _engine_pattern(engines: tuple[str, ...]) -> str:
     return rf"^[ \t]*({names})?[ \t]*$"
 
 
-def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, ...], models: tuple[str, ...]) -> None:
+def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, ...], models: tuple[str, ...],
+              fills_in_middle: bool = False) -> None:
     """Narrow the request schemas from "what parses" to "what this server serves": OpenAI fields it
     only accepts at their neutral value, its limits, its model names and engines. The handlers
     reject everything else with a 400/404, so the document describes the accepted inputs exactly."""
@@ -165,7 +166,9 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
         "if": {"properties": {"echo": {"const": True}}, "required": ["echo"]},
         "then": {"properties": {"logprobs": {"type": "null"}}},
     }]
-    completion["suffix"] = _one_of_values(None, "")
+    # fill in the middle: a model whose tokenizer has no FIM tokens takes no suffix (a 400 naming why)
+    if not fills_in_middle:
+        completion["suffix"] = _one_of_values(None, "")
     # at least n (a 400 otherwise); above n: the n likeliest of best_of, not streamed
     completion["best_of"] = _nullable({"type": "integer", "minimum": 1, "maximum": config.max_choices})
 
@@ -230,12 +233,13 @@ def build_openapi(
     config: GatewayConfig = GatewayConfig(),
     engines: tuple[str, ...] = ("raw",),
     models: tuple[str, ...] = ("default",),
+    fills_in_middle: bool = False,
     title: str = "Switchyard",
     version: str = "0.1.0",
 ) -> dict[str, Any]:
     inputs = [(m, "validation") for m in _REQUESTS] + [(m, "serialization") for m in _RESPONSES]
     _, defs = models_json_schema(inputs, ref_template=REF)
-    _honoured(defs["$defs"], config, engines, models)
+    _honoured(defs["$defs"], config, engines, models, fills_in_middle)
     model_param = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
     engine_header = {"type": "string", "pattern": _engine_pattern(engines)}
     health_503 = _json(schemas.Health, "Model not loaded, worker crashed, or draining for shutdown")

@@ -87,9 +87,6 @@ def _reject_completion(req: CompletionRequest, config: GatewayConfig) -> None:
         raise bad_request("echo with logprobs is not supported: the prompt's log-probabilities are not computed (the "
                           "prefill keeps only the last prompt position's logits); send echo without logprobs, or "
                           "logprobs without echo.", param="echo", code="unsupported_parameter")
-    if req.suffix:
-        raise bad_request("suffix is not supported (the model has no fill-in-the-middle format).", param="suffix",
-                          code="unsupported_parameter")
     n = req.n or 1
     if req.best_of is not None and req.best_of < n:
         raise bad_request(f"best_of must be at least n ({n}); got {req.best_of}.", param="best_of",
@@ -432,4 +429,5 @@ def completion_spec(req: CompletionRequest, forced_engine: str | None, config: G
         max_tokens_defaulted=req.max_tokens is None,
         n=best_of(req),
         priority=req.priority or 0,
+        suffix=req.suffix or "",
     )

@@ -31,3 +31,4 @@ class RequestSpec:
     cache_scope: str = ""                # whose prefix-cache entries it may reuse (a tenant; "" = shared)
     priority: int = 0                    # higher leaves the queue first (FIFO within a priority)
     continue_final: bool = False         # the last message is the assistant's unfinished reply: continue it
+    suffix: str = ""                     # a text completion's text after the gap (fill in the middle; "": none)
