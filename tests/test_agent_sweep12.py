@@ -92,3 +92,16 @@ def test_suffix_fills_in_the_middle_where_the_tokenizer_has_fim_tokens(srv, tiny
         echoed = _openai(server).completions.create(model="default", prompt="the cat", max_tokens=2, echo=True)
         assert echoed.choices[0].text.startswith("the cat")
 
+
+def test_best_of_against_n_is_a_documented_semantic_400(srv):
+    """best_of below n, or above it in a stream, compares two fields, which JSON Schema cannot state:
+    /openapi.json allowed such bodies and the server answered a 400 with a generic code, so a client generated
+    from the schema (and the schema fuzzer) met an undocumented rejection. Both are now the documented
+    conflicting_constraints 400, named in the operation's description with the other such rules."""
+    from gateway.http.openapi import SEMANTIC_RULES
+
+    for body in ({"best_of": 1, "n": 2}, {"best_of": 3, "n": 1, "stream": True}):
+        refused = _post(srv, "/v1/completions", {"prompt": "hi", "max_tokens": 1, **body})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] == "conflicting_constraints", refused.text
+    assert "best_of below n" in SEMANTIC_RULES

@@ -90,13 +90,13 @@ def _reject_completion(req: CompletionRequest, config: GatewayConfig) -> None:
     n = req.n or 1
     if req.best_of is not None and req.best_of < n:
         raise bad_request(f"best_of must be at least n ({n}); got {req.best_of}.", param="best_of",
-                          code="invalid_value")
+                          code="conflicting_constraints")
     if best_of(req) > config.max_choices:
         raise bad_request(f"best_of must be at most {config.max_choices} on this server (got {req.best_of}).",
                           param="best_of", code="invalid_value")
     if best_of(req) > n and req.stream:
         raise bad_request("best_of greater than n cannot be streamed (the best choices are known only when all are "
-                          "done).", param="best_of", code="unsupported_value")
+                          "done).", param="best_of", code="conflicting_constraints")
 
 
 def best_of(req: CompletionRequest) -> int:
