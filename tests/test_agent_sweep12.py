@@ -93,6 +93,34 @@ def test_suffix_fills_in_the_middle_where_the_tokenizer_has_fim_tokens(srv, tiny
         assert echoed.choices[0].text.startswith("the cat")
 
 
+def test_continuous_usage_stats_puts_the_running_usage_in_every_chunk(srv):
+    """vLLM's `stream_options.continuous_usage_stats` (some OpenAI-compatible clients send it beside
+    include_usage, to show tokens as they stream) was an "Unrecognized request argument" 400 on chat and
+    completions. It is accepted (true, false, null); true with include_usage puts the usage so far in every
+    chunk, as vLLM does, the completion tokens counting up; the last, choice-less chunk carries the total."""
+    srv.backend.reply = PROSE
+    for path, body in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+                       ("/v1/completions", {"prompt": "hi"})):
+        streamed = _post(srv, path, {**body, "max_tokens": 3, "stream": True,
+                                     "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+        assert streamed.status_code == 200, streamed.text
+        chunks = _chunks(streamed)
+        assert all(chunk.get("usage") for chunk in chunks), (path, chunks)
+        counts = [chunk["usage"]["completion_tokens"] for chunk in chunks]
+        assert counts == sorted(counts) and counts[-1] == 3 and counts[0] < 3, (path, counts)
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] == 3 + chunks[-1]["usage"][
+            "prompt_tokens"]
+        for options in ({"include_usage": True, "continuous_usage_stats": False}, {"continuous_usage_stats": None},
+                        {"continuous_usage_stats": True}):   # vLLM: only beside include_usage
+            quiet = _post(srv, path, {**body, "max_tokens": 2, "stream": True, "stream_options": options})
+            assert quiet.status_code == 200, (options, quiet.text)
+            assert not any(chunk.get("usage") for chunk in _chunks(quiet) if chunk["choices"]), options
+    client_chunks = list(_openai(srv).chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "hi"}], max_tokens=2, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True}))   # type: ignore[typeddict-unknown-key]
+    assert client_chunks[-1].usage.completion_tokens == 2
+
+
 def test_best_of_against_n_is_a_documented_semantic_400(srv):
     """best_of below n, or above it in a stream, compares two fields, which JSON Schema cannot state:
     /openapi.json allowed such bodies and the server answered a 400 with a generic code, so a client generated

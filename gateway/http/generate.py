@@ -172,7 +172,8 @@ def _openai_chat(data: dict[str, Any], request: Request, state: GatewayState) ->
     spec = chat_spec(req, forced_engine(req.engine, request, state), state.config)
     renderer = OpenAIRenderer(chat=True, model=state.backend.model_id, logprobs=spec.params.logprobs,
                               call_only=bool(spec.tools) and forces_tool_call(spec.tool_choice),
-                              custom_tools=req.custom_tool_names())
+                              custom_tools=req.custom_tool_names(),
+                              continuous_usage=bool(req.stream_options and req.stream_options.continuous()))
     return Admitted(spec, req.stream, bool(req.stream_options and req.stream_options.include_usage), renderer)
 
 
@@ -181,7 +182,8 @@ def _openai_completion(data: dict[str, Any], request: Request, state: GatewaySta
     check_model(req.model, state)
     spec = completion_spec(req, forced_engine(req.engine, request, state), state.config)
     renderer = OpenAIRenderer(chat=False, model=state.backend.model_id, logprobs=req.logprobs is not None,
-                              n=req.n or 1, best_of=spec.n, echo=_echoed(spec, state) if req.echo else ())
+                              n=req.n or 1, best_of=spec.n, echo=_echoed(spec, state) if req.echo else (),
+                              continuous_usage=bool(req.stream_options and req.stream_options.continuous()))
     return Admitted(spec, req.stream, bool(req.stream_options and req.stream_options.include_usage), renderer)
 
 

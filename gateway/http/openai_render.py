@@ -134,6 +134,9 @@ class OpenAIRenderer:
     n: int = 1          # choices returned per prompt (text completions)
     best_of: int = 1    # choices generated per prompt: above n, the n likeliest are returned (best_choices)
     echo: tuple[str, ...] = ()   # text completions' `echo`: each prompt's text, put before its choices' text
+    # vLLM's stream_options.continuous_usage_stats (with include_usage): every chunk carries the usage so far
+    continuous_usage: bool = False
+    _record: RequestRecord | None = field(default=None, init=False, repr=False)   # the stream's, once opened
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -171,7 +174,15 @@ class OpenAIRenderer:
 
     # ---- stream ----
     def opening(self, record: RequestRecord) -> list[bytes]:
+        self._record = record   # the running usage each chunk carries under continuous_usage
         return []
+
+    def _event(self, chunk: dict[str, Any]) -> bytes:
+        """A choice's chunk as an event; under continuous_usage with the usage so far (this chunk's tokens
+        counted: the record takes a chunk before it is rendered), as vLLM's streams carry it."""
+        if self.continuous_usage and self._record is not None:
+            chunk = {**chunk, "usage": usage(self._record).model_dump()}
+        return event(chunk)
 
     def choice_started(self, choice: ChoiceReply) -> list[bytes]:
         """Chat choices open with the assistant role (and empty content, unless the reply is a call), as
@@ -181,10 +192,10 @@ class OpenAIRenderer:
             if not echoed:
                 return []
             body = CompletionChoice(index=choice.index, text=echoed)
-            return [event(Completion(id=self.id, created=self.created, model=self.model,
-                                     choices=[body]).model_dump(exclude={"usage"}))]
+            return [self._event(Completion(id=self.id, created=self.created, model=self.model,
+                                           choices=[body]).model_dump(exclude={"usage"}))]
         opening = ChatDelta(role="assistant", content=None if self.call_only else "")
-        return [event(self._chunk(choice.index, opening, None, None))]
+        return [self._event(self._chunk(choice.index, opening, None, None))]
 
     def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
         has_output = chunk.text or chunk.reasoning or chunk.tool_calls or chunk.finish_reason is not None
@@ -195,19 +206,19 @@ class OpenAIRenderer:
             start = sum(map(len, choice.text)) - len(chunk.text)   # the record already holds this chunk
             body = CompletionChoice(index=choice.index, text=chunk.text, finish_reason=chunk.finish_reason,
                                     logprobs=completion_logprobs(logprobs, start) if logprobs is not None else None)
-            return [event(Completion(id=self.id, created=self.created, model=self.model,
-                                     choices=[body]).model_dump(exclude={"usage"}))]
+            return [self._event(Completion(id=self.id, created=self.created, model=self.model,
+                                           choices=[body]).model_dump(exclude={"usage"}))]
         first = len(choice.tool_calls) - len(chunk.tool_calls)
         calls = [self._call_delta(first + i, c) for i, c in enumerate(chunk.tool_calls)] or None
         delta = ChatDelta(content=chunk.text or None, reasoning_content=chunk.reasoning or None,
                           reasoning=chunk.reasoning or None, tool_calls=calls)
         if chunk.finish_reason is None or not (chunk.text or chunk.reasoning or calls or logprobs):
-            return [event(self._chunk(choice.index, delta, chunk.finish_reason, logprobs))]
+            return [self._event(self._chunk(choice.index, delta, chunk.finish_reason, logprobs))]
         # the finish in a chunk of its own with an empty delta, as OpenAI ends a choice: the openai SDK's
         # chat.completions.stream() reads a call as done when a later chunk finishes it, so a finish beside the
         # last call's delta never fired `tool_calls.function.arguments.done`
-        return [event(self._chunk(choice.index, delta, None, logprobs)),
-                event(self._chunk(choice.index, ChatDelta(), chunk.finish_reason, None))]
+        return [self._event(self._chunk(choice.index, delta, None, logprobs)),
+                self._event(self._chunk(choice.index, ChatDelta(), chunk.finish_reason, None))]
 
     def _call_delta(self, index: int, call: ToolCall) -> ToolCallDelta | CustomToolCallDelta:
         """A whole call in a stream: a custom tool's as OpenAI streams it, {"type": "custom", "custom": {...}}."""

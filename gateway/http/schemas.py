@@ -443,6 +443,11 @@ ChatMessage = Annotated[
 class StreamOptions(_Strict):
     include_usage: bool = False
     include_obfuscation: bool | None = None  # OpenAI option; we never pad, so it is harmless
+    # vLLM's: with include_usage, every chunk carries the usage so far (not only the last, empty one)
+    continuous_usage_stats: bool | None = None
+
+    def continuous(self) -> bool:
+        return bool(self.include_usage and self.continuous_usage_stats)
 
 
 class JsonSchemaFormat(_Strict):
