@@ -133,3 +133,19 @@ def test_best_of_against_n_is_a_documented_semantic_400(srv):
         assert refused.status_code == 400, refused.text
         assert refused.json()["error"]["code"] == "conflicting_constraints", refused.text
     assert "best_of below n" in SEMANTIC_RULES
+
+
+def test_routes_of_other_apis_say_what_to_use_instead(srv):
+    """Open WebUI (and other Ollama clients) with this server added as an Ollama connection probe GET
+    /api/tags and /api/version, and RAG features POST /v1/embeddings: each was a bare 404 "Unknown route",
+    which reads as a wrong URL. The 404 now says which API the route belongs to is not served and what to
+    connect to instead (an OpenAI-compatible connection at /v1); other unknown routes are as before."""
+    for method, path, words in (("GET", "/api/tags", "OpenAI-compatible server at <this server>/v1"),
+                                ("GET", "/api/version", "Ollama"), ("POST", "/api/chat", "Ollama"),
+                                ("POST", "/v1/embeddings", "no embeddings"), ("POST", "/embeddings", "no embeddings")):
+        response = httpx.request(method, srv.base_url + path, json={"model": "default"})
+        assert response.status_code == 404, (path, response.text)
+        error = response.json()["error"]
+        assert error["code"] == "unknown_url" and words in error["message"], (path, error)
+    plain = httpx.get(srv.base_url + "/v2/nothing").json()["error"]["message"]
+    assert plain == "Unknown route: GET /v2/nothing"

@@ -46,6 +46,22 @@ async def _worker_error(request: Request, exc: Exception) -> Response:
     return error_response_for(request.url.path, from_exception(exc))
 
 
+# Routes of APIs this server does not speak that clients try on it, and what to use instead: Open WebUI (and
+# other Ollama clients) added as an "Ollama" connection probe /api/tags and /api/version, and RAG features ask
+# for embeddings, which a generative model here does not serve
+_OTHER_APIS = (
+    (("/api/",), "this server does not speak Ollama's API; connect to it as an OpenAI-compatible server at "
+              "<this server>/v1 (chat completions, models) or an Anthropic one (/v1/messages)"),
+    (("/v1/embeddings", "/embeddings"), "this server serves one generative model and computes no embeddings; use an embedding "
+                       "model's server for them"),
+)
+
+
+def _elsewhere(path: str) -> str:
+    """Why a route of another API is not here, and what to use instead ("" for any other unknown route)."""
+    return next((f" ({why})." for prefixes, why in _OTHER_APIS if path.startswith(prefixes)), "")
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own 404/405 (unknown route, wrong method) as OpenAI error objects (Anthropic's under
     /v1/messages)."""
@@ -57,7 +73,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
                             "(every response is store: false); send the whole conversation in `input`.",
                        type="not_found_error", code="response_not_stored")
     elif exc.status_code == 404:
-        err = APIError(404, f"Unknown route: {request.method} {request.url.path}", type="not_found_error", code="unknown_url")
+        err = APIError(404, f"Unknown route: {request.method} {request.url.path}{_elsewhere(request.url.path)}",
+                       type="not_found_error", code="unknown_url")
     elif exc.status_code == 405:
         err = APIError(405, f"Method {request.method} is not allowed on {request.url.path}.", code="method_not_allowed")
     else:
