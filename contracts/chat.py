@@ -43,6 +43,16 @@ class TokenLogprob:
 
 
 @dataclass(frozen=True)
+class PromptLogprobs:
+    """A prompt's tokens scored, for a text completion's echo with logprobs: the first token, which nothing
+    precedes (it has no log-probability), then each later one under the target given the tokens before it."""
+
+    first: str
+    first_raw: bytes
+    scored: tuple[TokenLogprob, ...]
+
+
+@dataclass(frozen=True)
 class ReplyFormat:
     """How to read the reply's text: reasoning blocks and tool calls in the chat template's syntax."""
 

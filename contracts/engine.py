@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from .chat import ChatPrompt, ReplyFormat, TokenLogprob, ToolCall
+from .chat import ChatPrompt, PromptLogprobs, ReplyFormat, TokenLogprob, ToolCall
 from .errors import InvalidRequestError
 from .sampling import SamplingParams
 
@@ -263,6 +263,11 @@ class Backend(Protocol):
     def prompt_text(self, prompt: str | Sequence[int]) -> str:
         """A text completion's prompt as text, what `echo` returns before the reply: the text itself, or token
         ids decoded (checked as encode_prompt checks them). No MLX: callable from any thread."""
+        ...
+
+    def prompt_logprobs(self, prompt_ids: Sequence[int], top: int) -> PromptLogprobs:
+        """The prompt's own tokens scored (a text completion's echo with logprobs): each after the first under
+        the target given those before it, with `top` alternatives. One more forward over the prompt."""
         ...
 
     def generate(

@@ -12,7 +12,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from contracts.chat import ChatPrompt, ReplyFormat
+from contracts.chat import ChatPrompt, PromptLogprobs, ReplyFormat
 from contracts.engine import (CancelToken, Engine, GenerationChunk, PrefixHint, StepResult, SwitchRule,
                               checked_token_ids)
 from contracts.names import SAMPLED_SUFFIX
@@ -36,6 +36,7 @@ from .mtp_head import load_mtp_head
 from .prefill import PrefixPlan
 from .prefix_cache import PrefixCache
 from .raw import RawEngine
+from .score import prompt_logprobs
 from .reply import FirstCallEnd, ReplySplitter, split_reply, stop_skips
 from .text import fill_in_middle, fim_token_ids, start_of_text, stream_text
 
@@ -112,6 +113,17 @@ class Runtime:
         if isinstance(prompt, str):
             return prompt
         return self.bundle.tokenizer.decode(checked_token_ids(prompt, self.bundle.vocab_size))
+
+    def prompt_logprobs(self, prompt_ids: Sequence[int], top: int) -> PromptLogprobs:
+        if not prompt_ids:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        try:
+            return prompt_logprobs(self.bundle, prompt_ids, top)
+        except SwitchyardError:
+            raise
+        except Exception as exc:  # a model failure must not take the server down
+            log.exception("scoring the prompt failed")
+            raise EngineFailure("raw", exc) from exc
 
     def generate(
         self,

@@ -17,7 +17,7 @@ from typing import Any
 
 import uvicorn
 
-from contracts.chat import ChatPrompt, ReplyFormat
+from contracts.chat import ChatPrompt, PromptLogprobs, ReplyFormat, TokenLogprob, TopLogprob
 from contracts.engine import CancelToken, GenerationChunk, PrefixHint, StepResult, SwitchRule, checked_token_ids
 from contracts.errors import EngineFailure, InvalidRequestError
 from contracts.sampling import SamplingParams
@@ -65,6 +65,7 @@ class FakeBackend:
     encoded: list[str] = field(default_factory=list)
     chats: list[dict] = field(default_factory=list)
     prefixes: list = field(default_factory=list)
+    scored: list = field(default_factory=list)   # the prompts prompt_logprobs scored
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
         self.threads.add(threading.get_ident())
@@ -103,6 +104,13 @@ class FakeBackend:
         if isinstance(prompt, str):
             return prompt
         return "".join(chr(token) for token in checked_token_ids(prompt, FAKE_VOCAB))
+
+    def prompt_logprobs(self, prompt_ids: Sequence[int], top: int) -> PromptLogprobs:
+        """Each prompt token after the first at -1.0 (one alternative per `top`: itself)."""
+        self.scored.append(list(prompt_ids))
+        return PromptLogprobs(chr(prompt_ids[0]), b"", tuple(
+            TokenLogprob(chr(t), t, -1.0, tuple(TopLogprob(chr(t), t, -1.0) for _ in range(min(top, 1))))
+            for t in prompt_ids[1:]))
 
     def _encode(self, text: str) -> list[int]:
         if len(text) > self.context_length:

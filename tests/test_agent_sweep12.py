@@ -21,8 +21,8 @@ def _chunks(response: httpx.Response) -> list[dict]:
 def test_echo_puts_the_prompt_before_each_choice(srv):
     """OpenAI's /v1/completions `echo: true` returns each prompt's text before its choices' text (clients that
     want the whole document, lm-eval style harnesses); here it was a 400 "echo is not supported". The prompt's
-    text (token ids decoded) now leads each choice, in a stream as the choice's first chunk; echo with
-    logprobs, which would need the prompt's own log-probabilities, is a 400 that says so."""
+    text (token ids decoded) now leads each choice, in a stream as the choice's first chunk (with logprobs:
+    test_echo_with_logprobs_scores_the_prompt)."""
     srv.backend.reply = PROSE
     client = _openai(srv)
     reply = client.completions.create(model="default", prompt=["Once upon", "a time"], n=2, max_tokens=2, echo=True)
@@ -40,9 +40,6 @@ def test_echo_puts_the_prompt_before_each_choice(srv):
     assert texts == {0: ["ab", "The", " quick"], 1: ["c", "The", " quick"]}
     plain = client.completions.create(model="default", prompt="hi", max_tokens=1, echo=False)
     assert plain.choices[0].text == "The"
-    refused = _post(srv, "/v1/completions", {"prompt": "hi", "max_tokens": 1, "echo": True, "logprobs": 1})
-    assert refused.status_code == 400 and refused.json()["error"]["param"] == "echo", refused.text
-    assert "log-probabilities" in refused.json()["error"]["message"]
     outside = _post(srv, "/v1/completions", {"prompt": [10**6], "max_tokens": 1, "echo": True})
     assert outside.status_code == 400 and outside.json()["error"]["code"] == "invalid_token_id", outside.text
 
@@ -149,3 +146,51 @@ def test_routes_of_other_apis_say_what_to_use_instead(srv):
         assert error["code"] == "unknown_url" and words in error["message"], (path, error)
     plain = httpx.get(srv.base_url + "/v2/nothing").json()["error"]["message"]
     assert plain == "Unknown route: GET /v2/nothing"
+
+
+def test_echo_with_logprobs_scores_the_prompt(srv, tiny_qwen_chat_target):
+    """lm-eval's loglikelihood tasks (local-completions) send echo: true with logprobs and read the prompt's
+    own token log-probabilities back; that was a 400. The prompt is now scored (Backend.prompt_logprobs: one
+    more forward over it on every engine's target) and its tokens lead each choice's logprobs, the first with
+    null (nothing precedes it), as OpenAI's, text offsets running on into the generated tokens."""
+    from engines.runtime import load_runtime
+    from gateway.http.app import create_app
+    from tests.fakes import live_server
+
+    srv.backend.reply = PROSE
+    reply = _openai(srv).completions.create(model="default", prompt="abc", max_tokens=2, echo=True, logprobs=1)
+    logprobs = reply.choices[0].logprobs
+    assert reply.choices[0].text == "abcThe quick"
+    assert logprobs.tokens[:3] == ["a", "b", "c"] and logprobs.token_logprobs[:3] == [None, -1.0, -1.0]
+    assert logprobs.top_logprobs[0] is None and logprobs.top_logprobs[1] == {"b": -1.0}
+    assert logprobs.text_offset == [0, 1, 2]   # (the fake gives its generated tokens none)
+    assert srv.backend.scored[-1] == [ord(c) for c in "abc"]
+    streamed = _post(srv, "/v1/completions", {"prompt": "ab", "max_tokens": 1, "echo": True, "logprobs": 0,
+                                              "stream": True})
+    first, second = (chunk["choices"][0] for chunk in _chunks(streamed)[:2])
+    assert first["text"] == "ab" and first["logprobs"]["token_logprobs"] == [None, -1.0]
+    assert second["text"] == "The"
+    before = len(srv.backend.scored)
+    _openai(srv).completions.create(model="default", prompt="abc", max_tokens=1, echo=True)
+    _openai(srv).completions.create(model="default", prompt="abc", max_tokens=1, logprobs=1)
+    assert len(srv.backend.scored) == before   # scored only for echo with logprobs
+
+    runtime = load_runtime(str(tiny_qwen_chat_target))
+    ids = runtime.encode_prompt("the cat sat on the mat")
+    with live_server(create_app(runtime)) as server:
+        for engine in runtime.engine_names:
+            done = _openai(server).completions.create(model="default", prompt="the cat sat on the mat", max_tokens=2,
+                                                      temperature=0, echo=True, logprobs=2,
+                                                      extra_body={"engine": engine}).choices[0]
+            assert done.text.startswith("the cat sat on the mat"), engine
+            assert len(done.logprobs.tokens) == len(ids) + 2 and done.logprobs.token_logprobs[0] is None, engine
+            assert all(lp <= 0 for lp in done.logprobs.token_logprobs[1:]), engine
+            assert "".join(done.logprobs.tokens[:len(ids)]) == "the cat sat on the mat", engine
+            # the generated tokens' offsets run on from the end of the echoed prompt
+            assert done.logprobs.text_offset[len(ids)] == len("the cat sat on the mat"), engine
+    # the scores are the target's: the same prompt scored whole, as the next-token distribution after each prefix
+    import mlx.core as mx
+    scored = runtime.prompt_logprobs(ids, 0).scored
+    logits = runtime.bundle.model(mx.array(ids[:3], dtype=mx.uint32)[None], cache=runtime.bundle.make_cache())[0, -1]
+    expected = (logits - mx.logsumexp(logits)).tolist()[ids[3]]
+    assert abs(scored[2].logprob - expected) < 1e-3

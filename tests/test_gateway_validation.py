@@ -135,7 +135,6 @@ REJECTED_COMPLETION_FIELDS = [
     ({"prompt": ["a", 1]}, "prompt"),
     ({"prompt": [[1, 2], []]}, "prompt"),
     ({"prompt": [-1]}, "prompt"),
-    ({"echo": True, "logprobs": 0}, "echo"),
     ({"suffix": "x"}, "suffix"),
     ({"best_of": 9}, "best_of"),
     ({"best_of": 1, "n": 2}, "best_of"),

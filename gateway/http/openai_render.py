@@ -13,7 +13,7 @@ from typing import Any
 from pydantic_core import from_json
 from starlette.responses import JSONResponse
 
-from contracts.chat import TokenLogprob, ToolCall, TopLogprob
+from contracts.chat import PromptLogprobs, TokenLogprob, ToolCall, TopLogprob
 from contracts.engine import GenerationChunk
 
 from .errors import APIError
@@ -67,14 +67,23 @@ def chat_logprobs(tokens: list[TokenLogprob]) -> ChoiceLogprobs:
     ])
 
 
-def completion_logprobs(tokens: list[TokenLogprob], start: int = 0) -> CompletionLogprobs:
-    offsets, at = [], start
+def completion_logprobs(tokens: list[TokenLogprob], start: int = 0,
+                        prompt: PromptLogprobs | None = None) -> CompletionLogprobs:
+    """The legacy shape of generated `tokens` (offsets from `start`: the text before them), after an echoed
+    prompt's own tokens where given (offsets from 0; the first with null logprobs, as OpenAI's)."""
+    entries: list[tuple[str, float | None, dict[str, float] | None, int]] = []
+    if prompt is not None:
+        at = len(prompt.first)
+        entries.append((prompt.first, None, None, 0))
+        for t in prompt.scored:
+            entries.append((t.token, t.logprob, {a.token: a.logprob for a in t.top}, at))
+            at += len(t.token)
+    at = start
     for t in tokens:
-        offsets.append(at)
+        entries.append((t.token, t.logprob, {a.token: a.logprob for a in t.top}, at))
         at += len(t.token)
-    return CompletionLogprobs(tokens=[t.token for t in tokens], token_logprobs=[t.logprob for t in tokens],
-                              top_logprobs=[{a.token: a.logprob for a in t.top} for t in tokens],
-                              text_offset=offsets)
+    return CompletionLogprobs(tokens=[e[0] for e in entries], token_logprobs=[e[1] for e in entries],
+                              top_logprobs=[e[2] for e in entries], text_offset=[e[3] for e in entries])
 
 
 def custom_input(arguments: str) -> str:
@@ -157,7 +166,8 @@ class OpenAIRenderer:
                                   usage=u).model_dump()
         kept = best_choices(record.choices, self.n, self.best_of) if self.best_of > self.n else record.choices
         texts = [CompletionChoice(index=c.index, text=self._echoed(c) + c.content, finish_reason=c.finish_reason,
-                                  logprobs=completion_logprobs(c.logprobs) if self.logprobs else None)
+                                  logprobs=completion_logprobs(c.logprobs, len(self._echoed(c)), c.prompt_logprobs)
+                                  if self.logprobs else None)
                  for c in kept]
         return Completion(id=self.id, created=self.created, model=self.model, choices=texts, usage=u).model_dump()
 
@@ -191,7 +201,9 @@ class OpenAIRenderer:
             echoed = self._echoed(choice)
             if not echoed:
                 return []
-            body = CompletionChoice(index=choice.index, text=echoed)
+            scored = choice.prompt_logprobs if self.logprobs else None
+            body = CompletionChoice(index=choice.index, text=echoed,
+                                    logprobs=completion_logprobs([], prompt=scored) if scored is not None else None)
             return [self._event(Completion(id=self.id, created=self.created, model=self.model,
                                            choices=[body]).model_dump(exclude={"usage"}))]
         opening = ChatDelta(role="assistant", content=None if self.call_only else "")
@@ -203,7 +215,8 @@ class OpenAIRenderer:
         if not has_output and not logprobs:
             return []   # e.g. text held back while it may be the start of a stop sequence
         if not self.chat:
-            start = sum(map(len, choice.text)) - len(chunk.text)   # the record already holds this chunk
+            # the record already holds this chunk; an echoed prompt comes before the choice's text
+            start = len(self._echoed(choice)) + sum(map(len, choice.text)) - len(chunk.text)
             body = CompletionChoice(index=choice.index, text=chunk.text, finish_reason=chunk.finish_reason,
                                     logprobs=completion_logprobs(logprobs, start) if logprobs is not None else None)
             return [self._event(Completion(id=self.id, created=self.created, model=self.model,

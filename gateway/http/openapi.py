@@ -161,11 +161,6 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
     batch = {"minItems": 1, "maxItems": config.max_prompts}
     completion["prompt"] = {"anyOf": [text, ids, {"type": "array", "items": text, **batch},
                                       {"type": "array", "items": ids, **batch}]}
-    # echo: the prompt's text before each choice's; with logprobs a 400 (no prompt log-probabilities here)
-    defs["CompletionRequest"]["allOf"] = [{
-        "if": {"properties": {"echo": {"const": True}}, "required": ["echo"]},
-        "then": {"properties": {"logprobs": {"type": "null"}}},
-    }]
     # fill in the middle: a model whose tokenizer has no FIM tokens takes no suffix (a 400 naming why)
     if not fills_in_middle:
         completion["suffix"] = _one_of_values(None, "")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from contracts.chat import ANSWER, REASONING, TokenLogprob, ToolCall
+from contracts.chat import ANSWER, REASONING, PromptLogprobs, TokenLogprob, ToolCall
 from contracts.engine import GenerationChunk
 from gateway.observability.metrics import RequestMeter
 from gateway.routing.interface import RouteDecision
@@ -38,6 +38,7 @@ class ChoiceReply:
     reasoning_tokens: int = 0          # of completion_tokens, those inside the thinking block
     answer_logprobs: list[TokenLogprob] = field(default_factory=list)   # of logprobs, the answer text's
     prompt: int = 0                    # which of the request's prompts it answers (text completions)
+    prompt_logprobs: PromptLogprobs | None = None   # its prompt's own tokens scored (echo with logprobs)
 
     @property
     def content(self) -> str:
@@ -105,7 +106,7 @@ class RequestRecord:
         """Record a worker item; returns the choice it belongs to."""
         if isinstance(item, ChoiceStart):
             self._prompt = item.prompt
-            self.choices.append(ChoiceReply(item.index, prompt=item.prompt))
+            self.choices.append(ChoiceReply(item.index, prompt=item.prompt, prompt_logprobs=item.prompt_logprobs))
             return self.choices[-1]
         if not self.choices:
             self.choices.append(ChoiceReply(0))

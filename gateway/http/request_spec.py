@@ -83,10 +83,6 @@ def _reject_chat(req: ChatCompletionRequest, config: GatewayConfig) -> None:
 
 def _reject_completion(req: CompletionRequest, config: GatewayConfig) -> None:
     _reject_common(req, config)
-    if req.echo and req.logprobs is not None:
-        raise bad_request("echo with logprobs is not supported: the prompt's log-probabilities are not computed (the "
-                          "prefill keeps only the last prompt position's logits); send echo without logprobs, or "
-                          "logprobs without echo.", param="echo", code="unsupported_parameter")
     n = req.n or 1
     if req.best_of is not None and req.best_of < n:
         raise bad_request(f"best_of must be at least n ({n}); got {req.best_of}.", param="best_of",
@@ -430,4 +426,5 @@ def completion_spec(req: CompletionRequest, forced_engine: str | None, config: G
         n=best_of(req),
         priority=req.priority or 0,
         suffix=req.suffix or "",
+        score_prompts=bool(req.echo) and req.logprobs is not None,
     )

@@ -778,8 +778,8 @@ class CompletionLogprobs(BaseModel):
     """The legacy completions shape: parallel lists per token."""
 
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]] | None
+    token_logprobs: list[float | None]   # null: an echoed prompt's first token (nothing precedes it)
+    top_logprobs: list[dict[str, float] | None] | None
     text_offset: list[int]
 
 

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from contracts.chat import ChatPrompt
+from contracts.chat import ChatPrompt, PromptLogprobs
 from contracts.engine import Backend, CancelToken, GenerationChunk, Pause, PrefixHint
 from contracts.errors import ContextLengthExceeded, InvalidRequestError
 from contracts.sampling import SamplingParams, choice_seed
@@ -32,6 +32,7 @@ class ChoiceStart:
 
     index: int
     prompt: int = 0   # which of the request's prompts it answers (a text completion may send several)
+    prompt_logprobs: PromptLogprobs | None = None   # that prompt's own tokens scored (echo with logprobs)
 
 
 def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[list[int]], ChatPrompt | None, PrefixHint]:
@@ -115,10 +116,12 @@ def run_request(
     try:
         for at, prompt_ids in enumerate(prompts):
             prompt_params = _fitted(params, len(prompt_ids), backend.context_length, spec)
+            scored = backend.prompt_logprobs(prompt_ids, params.top_logprobs) \
+                if spec.score_prompts and spec.prompts[at] != "" else None   # "": no text, nothing echoed
             for index in range(spec.n):
                 if cancel.cancelled:
                     return
-                yield ChoiceStart(at * spec.n + index, at)
+                yield ChoiceStart(at * spec.n + index, at, scored)
                 # each choice is its own sample: a fixed seed gives n different (reproducible) choices, and a
                 # prompt's choices in a batch are those it would get alone
                 choice_params = replace(prompt_params, seed=choice_seed(prompt_params.seed, index)) \

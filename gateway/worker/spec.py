@@ -32,3 +32,4 @@ class RequestSpec:
     priority: int = 0                    # higher leaves the queue first (FIFO within a priority)
     continue_final: bool = False         # the last message is the assistant's unfinished reply: continue it
     suffix: str = ""                     # a text completion's text after the gap (fill in the middle; "": none)
+    score_prompts: bool = False          # echo with logprobs: each (non-empty) prompt's own tokens are scored
