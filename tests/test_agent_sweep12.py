@@ -194,3 +194,25 @@ def test_echo_with_logprobs_scores_the_prompt(srv, tiny_qwen_chat_target):
     logits = runtime.bundle.model(mx.array(ids[:3], dtype=mx.uint32)[None], cache=runtime.bundle.make_cache())[0, -1]
     expected = (logits - mx.logsumexp(logits)).tolist()[ids[3]]
     assert abs(scored[2].logprob - expected) < 1e-3
+
+
+def test_max_tokens_zero_with_echo_reads_the_prompt_back_scored(srv):
+    """OpenAI's legacy scoring call (lm-eval 0.3's gpt3 model, and harnesses built on it) sends max_tokens 0
+    with echo and logprobs: the prompt's log-probabilities, nothing generated. max_tokens 0 was a 400
+    ("greater than or equal to 1"). It is now taken with echo: no generation runs, each choice is the prompt
+    read back (scored with logprobs), finish_reason "length"; without echo it is a 400 that says so."""
+    before = len(srv.backend.calls)
+    reply = _openai(srv).completions.create(model="default", prompt=["abc", "de"], max_tokens=0, echo=True,
+                                            logprobs=0)
+    assert len(srv.backend.calls) == before   # nothing generated
+    assert [c.text for c in reply.choices] == ["abc", "de"]
+    assert [c.finish_reason for c in reply.choices] == ["length", "length"]
+    assert reply.choices[0].logprobs.token_logprobs == [None, -1.0, -1.0]
+    assert reply.usage.completion_tokens == 0 and reply.usage.prompt_tokens == 5
+    streamed = _post(srv, "/v1/completions", {"prompt": "ab", "max_tokens": 0, "echo": True, "stream": True})
+    assert [c["choices"][0]["text"] for c in _chunks(streamed)] == ["ab", ""]
+    assert _chunks(streamed)[-1]["choices"][0]["finish_reason"] == "length"
+    refused = _post(srv, "/v1/completions", {"prompt": "ab", "max_tokens": 0})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "max_tokens", refused.text
+    assert _post(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                               "max_tokens": 0}).status_code == 400

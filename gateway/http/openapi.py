@@ -154,6 +154,13 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
     _honoured_translations(defs, common, stop, config)
     completion = defs["CompletionRequest"]["properties"]
     completion.update(common)
+    # max_tokens 0: nothing generated, only with echo (the prompt read back, scored with logprobs)
+    completion["max_tokens"] = _nullable({"type": "integer", "minimum": 0,
+                                          "maximum": config.max_tokens_limit or schemas.INT32_MAX})
+    defs["CompletionRequest"]["allOf"] = [{
+        "if": {"properties": {"max_tokens": {"const": 0}}, "required": ["max_tokens"]},
+        "then": {"properties": {"echo": {"const": True}}, "required": ["echo"]},
+    }]
     text = {"type": "string"}   # "" too: generated from the start of a text
     # one prompt (text or token ids) or a batch of them (one choice each, times n); an id past the model's
     # vocabulary is a 400 the model's size decides

@@ -83,6 +83,9 @@ def _reject_chat(req: ChatCompletionRequest, config: GatewayConfig) -> None:
 
 def _reject_completion(req: CompletionRequest, config: GatewayConfig) -> None:
     _reject_common(req, config)
+    if req.max_tokens == 0 and not req.echo:
+        raise bad_request("max_tokens 0 generates nothing: it is taken only with echo: true (the prompt read back, "
+                          "scored with logprobs).", param="max_tokens", code="invalid_value")
     n = req.n or 1
     if req.best_of is not None and req.best_of < n:
         raise bad_request(f"best_of must be at least n ({n}); got {req.best_of}.", param="best_of",

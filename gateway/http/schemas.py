@@ -641,6 +641,8 @@ class CompletionRequest(_SamplingFields):
     # per prompt (times n), in order; a list of ints is one prompt, already tokenized
     prompt: Annotated[str | list[str] | TokenIds | list[TokenIds], BeforeValidator(_prompt_shape)]
     logprobs: Annotated[int, Field(ge=0, le=5), BeforeValidator(_whole_number)] | None = None  # legacy: top-N
+    # 0 generates nothing: with echo, to read the prompt back scored (OpenAI's legacy scoring call)
+    max_tokens: NonNegativeInt | None = None
     echo: bool | None = None
     suffix: str | None = None
     best_of: Int | None = None

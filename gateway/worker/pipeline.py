@@ -127,7 +127,8 @@ def run_request(
                 choice_params = replace(prompt_params, seed=choice_seed(prompt_params.seed, index)) \
                     if prompt_params.seed is not None else prompt_params
                 chunks = backend.generate(prompt_ids, choice_params, decision.engine, cancel, switch=decision.switch,
-                                          reply=reply, prefix=prefix)
+                                          reply=reply, prefix=prefix) if choice_params.max_tokens > 0 \
+                    else _nothing(len(prompt_ids))
                 for chunk in _one_call_at_most(chunks) if not spec.parallel_tool_calls else chunks:
                     if isinstance(chunk, Pause):   # a long prefill gives the worker back: the scheduler posts nothing
                         yield chunk
@@ -142,6 +143,11 @@ def run_request(
         raise
     finally:
         _safely(router.finished, decision, error)
+
+
+def _nothing(prompt_tokens: int) -> Iterator[GenerationChunk]:
+    """The reply to max_tokens 0 (a text completion's echo, to score the prompt): no token, cut by length."""
+    yield GenerationChunk("", [], "length", None, prompt_tokens, 0)
 
 
 def _one_call_at_most(chunks: Iterator[GenerationChunk]) -> Iterator[GenerationChunk]:
