@@ -52,8 +52,8 @@ async def _worker_error(request: Request, exc: Exception) -> Response:
 _OTHER_APIS = (
     (("/api/",), "this server does not speak Ollama's API; connect to it as an OpenAI-compatible server at "
               "<this server>/v1 (chat completions, models) or an Anthropic one (/v1/messages)"),
-    (("/v1/embeddings", "/embeddings"), "this server serves one generative model and computes no embeddings; use an embedding "
-                       "model's server for them"),
+    (("/v1/embeddings", "/embeddings"),
+     "this server serves one generative model and computes no embeddings; use an embedding model's server for them"),
 )
 
 
