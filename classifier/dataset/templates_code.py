@@ -696,48 +696,6 @@ def _shell_setting(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask)}
 
 
-# How to do an operation on a data structure of a library or language, named as what it is (a DataFrame,
-# a Series, a NumPy array, a dict, a Perl hash, a Go slice), asked in the how-to voices people use for
-# anything: the verbs (select, sort, merge, convert, group, drop, extract ...) are everyday English
-# too (the twin `prose/everyday_verbs` uses them on things and people), so the object decides. Objects
-# and operations written for this template; no corpus text.
-# (the object, the library or language it comes from, what its parts are called)
-ARTEFACTS = (
-    ("a DataFrame", "pandas", "column"), ("a pandas DataFrame", "pandas", "column"), ("a Series", "pandas", "value"),
-    ("a polars DataFrame", "polars", "column"), ("a Spark DataFrame", "PySpark", "column"), ("a tibble", "dplyr", "column"),
-    ("a data.table", "R", "column"), ("a NumPy array", "NumPy", "element"), ("a 2-D array", "NumPy", "row"),
-    ("a tensor", "PyTorch", "element"), ("an xarray Dataset", "xarray", "variable"), ("a DataArray", "xarray", "coordinate"),
-    ("a dict", "Python", "key"), ("a list of dicts", "Python", "field"), ("a nested list", "Python", "item"),
-    ("a hash", "Perl", "key"), ("an array of hashes", "Perl", "field"), ("a Go slice", "Go", "element"),
-    ("a HashMap", "Rust", "entry"), ("a Vec of structs", "Rust", "field"), ("a JavaScript Map", "JavaScript", "entry"),
-    ("an array of objects", "JavaScript", "property"), ("a Java ArrayList", "Java", "element"), ("a data frame", "R", "column"),
-)  # fmt: skip
-ARTEFACT_OPS = (
-    "select the {part}s I need from {obj}", "sort {obj} by two {part}s, the second one descending",
-    "filter {obj} down to the entries where one {part} is above a threshold", "merge {obj} with a second one on a shared {part}",
-    "group {obj} by one {part} and sum another", "convert {obj} to JSON", "drop the entries of {obj} with a missing {part}",
-    "extract every third entry of {obj}", "rename a {part} of {obj}", "combine {obj} with another one of the same kind",
-    "reshape {obj} from wide to long", "split {obj} into chunks of 100", "replace every negative number in {obj} with zero",
-    "remove duplicate entries from {obj}", "count how often each value occurs in {obj}",
-    "iterate over {obj} together with the index", "flatten {obj} into one level", "reverse the order of {obj}",
-    "find the entry of {obj} with the largest {part}", "check whether {obj} is empty", "copy {obj} without sharing memory",
-    "append an entry to {obj} in place", "save {obj} to disk and load it back", "pick a random sample of 50 entries from {obj}",
-    "turn {obj} into a set of unique {part}s", "get the shape or length of {obj}", "apply a function to every {part} of {obj}",
-    "compare {obj} with another one and list what differs", "fill the gaps in {obj} with the previous value", "transpose {obj}",
-)  # fmt: skip
-
-
-def _artefact_howto(rng: random.Random, corpus: Corpus) -> dict:
-    obj, lib, part = rng.choice(ARTEFACTS)
-    task = rng.choice(ARTEFACT_OPS).format(obj=obj, part=part)
-    ask = phrase(rng, (
-        *howto_voices(task), f"How do I {task} in {lib}?", f"In {lib}, how can I {task}?", f"{lib}: {task}?",
-        f"Is there a built-in way to {task}?", f"What's the {lib} way to {task}?", f"How would I {task} with {lib}?",
-        f"I want to {task}.", f"I need to {task} ({lib}).",
-    ))  # fmt: skip
-    return {"text": dress(rng, ask)}
-
-
 SYSTEM_GENERIC = (
     "You are a helpful assistant.", "You are ChatGPT, a large language model.", "Be helpful and accurate.",
     "You are a friendly assistant for a small company.", "Answer the user's questions.",
@@ -817,7 +775,6 @@ TEMPLATES: tuple[Template, ...] = (
     Template("code/held_data", "code", _held_data, 120),
     Template("code/repo_task", "code", _repo_task, 100),
     Template("code/shell_setting", "code", _shell_setting, 40),
-    Template("code/artefact_howto", "code", _artefact_howto, 80),
 )
 
 

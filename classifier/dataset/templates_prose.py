@@ -490,36 +490,6 @@ def _practical_howto(rng: random.Random, corpus: Corpus) -> dict:
     return {"text": dress(rng, ask)}
 
 
-# The twin of code/artefact_howto: the verbs of data handling (select, sort, filter, merge, convert,
-# group, drop, extract, split, combine ...) in the same how-to voices, on things, places and people:
-# answered in words. Tasks written for this template.
-EVERYDAY_VERB_TASKS = (
-    "select a ripe pineapple at the market", "sort a huge pile of old family photos", "filter water when hiking",
-    "merge two households' furniture after moving in together", "convert a cake recipe for a smaller tin",
-    "group wedding guests at the tables", "drop a bad habit for good", "extract juice from oranges without a juicer",
-    "rename our book club without upsetting anyone", "combine stripes and florals in one outfit",
-    "split the bill fairly after a group dinner", "replace the grout between bathroom tiles", "remove rust from garden tools",
-    "count calories without an app", "plot a route for a road trip through the Alps", "sort laundry before washing",
-    "filter out the noise when I try to focus", "merge two teams after a reorganisation", "convert a garage into a workshop",
-    "group my plants so they get the right light", "extract a stuck lightbulb", "split firewood safely",
-    "combine two small vegetable beds into one", "pick the right paint for a porch", "store winter clothes over summer",
-    "reverse a bad first impression", "flatten a rolled-up poster", "save money on the weekly shop",
-    "find the best seats at a concert", "compare two job offers", "clean up a cluttered garage in a weekend",
-    "fill the gaps between floorboards", "copy a painting style I admire", "read a knitting pattern",
-    "load a dishwasher so everything gets clean", "arrange books on a shelf so it looks good", "organise my recipe cards",
-    "get the kids to follow a chore rota", "transfer seedlings outdoors", "join a local running club",
-)  # fmt: skip
-
-
-def _everyday_verbs(rng: random.Random, corpus: Corpus) -> dict:
-    task = rng.choice(EVERYDAY_VERB_TASKS)
-    ask = phrase(rng, (
-        *howto_voices(task), f"How would I {task}?", f"Is there a simple way to {task}?",
-        f"Any tips to {task}?", f"What's a good way to {task}?", f"How do people {task}?",
-    ))  # fmt: skip
-    return {"text": dress(rng, ask)}
-
-
 # The twin of code/held_data: the same voices (a first-person goal, a question about groups, an
 # imperative) about the world, not about data the user holds: answered in words.
 WORLD_TOPICS = (
@@ -634,5 +604,4 @@ TEMPLATES: tuple[Template, ...] = (
     Template("prose/practical_howto", "prose", _practical_howto, 100),
     Template("prose/format_list", "prose", _format_list, 100),
     Template("prose/tooling_question", "prose", _tooling_question, 60),
-    Template("prose/everyday_verbs", "prose", _everyday_verbs, 80),
 )
