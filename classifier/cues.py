@@ -143,6 +143,17 @@ CUES: tuple[Cue, ...] = (
                          "debugger debugging profiler profiling profile ide editor editors learn learning "
                          "beginner beginners release releases binary binaries executable executables standalone "
                          "stand-alone distribute distribution toolchain book books course courses support"),
+    # an operation on a program's data structure ("select the rows of a DataFrame", "sort the column",
+    # "merge two dicts", "convert the array"): the verb alone is everyday English (sort the laundry,
+    # merge two teams), the object makes the reply code
+    Cue("data_op", left="select filter sort merge join group convert drop extract rename combine reshape pivot "
+                        "split replace remove delete append insert iterate slice index subset aggregate "
+                        "transform reverse flatten concatenate concat count plot parse load read save store write",
+        right="dataframe dataframes data_frame series array arrays ndarray tensor tensors matrix column columns "
+              "row rows index dict dicts dictionary dictionaries hash hashes list lists tuple tuples set sets "
+              "string strings substring regex file files filehandle dataset datasets dataarray frame tibble "
+              "field fields key keys elements element items object objects variable variables",
+        window=6),
 )  # fmt: skip
 CUE_NAMES: tuple[str, ...] = tuple(cue.name for cue in CUES)
 assert len(CUES) <= 32  # one bit per cue in a uint32 mask

@@ -608,3 +608,15 @@ def test_tooling_questions_read_as_prose_and_shell_settings_as_code(shipped):
     for text in ("How do I make my bash prompt show the current time?",
                  "How can I make my shell open new tabs in the same directory?"):
         assert shipped.predict(RequestText(user=text)).label == "code", text
+
+
+def test_an_operation_on_a_data_structure_reads_as_code(shipped):
+    """The data-handling verbs (select, sort, merge, flatten ...) are everyday English too; the reply cue
+    `data_op` (such a verb followed by a data structure: a list, a DataFrame, an array, a dict) tells the
+    ask for code apart ("Is there a built-in way to flatten a nested Python list of lists?" 0.36 code
+    before it, check set AD); the same verbs on everyday things stay prose."""
+    ask = "Is there a built-in way to flatten a nested Python list of lists?"
+    assert shipped.predict(RequestText(user=ask)).label == "code"
+    for text in ("How can I sort my spice rack so I find things quickly?",
+                 "Is there an easy way to flatten a crumpled paper map?"):
+        assert shipped.predict(RequestText(user=text)).label == "prose", text

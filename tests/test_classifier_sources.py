@@ -50,6 +50,13 @@ def fired(text: str) -> set[str]:
         ("How do I set up a debugger for Rust on Windows?", {"tooling", "howto"}, set()),
         ("Where can I find the documentation and a tutorial?", {"tooling"}, set()),
         ("How do I sort a list of tuples by the second item?", {"howto"}, {"tooling"}),
+        # an operation on a program's data structure; the same verbs on everyday things do not fire it
+        ("How do I select the rows of a DataFrame where a column is empty?", {"data_op", "howto"}, set()),
+        ("Is there a built-in way to flatten a nested Python list of lists?", {"data_op"}, set()),
+        ("How do I sort my laundry before washing?", {"howto"}, {"data_op"}),
+        ("How do I merge two teams after a reorganisation?", {"howto"}, {"data_op"}),
+        # "loop" and "values" are nouns here, not an operation and its object
+        ("Why do lambdas defined in a loop with different values all return the same result?", set(), {"data_op"}),
     ],
 )
 def test_cues_fire_on_their_terms(text, expected, absent):
