@@ -103,7 +103,7 @@ CUES: tuple[Cue, ...] = (
                                   "wrap_your end_your your_response"),
     # not "you are": system prompts of every class open with it ("You are a coding assistant")
     Cue("roleplay", words="pretend act_as role-play roleplay role_play imagine style_of character "
-                          "persona as_if characters in_character"),
+                          "persona as_if in_character"),
     Cue("math", words="how_many how_much calculate solve compute sum product probability integer integers equation "
                       "equations percent percentage average ratio remainder digit digits area perimeter total cost "
                       "costs price prime divisible fraction",

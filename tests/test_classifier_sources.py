@@ -57,6 +57,9 @@ def fired(text: str) -> set[str]:
         ("How do I merge two teams after a reorganisation?", {"howto"}, {"data_op"}),
         # "loop" and "values" are nouns here, not an operation and its object
         ("Why do lambdas defined in a loop with different values all return the same result?", set(), {"data_op"}),
+        # a string's characters are no role-play; a character to play still is
+        ("Make all the characters of each name lowercase.", set(), {"roleplay"}),
+        ("Stay in character as a grumpy innkeeper.", {"roleplay"}, set()),
     ],
 )
 def test_cues_fire_on_their_terms(text, expected, absent):
