@@ -97,7 +97,7 @@ CUES: tuple[Cue, ...] = (
         right="word words sentence sentences paragraph paragraphs character characters bullet bullets line lines "
               "section sections stanza stanzas",
         window=2),
-    Cue("prose_constraint", words="keyword keywords sentence sentences paragraph paragraphs word_count unique_words "
+    Cue("prose_constraint", words="keyword keywords sentence sentences word_count unique_words "
                                   "stop_words tone audience first_person third_person capital_letters all_lowercase "
                                   "all_capital highlighted placeholders postscript p.s bullet_points quotation "
                                   "wrap_your end_your your_response"),

@@ -60,6 +60,9 @@ def fired(text: str) -> set[str]:
         # a string's characters are no role-play; a character to play still is
         ("Make all the characters of each name lowercase.", set(), {"roleplay"}),
         ("Stay in character as a grumpy innkeeper.", {"roleplay"}, set()),
+        # a paragraph named is no constraint on the reply's form; a count of them still is
+        ("How do I reformat a paragraph to 72 columns?", {"howto"}, {"prose_constraint", "prose_count"}),
+        ("Answer in exactly three paragraphs.", {"prose_count"}, set()),
     ],
 )
 def test_cues_fire_on_their_terms(text, expected, absent):
