@@ -39,9 +39,7 @@ def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[list[int]], ChatP
     """The prompts' tokens (a chat has one, a text completion one or more), the rendered chat (how to read the
     reply, what it imposes on it) and where to snapshot it."""
     if spec.messages is None:
-        encoded = [backend.encode_prompt(p, spec.suffix) if spec.suffix else backend.encode_prompt(p)
-                   for p in spec.prompts]
-        return encoded, None, PrefixHint(spec.cache_scope)
+        return [backend.encode_prompt(p, spec.suffix) for p in spec.prompts], None, PrefixHint(spec.cache_scope)
     prompt = backend.chat_prompt(spec.messages, spec.tools, spec.tool_choice, spec.template_kwargs, spec.continue_final,
                                  answer_schema=spec.answer_schema)
     return [prompt.ids], prompt, PrefixHint(spec.cache_scope, prompt.cache_points)
