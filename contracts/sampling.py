@@ -33,6 +33,11 @@ class SamplingParams:
     logprobs: bool = False             # report each emitted token's log-probability
     top_logprobs: int = 0              # and this many alternatives per position
     grammar: str | None = None         # an output constraint (llguidance grammar), e.g. from a JSON schema
+    # vLLM's: the first min_tokens tokens cannot be an end (EOS unless ignore_eos, or one of stop_token_ids),
+    # a -inf on those ids in the target's logits at every position before it (so speculation stays lossless)
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()   # more tokens that end the reply as EOS does (not part of its text)
+    ignore_eos: bool = False               # EOS does not end the reply (max_tokens, a stop or stop_token_ids do)
 
     @property
     def penalised(self) -> bool:

@@ -1,5 +1,5 @@
-"""What a request does to the target's logits before anything is chosen: penalties, a logit bias and an
-output constraint (llguidance), and the log-probabilities it reports.
+"""What a request does to the target's logits before anything is chosen: penalties, a logit bias, min_tokens'
+ban of the ending tokens and an output constraint (llguidance), and the log-probabilities it reports.
 
 Every engine computes target logits for one or more rows at once (a decode step: 1 row; an MTP
 verify: 2; a DDTree verify: every tree node). Row r continues the request's emitted tokens by
@@ -47,6 +47,14 @@ def _bias_row(logit_bias: Sequence[tuple[int, float]], vocab: int) -> mx.array:
     return mx.array(row)
 
 
+def _end_row(params: SamplingParams, tokenizer: Any, vocab: int) -> mx.array:
+    """(V,) bool: the tokens that end a reply (EOS unless ignore_eos, and stop_token_ids), which min_tokens bans."""
+    row = np.zeros(vocab, dtype=bool)
+    ends = [*params.stop_token_ids, *(() if params.ignore_eos else getattr(tokenizer, "eos_token_ids", None) or ())]
+    row[[int(t) for t in ends if 0 <= int(t) < vocab]] = True
+    return mx.array(row)
+
+
 class TargetProcessor:
     """One request's penalties, logit bias and constraint, and the tokens it has emitted so far."""
 
@@ -58,6 +66,13 @@ class TargetProcessor:
         self.seen = np.zeros(vocab, dtype=bool)                  # prompt + generated (repetition)
         self.seen[[t for t in prompt_ids if 0 <= t < vocab]] = True
         self.bias = _bias_row(params.logit_bias, vocab) if params.biased else None
+        for token in params.stop_token_ids:
+            if not 0 <= token < vocab:
+                raise InvalidRequestError(f"stop_token_ids: token id {token} is not in this model's vocabulary "
+                                          f"(0 to {vocab - 1})", param="stop_token_ids")
+        self.emitted = 0   # tokens the request has emitted (advance)
+        # min_tokens: the tokens that would end the reply, banned (-inf) at each position before min_tokens
+        self.early_ban = _end_row(params, tokenizer, vocab) if params.min_tokens > 0 else None
         self.matcher = None
         if params.grammar is not None:
             import llguidance
@@ -70,7 +85,7 @@ class TargetProcessor:
 
     @property
     def active(self) -> bool:
-        return self.params.penalised or self.bias is not None or self.matcher is not None
+        return self.params.penalised or self.bias is not None or self.matcher is not None or self.early_ban is not None
 
     @property
     def per_token(self) -> bool:
@@ -80,6 +95,7 @@ class TargetProcessor:
 
     def advance(self, tokens: Sequence[int]) -> None:
         """Tokens the request emitted (in order): they join every later row's history."""
+        self.emitted += len(tokens)
         for token in tokens:
             if 0 <= token < self.vocab:
                 self.counts[token] += 1
@@ -111,6 +127,10 @@ class TargetProcessor:
             logits = logits - p.frequency_penalty * c - p.presence_penalty * (c > 0)
         if self.bias is not None:
             logits = logits + self.bias
+        if self.early_ban is not None:   # row r's token is the request's (emitted + len(paths[r]) + 1)-th
+            early = np.array([self.emitted + len(path) < p.min_tokens for path in paths])
+            if early.any():
+                logits = mx.where(mx.array(early)[:, None] & self.early_ban[None], -mx.inf, logits)
         if self.matcher is not None:
             logits = mx.where(mx.array(self._allowed(paths)), logits, -mx.inf)
         return logits

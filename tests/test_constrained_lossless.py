@@ -114,3 +114,18 @@ def test_logprobs_are_the_targets_and_equal_across_engines(runtime):
         np.testing.assert_allclose([lp.logprob for lp in other], [lp.logprob for lp in logprobs], atol=2e-4)
     unasked = _generate(runtime, replace(params, logprobs=False), "mtp")[2]
     assert unasked == []
+
+
+def test_greedy_speculation_equals_raw_under_min_tokens(runtime):
+    """min_tokens bans the ending tokens (EOS, stop_token_ids) at every position before it, in the target's
+    logits: the plain output's tokens declared ends are kept out of its first min_tokens positions, and mtp /
+    ddtree equal raw."""
+    plain, _, _, _, _ = _generate(runtime, SamplingParams(temperature=0.0, max_tokens=40), "raw")
+    ends = (plain[2], plain[6])
+    params = SamplingParams(temperature=0.0, max_tokens=40, min_tokens=12, stop_token_ids=ends, ignore_eos=True)
+    raw, _, _, _, _ = _generate(runtime, params, "raw")
+    assert raw != plain and not set(raw[:12]) & set(ends)
+    for engine in ("mtp", "ddtree"):
+        tokens, _, _, steps, _ = _generate(runtime, params, engine)
+        assert tokens == raw, engine
+        assert _accepted(steps) > 0, f"{engine} never accepted a draft: the rows were not verified"

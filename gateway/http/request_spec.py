@@ -83,6 +83,7 @@ def _reject_chat(req: ChatCompletionRequest, config: GatewayConfig) -> None:
 
 def _reject_completion(req: CompletionRequest, config: GatewayConfig) -> None:
     _reject_common(req, config)
+    _check_min_tokens(req, req.max_tokens, "max_tokens")
     if req.max_tokens == 0 and not req.echo:
         raise bad_request("max_tokens 0 generates nothing: it is taken only with echo: true (the prompt read back, "
                           "scored with logprobs).", param="max_tokens", code="invalid_value")
@@ -96,6 +97,12 @@ def _reject_completion(req: CompletionRequest, config: GatewayConfig) -> None:
     if best_of(req) > n and req.stream:
         raise bad_request("best_of greater than n cannot be streamed (the best choices are known only when all are "
                           "done).", param="best_of", code="conflicting_constraints")
+
+
+def _check_min_tokens(req: _SamplingFields, max_tokens: int | None, param: str) -> None:
+    if req.min_tokens and max_tokens is not None and req.min_tokens > max_tokens:   # vLLM's 400 too
+        raise bad_request(f"min_tokens ({req.min_tokens}) must be at most {param} ({max_tokens}).",
+                          param="min_tokens", code="conflicting_constraints")
 
 
 def best_of(req: CompletionRequest) -> int:
@@ -207,6 +214,7 @@ def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, l
         logprobs=logprobs,
         top_logprobs=top_logprobs,
         grammar=grammar,
+        min_tokens=req.min_tokens or 0,
     )
 
 
@@ -357,6 +365,8 @@ def _customs_as_functions(req: ChatCompletionRequest) -> ChatCompletionRequest:
 def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: GatewayConfig) -> RequestSpec:
     req = _allowed_only(_customs_as_functions(req))
     _reject_chat(req, config)
+    _check_min_tokens(req, req.max_completion_tokens or req.max_tokens,
+                      "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens")
     if len(req.messages) > config.max_messages:
         raise bad_request(f"At most {config.max_messages} messages are allowed per request.", param="messages")
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"

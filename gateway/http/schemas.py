@@ -550,6 +550,8 @@ class _SamplingFields(_Strict):
     frequency_penalty: Penalty | None = None
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)   # vLLM / mlx-lm extension; 1 = off
     logit_bias: LogitBias | None = None   # token ids of this model's tokenizer (an id past its vocabulary: 400)
+    # vLLM's: no end (EOS, stop_token_ids) before this many tokens, banned in the target's logits
+    min_tokens: NonNegativeInt | None = None
     # OpenAI fields accepted when harmless, rejected (gateway.http.request_spec) when they would change the result.
     user: str | None = None
     metadata: dict[str, str] | None = None

@@ -1,0 +1,57 @@
+"""Fields real clients send beside OpenAI's (vLLM's sampling extras, as Open WebUI, LibreChat, SillyTavern and
+litellm pass them through), end to end on the embedded demo model through the openai SDK: each one does
+what vLLM does with it, under every engine (speculation stays lossless: greedy engines agree)."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from gateway.http.app import create_app
+from tests.fakes import live_server
+from tests.ops_helpers import REPO
+
+DEMO = REPO / "models" / "switchyard-demo"
+# the demo model's greedy reply to this ends (EOS) after 42 tokens
+SHORT = [{"role": "user", "content": "Say yes."}]
+
+
+@pytest.fixture(scope="module")
+def demo():
+    from engines.runtime import load_runtime
+
+    runtime = load_runtime(str(DEMO / "target"), draft_dir=str(DEMO / "drafter"))
+    with live_server(create_app(runtime)) as srv:
+        yield openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0), runtime
+
+
+def _chat(client, engine: str, **extra):
+    return client.chat.completions.create(model="default", messages=SHORT, temperature=0, max_tokens=80,
+                                          extra_body={"engine": engine, **extra})
+
+
+def test_min_tokens_bans_the_end_until_reached_under_every_engine(demo):
+    client, runtime = demo
+    plain = _chat(client, "raw")
+    assert plain.choices[0].finish_reason == "stop"
+    ended = plain.usage.completion_tokens
+    assert ended < 60, "the plain reply must end early, or this test proves nothing"
+    replies = {}
+    for engine in runtime.engine_names:
+        reply = _chat(client, engine, min_tokens=60)
+        assert reply.usage.completion_tokens >= 60, (engine, reply.usage.completion_tokens)
+        assert reply.choices[0].message.content.startswith(plain.choices[0].message.content.rstrip()[:40])
+        replies[engine] = reply.choices[0].message.content
+    assert len(set(replies.values())) == 1, replies   # the ban is in the target's logits: lossless
+    # below the point where it ends anyway, min_tokens changes nothing
+    assert _chat(client, "mtp", min_tokens=ended - 5).choices[0].message.content == plain.choices[0].message.content
+    completion = client.completions.create(model="default", prompt="Say yes.", temperature=0, max_tokens=30,
+                                           extra_body={"min_tokens": 30})
+    assert completion.usage.completion_tokens == 30 and completion.choices[0].finish_reason == "length"
+
+
+def test_min_tokens_over_max_tokens_is_a_400(demo):
+    client, _ = demo
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="default", messages=SHORT, max_tokens=5, extra_body={"min_tokens": 6})
+    assert caught.value.body["param"] == "min_tokens"
