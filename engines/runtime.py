@@ -48,6 +48,11 @@ def default_draft_dir(model_dir: Path) -> Path | None:
     return candidate if (candidate / "config.json").exists() else None
 
 
+def ending_tokens(eos_token_ids: frozenset[int], params: SamplingParams) -> frozenset[int]:
+    """The tokens that end a reply: EOS (unless ignore_eos) and the request's stop_token_ids."""
+    return (frozenset() if params.ignore_eos else eos_token_ids) | frozenset(params.stop_token_ids)
+
+
 class Runtime:
     """Implements contracts.engine.Backend. Everything but the properties runs on one worker thread."""
 
@@ -150,7 +155,7 @@ class Runtime:
                                                             prefix=plan))
         skip, inside = stop_skips(self.bundle.tokenizer, reply) if reply is not None else ((), None)
         chunks = stream_text(
-            steps, self.bundle.tokenizer, eos_token_ids=self.bundle.eos_token_ids,
+            steps, self.bundle.tokenizer, eos_token_ids=ending_tokens(self.bundle.eos_token_ids, params),
             max_tokens=params.max_tokens, stops=params.stop, prompt_tokens=len(prompt_ids),
             cancelled=lambda: cancel.cancelled,
             ends=FirstCallEnd(self.bundle.tokenizer, reply) if FirstCallEnd.wanted(reply) else None,

@@ -55,3 +55,35 @@ def test_min_tokens_over_max_tokens_is_a_400(demo):
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model="default", messages=SHORT, max_tokens=5, extra_body={"min_tokens": 6})
     assert caught.value.body["param"] == "min_tokens"
+
+
+def test_stop_token_ids_end_the_reply_as_eos_does(demo):
+    client, runtime = demo
+    plain = _chat(client, "raw").choices[0].message.content
+    tokenizer = runtime.bundle.tokenizer
+    ids = list(tokenizer.encode(plain, add_special_tokens=False))
+    stop = ids[6]
+    assert stop not in ids[:6]
+    for engine in runtime.engine_names:
+        reply = _chat(client, engine, stop_token_ids=[stop])
+        assert reply.choices[0].finish_reason == "stop", engine
+        assert reply.usage.completion_tokens == 6, engine
+        assert reply.choices[0].message.content == tokenizer.decode(ids[:6]), engine   # the stop token is not text
+    with pytest.raises(openai.BadRequestError) as caught:
+        _chat(client, "raw", stop_token_ids=[10**6])
+    assert caught.value.body["param"] == "stop_token_ids"
+
+
+def test_ignore_eos_runs_to_max_tokens_under_every_engine(demo):
+    client, runtime = demo
+    assert _chat(client, "raw").choices[0].finish_reason == "stop"
+    replies = {}
+    for engine in runtime.engine_names:
+        reply = _chat(client, engine, ignore_eos=True)
+        assert reply.choices[0].finish_reason == "length", engine
+        assert reply.usage.completion_tokens == 80, engine
+        replies[engine] = reply.choices[0].message.content
+    assert len(set(replies.values())) == 1, replies
+    completion = client.completions.create(model="default", prompt="Say yes.", temperature=0, max_tokens=40,
+                                           extra_body={"ignore_eos": True})
+    assert completion.usage.completion_tokens == 40

@@ -215,6 +215,8 @@ def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, l
         top_logprobs=top_logprobs,
         grammar=grammar,
         min_tokens=req.min_tokens or 0,
+        stop_token_ids=tuple(req.stop_token_ids or ()),
+        ignore_eos=bool(req.ignore_eos),
     )
 
 

@@ -552,6 +552,10 @@ class _SamplingFields(_Strict):
     logit_bias: LogitBias | None = None   # token ids of this model's tokenizer (an id past its vocabulary: 400)
     # vLLM's: no end (EOS, stop_token_ids) before this many tokens, banned in the target's logits
     min_tokens: NonNegativeInt | None = None
+    # vLLM's: these token ids end the reply as EOS does (not in its text); EOS does not, with ignore_eos
+    stop_token_ids: Annotated[list[Annotated[int, Field(ge=0, le=INT32_MAX)]], Field(max_length=MAX_LOGIT_BIAS)] \
+        | None = None
+    ignore_eos: bool | None = None
     # OpenAI fields accepted when harmless, rejected (gateway.http.request_spec) when they would change the result.
     user: str | None = None
     metadata: dict[str, str] | None = None
