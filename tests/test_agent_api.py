@@ -264,3 +264,23 @@ def test_json_style_tool_calls_on_the_demo_template(demo_tokenizer):
         assert backend.encoded[-1].endswith('<tool_call>\n{"name": "get_weather", "arguments": ')
         assert forced.choices[0].finish_reason == "tool_calls"
         assert json.loads(forced.choices[0].message.tool_calls[0].function.arguments) == {"city": "Oslo"}
+
+
+def test_include_reasoning_false_leaves_the_thinking_out(agent):
+    """vLLM's include_reasoning: false (as Open WebUI and litellm pass it): no reasoning_content / reasoning,
+    in the body or the stream; the answer and the usage's reasoning_tokens are unchanged."""
+    srv, client, backend = agent
+    backend.reply = f"{THOUGHT}\n</think>\n\nIt is sunny."
+    completion = client.chat.completions.create(model="default", messages=ASK, extra_body={"include_reasoning": False})
+    message = completion.choices[0].message
+    assert message.content == "It is sunny."
+    assert message.model_extra.get("reasoning_content") is None and message.model_extra.get("reasoning") is None
+    assert completion.usage.completion_tokens_details.reasoning_tokens > 0
+    chunks = list(client.chat.completions.create(model="default", messages=ASK, stream=True,
+                                                 extra_body={"include_reasoning": False}))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert "".join(d.content or "" for d in deltas) == "It is sunny."
+    assert not any((d.model_extra or {}).get("reasoning_content") or (d.model_extra or {}).get("reasoning")
+                   for d in deltas)
+    kept = client.chat.completions.create(model="default", messages=ASK, extra_body={"include_reasoning": True})
+    assert kept.choices[0].message.model_extra["reasoning_content"] == THOUGHT + "\n"

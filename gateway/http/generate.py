@@ -173,6 +173,7 @@ def _openai_chat(data: dict[str, Any], request: Request, state: GatewayState) ->
     renderer = OpenAIRenderer(chat=True, model=state.backend.model_id, logprobs=spec.params.logprobs,
                               call_only=bool(spec.tools) and forces_tool_call(spec.tool_choice),
                               custom_tools=req.custom_tool_names(),
+                              include_reasoning=req.include_reasoning is not False,
                               continuous_usage=bool(req.stream_options and req.stream_options.continuous()))
     return Admitted(spec, req.stream, bool(req.stream_options and req.stream_options.include_usage), renderer)
 

@@ -145,6 +145,7 @@ class OpenAIRenderer:
     echo: tuple[str, ...] = ()   # text completions' `echo`: each prompt's text, put before its choices' text
     # vLLM's stream_options.continuous_usage_stats (with include_usage): every chunk carries the usage so far
     continuous_usage: bool = False
+    include_reasoning: bool = True   # vLLM's include_reasoning false: the thinking is left out of the reply
     _record: RequestRecord | None = field(default=None, init=False, repr=False)   # the stream's, once opened
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
@@ -176,7 +177,7 @@ class OpenAIRenderer:
         return self.echo[choice.prompt] if self.echo else ""
 
     def _message(self, choice: ChoiceReply) -> AssistantMessage:
-        reasoning = choice.reasoning_text or None
+        reasoning = (choice.reasoning_text if self.include_reasoning else "") or None
         content = choice.content
         return AssistantMessage(content=content if content or not choice.tool_calls else None,
                                 reasoning_content=reasoning, reasoning=reasoning,
@@ -210,6 +211,8 @@ class OpenAIRenderer:
         return [self._event(self._chunk(choice.index, opening, None, None))]
 
     def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
+        if chunk.reasoning and not self.include_reasoning:
+            chunk = replace(chunk, reasoning="")
         has_output = chunk.text or chunk.reasoning or chunk.tool_calls or chunk.finish_reason is not None
         logprobs = (answer_logprobs(chunk) if self.chat else chunk.logprobs) if self.logprobs else None
         if not has_output and not logprobs:

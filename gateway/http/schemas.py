@@ -591,6 +591,7 @@ class ChatCompletionRequest(_SamplingFields):
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None   # vLLM / SGLang: e.g. {"enable_thinking": false}
     reasoning_effort: ReasoningEffort | None = None
+    include_reasoning: bool | None = None   # vLLM's: false leaves reasoning_content / reasoning out of the reply
     # OpenAI hints that cannot change what a text model returns here: the output is text anyway, a
     # predicted output only speeds OpenAI's decoding up, and verbosity is accepted as on /v1/responses
     modalities: list[Literal["text"]] | None = None
