@@ -38,6 +38,7 @@ class SamplingParams:
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()   # more tokens that end the reply as EOS does (not part of its text)
     ignore_eos: bool = False               # EOS does not end the reply (max_tokens, a stop or stop_token_ids do)
+    skip_special_tokens: bool = True       # vLLM's default: special tokens (an ignored EOS, ...) are not text
 
     @property
     def penalised(self) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import logging
 import os
 import time
@@ -159,7 +161,7 @@ class Runtime:
             max_tokens=params.max_tokens, stops=params.stop, prompt_tokens=len(prompt_ids),
             cancelled=lambda: cancel.cancelled,
             ends=FirstCallEnd(self.bundle.tokenizer, reply) if FirstCallEnd.wanted(reply) else None,
-            skip=skip, inside=inside,
+            skip=skip, inside=inside, hidden=self._special_ids if params.skip_special_tokens else frozenset(),
         )
         if reply is not None:
             chunks = split_reply(chunks, ReplySplitter(self.bundle.tokenizer, reply))
@@ -170,6 +172,12 @@ class Runtime:
         except Exception as exc:  # an engine bug must not take the server down
             log.exception("engine %s failed", engine)
             raise EngineFailure(engine, exc) from exc
+
+    @functools.cached_property
+    def _special_ids(self) -> frozenset[int]:
+        """The tokenizer's special tokens (<|im_end|>, <|endoftext|>, ...: not the reply's <think> / <tool_call>,
+        which the splitter reads), left out of the text under skip_special_tokens."""
+        return frozenset(int(t) for t in getattr(self.bundle.tokenizer, "all_special_ids", None) or ())
 
     def _counted(self, steps: Iterator[StepResult]) -> Iterator[StepResult]:
         """The engine's steps, with the request counted as generating while they run (the decode

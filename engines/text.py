@@ -201,11 +201,13 @@ def stream_text(
     ends: Callable[[str], bool] | None = None,
     skip: Sequence[tuple[str, str]] = (),
     inside: tuple[str, str] | None = None,
+    hidden: frozenset[int] = frozenset(),
 ) -> Iterator[GenerationChunk]:
     """Wraps an engine's steps; closes the engine generator when the request is finished. `ends`, fed
     the text token by token, says when the reply is complete at it (parallel_tool_calls false: its first
     tool call closed); the reply then finishes "stop" there, as at a stop string. `skip` / `inside`: the
-    parts of the reply (thinking, tool calls) in which stop strings are not looked for (StopMatcher)."""
+    parts of the reply (thinking, tool calls) in which stop strings are not looked for (StopMatcher). `hidden`:
+    tokens counted (and given logprobs) but not written into the text (vLLM's skip_special_tokens)."""
     detok = untrimmed_detokenizer(tokenizer)
     matcher = StopMatcher(stops, skip, inside)
     produced = 0
@@ -225,13 +227,14 @@ def stream_text(
                     break
                 kept.append(token)
                 produced += 1
-                detok.add_token(token)
-                piece, stopped = matcher.feed(detok.last_segment)
-                text += piece
-                ended = stopped or (ends is not None and ends(piece))
-                if ended:
-                    finish = "stop"
-                    break
+                if token not in hidden:
+                    detok.add_token(token)
+                    piece, stopped = matcher.feed(detok.last_segment)
+                    text += piece
+                    ended = stopped or (ends is not None and ends(piece))
+                    if ended:
+                        finish = "stop"
+                        break
                 if produced >= max_tokens:
                     finish = "length"
                     break

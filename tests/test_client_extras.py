@@ -87,3 +87,19 @@ def test_ignore_eos_runs_to_max_tokens_under_every_engine(demo):
     completion = client.completions.create(model="default", prompt="Say yes.", temperature=0, max_tokens=40,
                                            extra_body={"ignore_eos": True})
     assert completion.usage.completion_tokens == 40
+
+
+def test_skip_special_tokens_keeps_them_out_of_the_text_by_default(demo):
+    """vLLM's skip_special_tokens (default true, as SillyTavern sends it): the EOS ignore_eos runs past is a
+    token of the reply (counted) but not text; false writes it; spaces_between_special_tokens is accepted."""
+    client, _ = demo
+    specials = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
+    default = _chat(client, "raw", ignore_eos=True).choices[0].message.content
+    skipped = _chat(client, "raw", ignore_eos=True, skip_special_tokens=True,
+                    spaces_between_special_tokens=True).choices[0].message.content
+    kept = _chat(client, "raw", ignore_eos=True, skip_special_tokens=False).choices[0].message.content
+    assert default == skipped and not any(s in default for s in specials)
+    assert any(s in kept for s in specials) and kept != default
+    for s in specials:
+        kept = kept.replace(s, "")
+    assert kept == default

@@ -217,6 +217,7 @@ def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, l
         min_tokens=req.min_tokens or 0,
         stop_token_ids=tuple(req.stop_token_ids or ()),
         ignore_eos=bool(req.ignore_eos),
+        skip_special_tokens=req.skip_special_tokens is not False,
     )
 
 

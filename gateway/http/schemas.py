@@ -556,6 +556,9 @@ class _SamplingFields(_Strict):
     stop_token_ids: Annotated[list[Annotated[int, Field(ge=0, le=INT32_MAX)]], Field(max_length=MAX_LOGIT_BIAS)] \
         | None = None
     ignore_eos: bool | None = None
+    skip_special_tokens: bool | None = None   # vLLM's (default true): special tokens are left out of the text
+    # vLLM's: spaces between special tokens in the text; a fast tokenizer (every model here) writes none either way
+    spaces_between_special_tokens: bool | None = None
     # OpenAI fields accepted when harmless, rejected (gateway.http.request_spec) when they would change the result.
     user: str | None = None
     metadata: dict[str, str] | None = None
