@@ -419,3 +419,29 @@ def test_openai_hints_a_text_model_cannot_act_on_are_accepted_and_a_refusal_turn
         assert "I can't help with that." in backend.encoded[-1]
         with pytest.raises(openai.BadRequestError):
             client.chat.completions.create(model="default", max_tokens=4, messages=ASK, modalities=["text", "audio"])
+
+
+def test_vllm_continue_final_message_and_add_generation_prompt(prefill_server):
+    """vLLM's template switches on chat, as clients that prefill through vLLM send them: continue_final_message
+    with add_generation_prompt false continues the last assistant message (as `prefix: true`);
+    add_generation_prompt true is the default; false alone (no turn to reply in) and both true are 400s."""
+    srv, backend = prefill_server
+    client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+    conversation = [{"role": "user", "content": "A cat as JSON"}, {"role": "assistant", "content": PREFILL}]
+    reply = client.chat.completions.create(model="default", messages=conversation, max_tokens=16, extra_body={
+        "continue_final_message": True, "add_generation_prompt": False})
+    assert backend.encoded[-1].endswith("<think>\n\n</think>\n\n" + PREFILL)
+    assert reply.choices[0].message.content == CONTINUATION
+    client.chat.completions.create(model="default", messages=conversation[:1], max_tokens=16,
+                                   extra_body={"add_generation_prompt": True, "continue_final_message": False})
+    assert backend.encoded[-1].endswith("<|im_start|>assistant\n<think>\n")
+
+    def refused(messages: list[dict], **extra) -> dict:
+        response = httpx.post(srv.base_url + "/v1/chat/completions", json={"messages": messages, **extra})
+        assert response.status_code == 400, response.text
+        return response.json()["error"]
+
+    assert refused(conversation[:1], add_generation_prompt=False)["param"] == "add_generation_prompt"
+    assert refused(conversation, continue_final_message=True, add_generation_prompt=True)["code"] == \
+        "conflicting_constraints"
+    assert refused(conversation[:1], continue_final_message=True)["code"] == "invalid_prefix"

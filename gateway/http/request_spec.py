@@ -299,6 +299,19 @@ def _prefilled(req: ChatCompletionRequest) -> tuple[list[ChatMessage], bool]:
     """The messages to render, and whether the reply continues the last one (an assistant message
     with `prefix: true`). An empty prefix starts nothing: the reply is a new turn, as without it."""
     marked = [i for i, m in enumerate(req.messages) if isinstance(m, AssistantTurn) and m.prefix]
+    if req.continue_final_message:   # vLLM's way to say the last message is the reply's start
+        if req.add_generation_prompt:
+            raise bad_request("continue_final_message and add_generation_prompt cannot both be true (the reply "
+                              "either continues the last message or starts a new turn).",
+                              param="continue_final_message", code="conflicting_constraints")
+        if not isinstance(req.messages[-1], AssistantTurn):
+            raise bad_request("continue_final_message needs the last message to be the assistant's.",
+                              param="continue_final_message", code="invalid_prefix")
+        marked = sorted({*marked, len(req.messages) - 1})
+    elif req.add_generation_prompt is False:
+        raise bad_request("add_generation_prompt false is not supported: a chat reply is the assistant's turn (to "
+                          "continue the last assistant message send continue_final_message true; for raw text use "
+                          "/v1/completions).", param="add_generation_prompt", code="unsupported_parameter")
     if not marked:
         return req.messages, False
     last = len(req.messages) - 1

@@ -595,6 +595,10 @@ class ChatCompletionRequest(_SamplingFields):
     chat_template_kwargs: dict[str, Any] | None = None   # vLLM / SGLang: e.g. {"enable_thinking": false}
     reasoning_effort: ReasoningEffort | None = None
     include_reasoning: bool | None = None   # vLLM's: false leaves reasoning_content / reasoning out of the reply
+    # vLLM's template switches: the generation prompt (a new assistant turn) is always added, unless
+    # continue_final_message continues the last assistant message (as its `prefix: true` does)
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
     # OpenAI hints that cannot change what a text model returns here: the output is text anyway, a
     # predicted output only speeds OpenAI's decoding up, and verbosity is accepted as on /v1/responses
     modalities: list[Literal["text"]] | None = None
