@@ -26,6 +26,12 @@ from .anthropic_errors import error_response_for
 from .auth import ApiKeyMiddleware
 from .errors import APIError, from_exception
 from .generate import chat_completions, completions
+from .ollama import chat as ollama_chat
+from .ollama import generate_text as ollama_generate
+from .ollama import running as ollama_ps
+from .ollama import show as ollama_show
+from .ollama import tags as ollama_tags
+from .ollama import version as ollama_version
 from .openapi import build_openapi
 from .paths import CanonicalPaths
 from .responses_api import input_tokens, responses
@@ -46,12 +52,12 @@ async def _worker_error(request: Request, exc: Exception) -> Response:
     return error_response_for(request.url.path, from_exception(exc))
 
 
-# Routes of APIs this server does not speak that clients try on it, and what to use instead: Open WebUI (and
-# other Ollama clients) added as an "Ollama" connection probe /api/tags and /api/version, and RAG features ask
-# for embeddings, which a generative model here does not serve
+# Routes of APIs this server does not speak that clients try on it, and what to use instead: Ollama's model
+# management (pull, push, create, copy, delete) and embeddings (its chat, generate, tags, show, ps and version
+# are served), and RAG features ask for embeddings, which a generative model here does not serve
 _OTHER_APIS = (
-    (("/api/",), "this server does not speak Ollama's API; connect to it as an OpenAI-compatible server at "
-              "<this server>/v1 (chat completions, models) or an Anthropic one (/v1/messages)"),
+    (("/api/",), "this server serves Ollama's /api/chat, /api/generate, /api/tags, /api/show, /api/ps and "
+              "/api/version for its one model, not Ollama's model management or embeddings"),
     (("/v1/embeddings", "/embeddings"),
      "this server serves one generative model and computes no embeddings; use an embedding model's server for them"),
 )
@@ -135,6 +141,13 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         Route("/v1/router/stats", router_stats, methods=["GET"]),
         Route("/admin/reload", admin_reload, methods=["POST"]),
         Route("/openapi.json", openapi_schema, methods=["GET"]),
+        # Ollama's native API (gateway.http.ollama), for clients that speak only it
+        Route("/api/chat", ollama_chat, methods=["POST"]),
+        Route("/api/generate", ollama_generate, methods=["POST"]),
+        Route("/api/tags", ollama_tags, methods=["GET"]),
+        Route("/api/show", ollama_show, methods=["POST"]),
+        Route("/api/ps", ollama_ps, methods=["GET"]),
+        Route("/api/version", ollama_version, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,

@@ -287,7 +287,8 @@ async def generate(request: Request, endpoint: Endpoint) -> Response:
     route: asyncio.Future[dict[str, str]] = asyncio.get_running_loop().create_future()
     start = asyncio.ensure_future(_start(ticket, record, watcher, route))
     ids = dict.fromkeys(endpoint.id_headers, renderer.id)
-    keepalive = state.config.stream_keepalive_seconds
+    # a stream format with no comment line (Ollama's NDJSON) cannot be kept alive: it starts with its first token
+    keepalive = state.config.stream_keepalive_seconds if getattr(renderer, "keeps_alive", True) else None
     if admitted.stream:
         early = await _early_stream(state, admitted, ticket, start, route, record, watcher, ids, keepalive)
         if early is not None:
@@ -380,7 +381,7 @@ def _stream_response(
         record.done(outcome.get("status", 200), disconnected=watcher.disconnected)
 
     frames = _stream_frames(ticket, start, record, renderer, include_usage, outcome, keepalive, route)
-    return SSEResponse(frames, headers, on_close=close)
+    return SSEResponse(frames, headers, on_close=close, media_type=getattr(renderer, "media_type", None))
 
 
 def _frames(renderer: Renderer, record: RequestRecord, item: ChoiceStart | GenerationChunk) -> list[bytes]:

@@ -24,7 +24,11 @@ class SSEResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, frames: AsyncIterator[bytes], headers: dict[str, str], on_close: Callable[[], Awaitable[None]]):
+    def __init__(self, frames: AsyncIterator[bytes], headers: dict[str, str], on_close: Callable[[], Awaitable[None]],
+                 media_type: str | None = None):
+        """`media_type`: another streamed format's (Ollama's NDJSON lines), instead of SSE's."""
+        if media_type is not None:
+            self.media_type = media_type
         self.frames = frames
         self.on_close = on_close
         self.status_code = 200

@@ -1,0 +1,410 @@
+"""Ollama's native API (POST /api/chat, POST /api/generate, GET /api/tags, POST /api/show, GET /api/version,
+GET /api/ps) as a thin translation onto the chat and completions pipeline: the body becomes an OpenAI chat
+or completions request (same validation, engines, router, limits, auth and metrics), Ollama's `options`
+become the sampling fields, and the reply is shaped as Ollama's: one JSON object, or (the default) a stream
+of newline-delimited JSON objects, the last with `done: true` and the counts."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from contracts.chat import ToolCall
+from contracts.engine import GenerationChunk
+
+from .errors import APIError, bad_request
+from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse, read_json_object
+from .record import ChoiceReply, RequestRecord
+from .request_spec import chat_spec, completion_spec
+from .schemas import ChatCompletionRequest, CompletionRequest, _Strict
+from .state import GatewayState
+
+# the Ollama release whose API this follows (clients read /api/version to tell what a server speaks)
+OLLAMA_VERSION = "0.12.0"
+NDJSON = "application/x-ndjson"
+
+# options that tune how Ollama runs a model (context size, threads, GPU layers, memory mapping): the server
+# here decides those, and none changes what is sampled, so they are accepted and ignored
+RUNTIME_OPTIONS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "num_keep", "use_mmap",
+                   "use_mlock", "numa", "low_vram", "f16_kv", "vocab_only", "logits_all", "penalize_newline")
+# Ollama's sampling options with no sampler here, each with the value that leaves sampling as it is
+NEUTRAL_OPTIONS = {"typical_p": 1.0, "tfs_z": 1.0, "mirostat": 0}
+
+
+class OllamaOptions(_Strict):
+    """Ollama's `options` (its Modelfile parameters): the sampling ones mapped onto this server's fields."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    num_predict: int | None = None        # -1: no limit, -2: fill the context (both: the server's default)
+    stop: list[str] | str | None = None
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None      # the penalty's window: -1 (the whole context) or 0 (off) only
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    typical_p: float | None = None
+    tfs_z: float | None = None
+    mirostat: int | None = None
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
+    num_ctx: int | None = None
+    num_batch: int | None = None
+    num_gpu: int | None = None
+    main_gpu: int | None = None
+    num_thread: int | None = None
+    num_keep: int | None = None
+    use_mmap: bool | None = None
+    use_mlock: bool | None = None
+    numa: bool | None = None
+    low_vram: bool | None = None
+    f16_kv: bool | None = None
+    vocab_only: bool | None = None
+    logits_all: bool | None = None
+    penalize_newline: bool | None = None
+
+    model_config = _Strict.model_config | {"strict": False}   # Ollama clients send 0.7 and 1 alike
+
+
+class OllamaFunction(_Strict):
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    index: int | None = None
+
+
+class OllamaToolCall(_Strict):
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: OllamaFunction
+
+
+class OllamaMessage(_Strict):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = ""
+    thinking: str | None = None
+    images: list[str] | None = None
+    tool_calls: list[OllamaToolCall] | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+
+    @field_validator("images")
+    @classmethod
+    def _no_images(cls, value: list[str] | None) -> list[str] | None:
+        if value:
+            raise ValueError("images are not supported (this is a text-only model)")
+        return value
+
+
+Think = bool | Literal["low", "medium", "high"] | None
+Format = Literal["json", ""] | dict[str, Any] | None
+
+
+class _OllamaRequest(_Strict):
+    model: str | None = None
+    format: Format = None
+    options: OllamaOptions | None = None
+    stream: bool | None = None            # Ollama streams unless told false
+    keep_alive: str | int | float | None = None   # how long Ollama keeps a model loaded: the one model stays
+    think: Think = None
+    engine: str | None = None             # Switchyard: raw | mtp | ddtree | auto
+
+
+class OllamaChatRequest(_OllamaRequest):
+    messages: list[OllamaMessage] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+
+
+class OllamaGenerateRequest(_OllamaRequest):
+    prompt: str = ""
+    suffix: str | None = None
+    system: str | None = None
+    template: str | None = None
+    context: list[int] | None = None
+    raw: bool | None = None
+    images: list[str] | None = None
+
+
+def _model(name: str | None, state: GatewayState) -> str | None:
+    """The model asked for, with Ollama's default tag read as the name itself (`name:latest`)."""
+    if name and name not in state.model_names and name.endswith(":latest") and name[:-7] in state.model_names:
+        name = name[:-7]
+    check_model(name, state)
+    return name
+
+
+def _sampling(req: _OllamaRequest) -> dict[str, Any]:
+    """The OpenAI sampling fields Ollama's `options` (and `format`, `think`) stand for."""
+    body: dict[str, Any] = {}
+    o = req.options or OllamaOptions()
+    for name in ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty"):
+        if getattr(o, name) is not None:
+            body[name] = getattr(o, name)
+    if o.num_predict is not None and o.num_predict > 0:
+        body["max_tokens"] = o.num_predict
+    if o.stop:
+        body["stop"] = o.stop
+    if o.repeat_penalty is not None and o.repeat_penalty != 1.0 and o.repeat_last_n != 0:
+        if o.repeat_last_n not in (None, -1):
+            raise bad_request(f"options.repeat_last_n {o.repeat_last_n} is not supported: the repeat penalty here "
+                              "covers the whole context (send -1, or 0 to turn it off).", param="options.repeat_last_n",
+                              code="unsupported_parameter")
+        body["repetition_penalty"] = o.repeat_penalty
+    for name, neutral in NEUTRAL_OPTIONS.items():
+        value = getattr(o, name)
+        if value is not None and value != neutral:
+            raise bad_request(f"options.{name} is not supported (no such sampler here); send {neutral} or leave it "
+                              "out.", param=f"options.{name}", code="unsupported_parameter")
+    if req.format == "json":
+        body["response_format"] = {"type": "json_object"}
+    elif isinstance(req.format, dict):
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": req.format}}
+    if isinstance(req.think, bool):
+        body["chat_template_kwargs"] = {"enable_thinking": req.think}
+    elif req.think is not None:
+        body["reasoning_effort"] = req.think
+    if req.engine is not None:
+        body["engine"] = req.engine
+    return body
+
+
+def _arguments(arguments: dict[str, Any] | str) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def _chat_messages(messages: list[OllamaMessage]) -> list[dict[str, Any]]:
+    """Ollama's messages as OpenAI's: an assistant's tool calls get ids, and each tool result the id of the
+    call it answers (by `tool_name` where given, else the next one unanswered), as the chat template reads them."""
+    out: list[dict[str, Any]] = []
+    waiting: list[tuple[str, str]] = []   # (id, name) of the last assistant turn's calls not yet answered
+    for number, message in enumerate(messages):
+        if message.role == "tool":
+            match = next((c for c in waiting if message.tool_name in (None, c[1])), None)
+            call_id = message.tool_call_id or (match[0] if match else f"call_{number}")
+            if match is not None:
+                waiting.remove(match)
+            out.append({"role": "tool", "tool_call_id": call_id, "content": message.content or ""})
+            continue
+        turn: dict[str, Any] = {"role": message.role, "content": message.content or ""}
+        if message.role == "assistant":
+            if message.thinking:
+                turn["reasoning_content"] = message.thinking
+            if message.tool_calls:
+                calls = [{"id": call.id or f"call_{number}_{i}", "type": "function",
+                          "function": {"name": call.function.name, "arguments": _arguments(call.function.arguments)}}
+                         for i, call in enumerate(message.tool_calls)]
+                turn["tool_calls"] = calls
+                waiting = [(c["id"], c["function"]["name"]) for c in calls]
+        out.append(turn)
+    return out
+
+
+def _created_at() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _tool_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
+    out = []
+    for index, call in enumerate(calls):
+        try:
+            arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+        except ValueError:
+            arguments = call.arguments   # cut off by num_predict: the text so far
+        out.append({"id": call.id, "function": {"index": index, "name": call.name, "arguments": arguments}})
+    return out
+
+
+def _line(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+@dataclass
+class OllamaRenderer:
+    """/api/chat (`chat`: a `message`) or /api/generate (a `response`) bodies and NDJSON stream lines."""
+
+    model: str
+    chat: bool
+    id: str = field(default_factory=lambda: "ollama-" + uuid.uuid4().hex)
+    media_type: str = NDJSON
+    keeps_alive: bool = False   # NDJSON has no comment line to keep an idle stream open with
+    _started: float = field(default_factory=time.perf_counter)
+
+    def _reply(self, content: str, thinking: str, calls: list[ToolCall]) -> dict[str, Any]:
+        if not self.chat:
+            return {"response": content, **({"thinking": thinking} if thinking else {})}
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if thinking:
+            message["thinking"] = thinking
+        if calls:
+            message["tool_calls"] = _tool_calls(calls)
+        return {"message": message}
+
+    def _done(self, record: RequestRecord, choice: ChoiceReply) -> dict[str, Any]:
+        total = time.perf_counter() - record.started
+        first = record.first_token_s if record.first_token_s is not None else total
+        return {"done": True, "done_reason": "length" if choice.finish_reason == "length" else "stop",
+                "total_duration": int(total * 1e9), "load_duration": 0,
+                "prompt_eval_count": record.prompt_tokens, "prompt_eval_duration": int(first * 1e9),
+                "eval_count": record.completion_tokens, "eval_duration": int(max(total - first, 0.0) * 1e9)}
+
+    def full(self, record: RequestRecord) -> dict[str, Any]:
+        choice = record.choices[0] if record.choices else ChoiceReply(0)
+        return {"model": self.model, "created_at": _created_at(),
+                **self._reply(choice.content, choice.reasoning_text, choice.tool_calls), **self._done(record, choice)}
+
+    def opening(self, record: RequestRecord) -> list[bytes]:
+        return []
+
+    def choice_started(self, choice: ChoiceReply) -> list[bytes]:
+        return []
+
+    def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
+        if not (chunk.text or chunk.reasoning or chunk.tool_calls):
+            return []
+        return [_line({"model": self.model, "created_at": _created_at(),
+                       **self._reply(chunk.text, chunk.reasoning, list(chunk.tool_calls)), "done": False})]
+
+    def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
+        choice = record.choices[-1] if record.choices else ChoiceReply(0)
+        return [_line({"model": self.model, "created_at": _created_at(), **self._reply("", "", []),
+                       **self._done(record, choice)})]
+
+    def stream_error(self, err: APIError) -> list[bytes]:
+        return [_line({"error": err.message})]
+
+    def error_response(self, err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+        return error_response(err, headers)
+
+
+def error_response(err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+    """Ollama's error body: {"error": "message"} (the ollama client raises ResponseError with it)."""
+    return JSONResponse({"error": err.message}, status_code=err.status, headers={**err.headers, **(headers or {})})
+
+
+def _translate_chat(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
+    req = parse(OllamaChatRequest, data)
+    model = _model(req.model, state)
+    if not req.messages:
+        raise bad_request("messages must not be empty (Ollama loads a model on an empty chat; the one model here "
+                          "is loaded).", param="messages")
+    body = {"model": model, "messages": _chat_messages(req.messages), **_sampling(req)}
+    if req.tools:
+        body["tools"] = req.tools
+    chat = parse(ChatCompletionRequest, body)
+    spec = chat_spec(chat, forced_engine(chat.engine, request, state), state.config)
+    return Admitted(spec, req.stream is not False, False, OllamaRenderer(model=req.model or state.backend.model_id,
+                                                                         chat=True))
+
+
+def _translate_generate(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
+    req = parse(OllamaGenerateRequest, data)
+    model = _model(req.model, state)
+    for name in ("template", "context", "images"):
+        if getattr(req, name):
+            raise bad_request(f"{name} is not supported here (the model's own chat template renders the prompt; "
+                              "send the conversation to /api/chat, or the raw text with raw: true).", param=name,
+                              code="unsupported_parameter")
+    sampling = _sampling(req)
+    if req.raw or req.suffix:
+        if "response_format" in sampling or "chat_template_kwargs" in sampling or "reasoning_effort" in sampling:
+            raise bad_request("format and think need the chat template (raw false, no suffix).", param="format",
+                              code="conflicting_constraints")
+        body = {"model": model, "prompt": req.prompt, **sampling}
+        if req.suffix:
+            body["suffix"] = req.suffix
+        completion = parse(CompletionRequest, body)
+        spec = completion_spec(completion, forced_engine(completion.engine, request, state), state.config)
+    else:
+        messages = ([{"role": "system", "content": req.system}] if req.system else []) + \
+            [{"role": "user", "content": req.prompt}]
+        chat = parse(ChatCompletionRequest, {"model": model, "messages": messages, **sampling})
+        spec = chat_spec(chat, forced_engine(chat.engine, request, state), state.config)
+    return Admitted(spec, req.stream is not False, False, OllamaRenderer(model=req.model or state.backend.model_id,
+                                                                         chat=False))
+
+
+CHAT = Endpoint("ollama", _translate_chat, error_response)
+GENERATE = Endpoint("ollama", _translate_generate, error_response)
+
+
+async def chat(request: Request) -> Response:
+    return await generate(request, CHAT)
+
+
+async def generate_text(request: Request) -> Response:
+    """POST /api/generate. An empty prompt is Ollama's way to load a model: answered at once, done_reason "load"."""
+    state: GatewayState = request.app.state.gateway
+    try:
+        with request.app.state.body_budget.slot():
+            body = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
+        if not body.get("prompt") and not body.get("suffix"):
+            name = _model(body.get("model") if isinstance(body.get("model"), str) else None, state)
+            state.metrics.count_request("ollama", None, None, 200)
+            return JSONResponse({"model": name or state.backend.model_id, "created_at": _created_at(),
+                                 "response": "", "done": True, "done_reason": "load"})
+    except APIError as err:
+        state.metrics.count_request("ollama", None, None, err.status)
+        return error_response(err)
+    request._body = json.dumps(body).encode()   # read once: the pipeline reads it again from here
+    return await generate(request, GENERATE)
+
+
+def _details(state: GatewayState) -> dict[str, Any]:
+    return {"parent_model": "", "format": "mlx", "family": state.backend.model_id, "families": None,
+            "parameter_size": "", "quantization_level": ""}
+
+
+def _modified_at(state: GatewayState) -> str:
+    return datetime.fromtimestamp(state.created, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+async def tags(request: Request) -> Response:
+    """GET /api/tags: the one model (and its aliases), as Ollama lists local models."""
+    state: GatewayState = request.app.state.gateway
+    state.metrics.count_request("models", None, None, 200)
+    models = [{"name": name, "model": name, "modified_at": _modified_at(state), "size": 0,
+               "digest": uuid.uuid5(uuid.NAMESPACE_URL, name).hex, "details": _details(state)}
+              for name in dict.fromkeys((state.backend.model_id, *state.config.model_aliases))]
+    return JSONResponse({"models": models})
+
+
+async def running(request: Request) -> Response:
+    """GET /api/ps: the loaded model (always the one model, loaded for as long as the server runs)."""
+    state: GatewayState = request.app.state.gateway
+    state.metrics.count_request("models", None, None, 200)
+    name = state.backend.model_id
+    return JSONResponse({"models": [{"name": name, "model": name, "size": 0, "digest": uuid.uuid5(
+        uuid.NAMESPACE_URL, name).hex, "details": _details(state), "expires_at": "9999-12-31T23:59:59Z",
+        "size_vram": 0, "context_length": state.backend.context_length}]})
+
+
+async def show(request: Request) -> Response:
+    """POST /api/show {"model"}: the model's details, context length and capabilities."""
+    state: GatewayState = request.app.state.gateway
+    try:
+        body = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
+        name = body.get("model", body.get("name"))
+        _model(name if isinstance(name, str) else None, state)
+    except APIError as err:
+        state.metrics.count_request("models", None, None, err.status)
+        return error_response(err)
+    state.metrics.count_request("models", None, None, 200)
+    return JSONResponse({"modelfile": "", "parameters": "", "template": "", "details": _details(state),
+                         "model_info": {"general.architecture": "switchyard",
+                                        "switchyard.context_length": state.backend.context_length},
+                         "capabilities": ["completion", "tools"],
+                         "modified_at": _modified_at(state)})
+
+
+async def version(request: Request) -> Response:
+    """GET /api/version: the Ollama API version this follows."""
+    return JSONResponse({"version": OLLAMA_VERSION})

@@ -1,0 +1,153 @@
+"""Ollama's native API through the official `ollama` Python client (as chat UIs and agents that speak only
+Ollama talk to a server), end to end on the embedded demo model: /api/chat and /api/generate streamed
+(NDJSON, the default) and whole, `options` mapped onto the one sampler, `format` as constrained JSON,
+/api/tags, /api/show, /api/ps and /api/version; errors as Ollama's {"error": ...}."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import ollama
+import openai
+import pytest
+
+from gateway.http.app import create_app
+from tests.fakes import live_server
+from tests.ops_helpers import REPO
+
+DEMO = REPO / "models" / "switchyard-demo"
+SHORT = [{"role": "user", "content": "Say yes."}]
+
+
+@pytest.fixture(scope="module")
+def server():
+    from engines.runtime import load_runtime
+
+    runtime = load_runtime(str(DEMO / "target"), draft_dir=str(DEMO / "drafter"))
+    with live_server(create_app(runtime)) as srv:
+        yield srv, runtime, ollama.Client(host=srv.base_url), \
+            openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_chat_whole_and_streamed_equal_the_openai_reply(server):
+    srv, runtime, client, oai = server
+    expected = oai.chat.completions.create(model="default", messages=SHORT, temperature=0, max_tokens=60)
+    reply = client.chat(model=runtime.model_id, messages=SHORT, stream=False, options={"temperature": 0,
+                                                                                      "num_predict": 60})
+    assert reply.message.role == "assistant" and reply.done and reply.done_reason == "stop"
+    assert reply.message.content == expected.choices[0].message.content
+    assert reply.eval_count == expected.usage.completion_tokens
+    assert reply.prompt_eval_count == expected.usage.prompt_tokens
+    assert reply.total_duration > 0
+    parts = list(client.chat(model=runtime.model_id + ":latest", messages=SHORT, stream=True,
+                             options={"temperature": 0, "num_predict": 60}))
+    assert all(not p.done for p in parts[:-1]) and parts[-1].done and parts[-1].done_reason == "stop"
+    assert "".join(p.message.content for p in parts) == reply.message.content
+    assert parts[-1].eval_count == reply.eval_count
+
+
+def test_options_reach_the_sampler(server):
+    srv, runtime, client, oai = server
+    cut = client.chat(model=runtime.model_id, messages=SHORT, options={"temperature": 0, "num_predict": 5},
+                      stream=False)
+    assert cut.done_reason == "length" and cut.eval_count == 5
+    expected = oai.chat.completions.create(model="default", messages=SHORT, temperature=0.9, top_p=0.8, seed=7,
+                                           max_tokens=30, stop=["git"],
+                                           extra_body={"top_k": 20, "repetition_penalty": 1.2, "engine": "raw"})
+    raw_engine = ollama.Client(host=srv.base_url, headers={"X-Switchyard-Engine": "raw"})
+    reply = raw_engine.chat(model=runtime.model_id, messages=SHORT, stream=False, keep_alive="5m", options={
+        "temperature": 0.9, "top_p": 0.8, "top_k": 20, "seed": 7, "num_predict": 30, "stop": ["git"],
+        "repeat_penalty": 1.2, "repeat_last_n": -1, "num_ctx": 4096, "num_thread": 2})
+    assert reply.message.content == expected.choices[0].message.content
+    with pytest.raises(ollama.ResponseError) as caught:
+        client.chat(model=runtime.model_id, messages=SHORT, options={"mirostat": 2}, stream=False)
+    assert caught.value.status_code == 400 and "mirostat" in caught.value.error
+    with pytest.raises(ollama.ResponseError) as caught:
+        client.chat(model="llama3", messages=SHORT, stream=False)
+    assert caught.value.status_code == 404
+
+
+def test_generate_whole_streamed_raw_and_load(server):
+    srv, runtime, client, oai = server
+    expected = oai.chat.completions.create(model="default", messages=SHORT, temperature=0, max_tokens=60)
+    reply = client.generate(model=runtime.model_id, prompt="Say yes.", options={"temperature": 0, "num_predict": 60})
+    assert reply.response == expected.choices[0].message.content and reply.done_reason == "stop"
+    parts = list(client.generate(model=runtime.model_id, prompt="Say yes.", stream=True,
+                                 options={"temperature": 0, "num_predict": 60}))
+    assert "".join(p.response for p in parts) == reply.response and parts[-1].done
+    raw = client.generate(model=runtime.model_id, prompt="The cat", raw=True, options={"temperature": 0,
+                                                                                       "num_predict": 12})
+    text = oai.completions.create(model="default", prompt="The cat", temperature=0, max_tokens=12)
+    assert raw.response == text.choices[0].text and raw.eval_count == 12
+    loaded = client.generate(model=runtime.model_id)   # an empty prompt loads the model
+    assert loaded.done and loaded.done_reason == "load" and loaded.response == ""
+
+
+def test_format_json_is_constrained(server):
+    srv, runtime, client, _ = server
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+              "required": ["answer"], "additionalProperties": False}
+    reply = client.chat(model=runtime.model_id, messages=SHORT, format=schema, stream=False,
+                        options={"temperature": 0, "num_predict": 40})
+    assert json.loads(reply.message.content)["answer"] in ("yes", "no")
+    loose = client.generate(model=runtime.model_id, prompt="Say yes.", format="json",
+                            options={"temperature": 0, "num_predict": 40})
+    assert isinstance(json.loads(loose.response), dict)
+
+
+def test_tags_show_ps_and_version(server):
+    srv, runtime, client, _ = server
+    assert [m.model for m in client.list().models] == [runtime.model_id]
+    shown = client.show(runtime.model_id)
+    assert shown.modelinfo["switchyard.context_length"] == runtime.context_length
+    assert [m.model for m in client.ps().models] == [runtime.model_id]
+    assert httpx.get(srv.base_url + "/api/version").json()["version"]
+    missing = httpx.post(srv.base_url + "/api/pull", json={"model": "llama3"})
+    assert missing.status_code == 404 and "/api/chat" in missing.json()["error"]["message"]
+
+
+def test_ndjson_stream_is_the_default_on_the_wire(server):
+    """Ollama streams unless the body says `stream: false` (the ollama client always sends it; curl and
+    other clients leave it out): NDJSON lines, each a JSON object, the last one done."""
+    srv, runtime, _, _ = server
+    with httpx.stream("POST", srv.base_url + "/api/chat", json={
+            "model": runtime.model_id, "messages": SHORT, "options": {"temperature": 0, "num_predict": 8}}) as response:
+        assert response.headers["content-type"].startswith("application/x-ndjson")
+        lines = [json.loads(line) for line in response.iter_lines() if line]
+    assert len(lines) > 2 and lines[-1]["done"] and lines[-1]["eval_count"] == 8
+    assert not any(line["done"] for line in lines[:-1])
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                           "required": ["city"]}}}
+CALL = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+
+
+def test_tools_thinking_and_tool_history(qwen_chat_tokenizer):
+    """Tools through the model's template (Qwen3.6's XML calls, scripted replies): a call comes back as Ollama's
+    tool_calls (arguments an object), the thinking as `thinking`; a history with the call and its tool result
+    renders through the template; `think: false` turns thinking off."""
+    from tests.fakes import FakeBackend
+
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply=f"Need the weather.\n</think>\n\n{CALL}")
+    with live_server(create_app(backend)) as srv:
+        client = ollama.Client(host=srv.base_url)
+        ask = [{"role": "user", "content": "Weather in Paris?"}]
+        reply = client.chat(model=backend.model_id, messages=ask, tools=[WEATHER], stream=False)
+        assert reply.message.thinking == "Need the weather.\n"
+        (call,) = reply.message.tool_calls
+        assert call.function.name == "get_weather" and call.function.arguments == {"city": "Paris"}
+        streamed = [p for p in client.chat(model=backend.model_id, messages=ask, tools=[WEATHER], stream=True)
+                    if p.message.tool_calls]
+        assert streamed[0].message.tool_calls[0].function.arguments == {"city": "Paris"}
+        backend.reply = "It is sunny."
+        history = [*ask, {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+            {"role": "tool", "content": "sunny, 21C", "tool_name": "get_weather"}]
+        answer = client.chat(model=backend.model_id, messages=history, tools=[WEATHER], stream=False, think=False)
+        assert answer.message.content == "It is sunny."
+        prompt = backend.encoded[-1]
+        assert "<function=get_weather>" in prompt and "sunny, 21C" in prompt
+        assert prompt.endswith("<think>\n\n</think>\n\n")   # think false: the template's thinking off
