@@ -103,3 +103,31 @@ def test_skip_special_tokens_keeps_them_out_of_the_text_by_default(demo):
     for s in specials:
         kept = kept.replace(s, "")
     assert kept == default
+
+
+# every extra field the clients named in the module docstring send beside OpenAI's, at values they send
+EXTRAS = {"top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "presence_penalty": 0.1, "frequency_penalty": 0.1,
+          "seed": 5, "user": "someone", "min_tokens": 1, "stop_token_ids": [3], "ignore_eos": False,
+          "skip_special_tokens": True, "spaces_between_special_tokens": True, "use_beam_search": False,
+          "length_penalty": 1.0, "typical_p": 1.0, "include_stop_str_in_output": False}
+CHAT_EXTRAS = {"include_reasoning": True, "add_generation_prompt": True, "continue_final_message": False,
+               "chat_template_kwargs": {"enable_thinking": False}}
+
+
+def test_every_client_extra_is_accepted_and_the_unsupported_name_themselves():
+    """As litellm / LangChain's VLLMOpenAI / SillyTavern send them (the neutral values of what is not run here
+    included): each request is served; a value that asks for what is not run here is a 400 naming the field."""
+    from tests.fakes import FakeBackend
+
+    with live_server(create_app(FakeBackend())) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        chat = client.chat.completions.create(model="default", messages=SHORT, max_tokens=4,
+                                              extra_body={**EXTRAS, **CHAT_EXTRAS})
+        assert chat.choices[0].message.content
+        text = client.completions.create(model="default", prompt="Say yes.", max_tokens=4, extra_body=EXTRAS)
+        assert text.choices[0].text
+        for name, value in (("use_beam_search", True), ("length_penalty", 0.8), ("typical_p", 0.9),
+                            ("include_stop_str_in_output", True)):
+            with pytest.raises(openai.BadRequestError) as caught:
+                client.chat.completions.create(model="default", messages=SHORT, max_tokens=4, extra_body={name: value})
+            assert caught.value.body["param"] == name and "not supported" in caught.value.body["message"]

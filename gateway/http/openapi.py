@@ -47,7 +47,10 @@ SEMANTIC_RULES = (
     "response_format (conflicting_constraints); top_logprobs above 0 with logprobs false, and on completions "
     "best_of below n or, streamed, above it (conflicting_constraints); a prompt plus max_tokens over the model's "
     "context "
-    "(context_length_exceeded); a completion prompt's token id past the model's vocabulary (invalid_token_id); "
+    "(context_length_exceeded); a completion prompt's token id past the model's vocabulary (invalid_token_id), "
+    "as a logit_bias or stop_token_ids id past it; min_tokens above max_tokens (conflicting_constraints); on chat, "
+    "continue_final_message with add_generation_prompt true (conflicting_constraints) or without a last assistant "
+    "message (invalid_prefix), and add_generation_prompt false without it (unsupported_parameter); "
     "on /v1/messages, a tool_result that answers no tool_use of the message before "
     "it (unmatched_tool_result) and a final assistant message (prefill) ending in whitespace (invalid_prefix)."
 )
@@ -134,6 +137,10 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
                                  "propertyNames": {"pattern": "^[0-9]+$"},
                                  "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}}),
     }
+    # vLLM's fields for what is not run here (beam search, typical sampling, stop strings in the text): neutral only
+    for name, neutral in (("use_beam_search", False), ("length_penalty", 1.0), ("typical_p", 1.0),
+                          ("include_stop_str_in_output", False)):
+        common[name] = _one_of_values(None, neutral)
     chat = defs["ChatCompletionRequest"]["properties"]
     chat.update(common)
     chat["max_completion_tokens"] = common["max_tokens"]
@@ -143,6 +150,9 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
         "if": {"properties": {"tool_choice": {"anyOf": [{"const": "required"}, {"type": "object"}]}},
                "required": ["tool_choice"]},
         "then": {"properties": {"tools": {"type": "array", "minItems": 1}}, "required": ["tools"]},
+    }, {   # vLLM's add_generation_prompt false only to continue the last message (continue_final_message)
+        "if": {"properties": {"add_generation_prompt": {"const": False}}, "required": ["add_generation_prompt"]},
+        "then": {"properties": {"continue_final_message": {"const": True}}, "required": ["continue_final_message"]},
     }]
     chat["functions"] = _nullable({"type": "array", "maxItems": 0})
     chat["function_call"] = _one_of_values(None)

@@ -528,6 +528,17 @@ def _logit_bias(value: Any) -> Any:
 LogitBias = Annotated[dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]], BeforeValidator(_logit_bias)]
 
 
+def neutral_only(default: Any, why: str) -> AfterValidator:
+    """A vLLM field for a sampler or search not run here: null and its neutral value (what clients that write
+    out every field send: LangChain's VLLMOpenAI sends use_beam_search false) are accepted, anything else is a
+    400 saying `why`."""
+    def check(value: Any) -> Any:
+        if value is not None and value != default:
+            raise ValueError(f"{why} (send {json.dumps(default)} or leave it out)")
+        return value
+    return AfterValidator(check)
+
+
 class _SamplingFields(_Strict):
     """Fields chat and text completions share."""
 
@@ -559,6 +570,16 @@ class _SamplingFields(_Strict):
     skip_special_tokens: bool | None = None   # vLLM's (default true): special tokens are left out of the text
     # vLLM's: spaces between special tokens in the text; a fast tokenizer (every model here) writes none either way
     spaces_between_special_tokens: bool | None = None
+    # vLLM's fields for what is not run here, at their neutral values only
+    use_beam_search: Annotated[bool | None, neutral_only(False, "beam search is not supported (replies are sampled)")] \
+        = None
+    length_penalty: Annotated[float | None, neutral_only(1.0, "length_penalty applies to beam search, which is not "
+                                                         "supported")] = None
+    typical_p: Annotated[float | None, neutral_only(1.0, "typical_p (locally typical sampling) is not supported; "
+                                                    "top_p, top_k and min_p are")] = None
+    include_stop_str_in_output: Annotated[bool | None, neutral_only(False, "include_stop_str_in_output is not "
+                                                                    "supported (a stop string is never part of the "
+                                                                    "text)")] = None
     # OpenAI fields accepted when harmless, rejected (gateway.http.request_spec) when they would change the result.
     user: str | None = None
     metadata: dict[str, str] | None = None
