@@ -49,7 +49,8 @@ def openai_error_bodies(ctx, response, case) -> bool | None:
 # 400s for rules JSON Schema cannot state (a tool_choice naming one of the request's own tools, unique tool
 # names, a response schema llguidance compiles, something to answer), documented in /openapi.json's descriptions
 SEMANTIC_CODES = ("unknown_tool", "duplicate_tool_name", "conflicting_constraints", "empty_conversation",
-                  "invalid_json_schema", "invalid_prefix", "unmatched_tool_result", "invalid_token_id")
+                  "invalid_json_schema", "invalid_prefix", "unmatched_tool_result", "invalid_token_id",
+                  "invalid_grammar")
 SEMANTIC_MESSAGES = ("is not among the tools", "names must be unique", "conversation holds no",
                      "not a usable JSON schema", "an assistant prefix cannot be combined",
                      "answers no tool_use block", "cannot end with trailing whitespace")

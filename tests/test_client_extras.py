@@ -131,3 +131,34 @@ def test_every_client_extra_is_accepted_and_the_unsupported_name_themselves():
             with pytest.raises(openai.BadRequestError) as caught:
                 client.chat.completions.create(model="default", messages=SHORT, max_tokens=4, extra_body={name: value})
             assert caught.value.body["param"] == name and "not supported" in caught.value.body["message"]
+
+
+def test_vllm_structured_output_fields_constrain_every_engine(demo):
+    """vLLM's guided_choice / guided_regex / guided_json / guided_grammar and structured_outputs (as LangChain,
+    outlines-style clients and litellm pass them): decoded by the grammar machinery response_format uses, so
+    the reply matches under every engine and greedy engines agree."""
+    import json
+    import re
+
+    client, runtime = demo
+    choices = {}
+    for engine in runtime.engine_names:
+        reply = _chat(client, engine, guided_choice=["yes", "no", "maybe"])
+        assert reply.choices[0].message.content in ("yes", "no", "maybe") and reply.choices[0].finish_reason == "stop"
+        choices[engine] = reply.choices[0].message.content
+    assert len(set(choices.values())) == 1, choices
+    digits = _chat(client, "mtp", structured_outputs={"regex": "[0-9]{3}"}).choices[0].message.content
+    assert re.fullmatch("[0-9]{3}", digits), digits
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    assert isinstance(json.loads(_chat(client, "ddtree", guided_json=schema).choices[0].message.content)["ok"], bool)
+    grammar = 'root ::= "A" | "B"'
+    assert _chat(client, "raw", guided_grammar=grammar).choices[0].message.content in ("A", "B")
+    text = client.completions.create(model="default", prompt="Say yes.", temperature=0, max_tokens=10,
+                                     extra_body={"guided_regex": "(yes|no)!"})
+    assert text.choices[0].text in ("yes!", "no!")
+    for extra, param in (({"guided_regex": "(yes"}, "guided_regex"),
+                         ({"guided_choice": ["a"], "guided_regex": "a"}, "guided_choice")):
+        with pytest.raises(openai.BadRequestError) as caught:
+            _chat(client, "raw", **extra)
+        assert caught.value.body["param"] == param

@@ -171,6 +171,57 @@ def _compiled(schema_json: str) -> tuple[str, str]:
         return "", str(exc)
 
 
+def _json_text(value: dict[str, Any] | str, param: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    try:
+        schema = json.loads(value)
+    except ValueError:
+        schema = None
+    if not isinstance(schema, dict):
+        raise bad_request(f"{param}: not a JSON schema (an object, or its JSON text).", param=param,
+                          code="invalid_json_schema")
+    return schema
+
+
+def guided_grammar(req: _SamplingFields) -> str | None:
+    """The grammar of vLLM's structured output fields (guided_json / _regex / _choice / _grammar, or
+    structured_outputs' json / regex / choice / grammar / json_object), None when none is set; more than one
+    is a 400, and so is one the constraint library cannot compile."""
+    asked: list[tuple[str, Any, str]] = []
+    for kind, value, param in (("json", req.guided_json, "guided_json"), ("regex", req.guided_regex, "guided_regex"),
+                               ("choice", req.guided_choice, "guided_choice"),
+                               ("grammar", req.guided_grammar, "guided_grammar")):
+        if value is not None:
+            asked.append((kind, value, param))
+    outputs = req.structured_outputs
+    if outputs is not None:
+        for kind, value in (("json", outputs.json_), ("regex", outputs.regex), ("choice", outputs.choice),
+                            ("grammar", outputs.grammar)):
+            if value is not None:
+                asked.append((kind, value, f"structured_outputs.{kind}"))
+        if outputs.json_object:
+            asked.append(("json", {"type": "object"}, "structured_outputs.json_object"))
+    if not asked:
+        return None
+    if len(asked) > 1:
+        raise bad_request(f"only one structured output may be asked for; got {', '.join(a[2] for a in asked)}.",
+                          param=asked[1][2], code="conflicting_constraints")
+    kind, value, param = asked[0]
+    if kind == "json":
+        return json_grammar(_json_text(value, param), param=param, what=param)
+    import llguidance
+
+    try:
+        grammar = llguidance.grammar_from(kind, json.dumps(value) if kind == "choice" else value)
+        problem = llguidance.LLMatcher.validate_grammar(grammar)
+    except (TypeError, ValueError) as exc:
+        problem = str(exc)
+    if problem:
+        raise bad_request(f"{param}: not a usable {kind}: {problem}", param=param, code="invalid_grammar")
+    return grammar
+
+
 def _check_forced_tools(req: ChatCompletionRequest) -> None:
     """A forced call's arguments are decoded against the callable tools' `parameters` (the engine
     writes the grammar in the model's tool-call syntax): a schema the constraint library cannot
@@ -285,12 +336,18 @@ def one_system_message(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [joined, *(m for m in messages if m["role"] != "system")]
 
 
+def _guided(req: _SamplingFields) -> bool:
+    """Whether vLLM's structured output is asked for (guided_* or structured_outputs)."""
+    return any(v is not None for v in (req.guided_json, req.guided_regex, req.guided_choice, req.guided_grammar,
+                                       req.structured_outputs))
+
+
 def _template_kwargs(req: ChatCompletionRequest) -> dict[str, Any]:
     kwargs = dict(req.chat_template_kwargs or {})
     if req.reasoning_effort is not None:
         kwargs.setdefault("enable_thinking", THINKING_BY_EFFORT[req.reasoning_effort])
         kwargs.setdefault("reasoning_effort", req.reasoning_effort)   # for templates that read it
-    if req.response_format is not None and req.response_format.type != "text":
+    if req.response_format is not None and req.response_format.type != "text" or _guided(req):
         kwargs.setdefault("enable_thinking", False)   # the constraint shapes the reply from its first token
     return kwargs
 
@@ -397,6 +454,12 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
     # grammar decodes the reply; the schema is still checked
     forcing = forces_tool_call(tool_choice)
     grammar = grammar_for(req.response_format)
+    guided = guided_grammar(req)
+    if guided is not None and (grammar is not None or forcing):
+        raise bad_request("vLLM's structured output cannot be combined with a JSON response_format or a forced "
+                          "tool_choice (each decides the whole reply).", param="response_format" if grammar else
+                          "tool_choice", code="conflicting_constraints")
+    grammar = grammar if guided is None else guided
     params = _sampling(req, max_tokens, config, logprobs=logprobs, top_logprobs=req.top_logprobs or 0,
                        grammar=None if forcing else grammar)
     # tools the model may call beside a JSON answer: the reply is that JSON or a call, a grammar the engine
@@ -448,7 +511,7 @@ def completion_spec(req: CompletionRequest, forced_engine: str | None, config: G
         messages=None,
         prompts=prompts,
         params=_sampling(req, _max_tokens(req.max_tokens, "max_tokens", config), config, logprobs=logprobs,
-                         top_logprobs=req.logprobs or 0),
+                         top_logprobs=req.logprobs or 0, grammar=guided_grammar(req)),
         forced_engine=forced_engine,
         text=from_prompt(text),
         max_tokens_defaulted=req.max_tokens is None,

@@ -539,6 +539,17 @@ def neutral_only(default: Any, why: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+class StructuredOutputs(_Strict):
+    """vLLM's structured_outputs: one constraint on the reply, decoded by the same grammar machinery as
+    response_format (llguidance), so every engine stays lossless under it."""
+
+    json_: dict[str, Any] | str | None = Field(None, alias="json")   # a JSON schema (or its text)
+    regex: str | None = None
+    choice: Annotated[list[str], Field(min_length=1)] | None = None
+    grammar: str | None = None                                        # EBNF / GBNF / Lark
+    json_object: bool | None = None
+
+
 class _SamplingFields(_Strict):
     """Fields chat and text completions share."""
 
@@ -570,6 +581,13 @@ class _SamplingFields(_Strict):
     skip_special_tokens: bool | None = None   # vLLM's (default true): special tokens are left out of the text
     # vLLM's: spaces between special tokens in the text; a fast tokenizer (every model here) writes none either way
     spaces_between_special_tokens: bool | None = None
+    # vLLM's structured output (older guided_* fields and the newer structured_outputs): at most one
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: Annotated[list[str], Field(min_length=1)] | None = None
+    guided_grammar: str | None = None
+    guided_decoding_backend: str | None = None   # which library vLLM compiles with: llguidance here, any name taken
+    structured_outputs: StructuredOutputs | None = None
     # vLLM's fields for what is not run here, at their neutral values only
     use_beam_search: Annotated[bool | None, neutral_only(False, "beam search is not supported (replies are sampled)")] \
         = None
