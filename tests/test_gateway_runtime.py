@@ -71,9 +71,14 @@ def test_chat_greedy_equals_mlx_lm_generate(served, reference):
 def test_completion_greedy_equals_mlx_lm_generate_streaming(served, reference):
     server, client, runtime = served
     _, _, (prompt_ids, text, tokens, finish) = reference
+    # mlx-lm's text writes the special tokens this random model emits (<|im_start|>); the server leaves them out
+    # unless skip_special_tokens is false (vLLM's default, true)
     chunks = list(client.completions.create(model="default", prompt="The river", max_tokens=MAX_TOKENS, temperature=0,
-                                            stream=True, stream_options={"include_usage": True}))
+                                            stream=True, stream_options={"include_usage": True},
+                                            extra_body={"skip_special_tokens": False}))
     assert "".join(c.choices[0].text for c in chunks if c.choices) == text
+    plain = client.completions.create(model="default", prompt="The river", max_tokens=MAX_TOKENS, temperature=0)
+    assert plain.choices[0].text == text.replace("<|im_start|>", "").replace("<|im_end|>", "")
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == finish
     assert chunks[-1].usage.prompt_tokens == len(prompt_ids)
     assert chunks[-1].usage.completion_tokens == len(tokens)
@@ -184,7 +189,8 @@ def test_a_batch_of_text_and_token_id_prompts_equals_each_alone(served, referenc
     server, client, runtime = served
     _, _, (prompt_ids, text, tokens, finish) = reference
     for prompts in (["The river", "The river"], [prompt_ids, prompt_ids]):
-        batch = client.completions.create(model="default", prompt=prompts, max_tokens=MAX_TOKENS, temperature=0)
+        batch = client.completions.create(model="default", prompt=prompts, max_tokens=MAX_TOKENS, temperature=0,
+                                          extra_body={"skip_special_tokens": False})   # as mlx-lm writes the text
         assert [c.index for c in batch.choices] == [0, 1]
         assert [c.text for c in batch.choices] == [text, text]
         assert batch.usage.prompt_tokens == 2 * len(prompt_ids)

@@ -31,10 +31,6 @@ from .state import GatewayState
 OLLAMA_VERSION = "0.12.0"
 NDJSON = "application/x-ndjson"
 
-# options that tune how Ollama runs a model (context size, threads, GPU layers, memory mapping): the server
-# here decides those, and none changes what is sampled, so they are accepted and ignored
-RUNTIME_OPTIONS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "num_keep", "use_mmap",
-                   "use_mlock", "numa", "low_vram", "f16_kv", "vocab_only", "logits_all", "penalize_newline")
 # Ollama's sampling options with no sampler here, each with the value that leaves sampling as it is
 NEUTRAL_OPTIONS = {"typical_p": 1.0, "tfs_z": 1.0, "mirostat": 0}
 
@@ -58,6 +54,8 @@ class OllamaOptions(_Strict):
     mirostat: int | None = None
     mirostat_tau: float | None = None
     mirostat_eta: float | None = None
+    # options that tune how Ollama runs a model (context size, threads, GPU layers, memory mapping): the server
+    # here decides those, and none changes what is sampled, so they are accepted and ignored
     num_ctx: int | None = None
     num_batch: int | None = None
     num_gpu: int | None = None
@@ -236,7 +234,6 @@ class OllamaRenderer:
     id: str = field(default_factory=lambda: "ollama-" + uuid.uuid4().hex)
     media_type: str = NDJSON
     keeps_alive: bool = False   # NDJSON has no comment line to keep an idle stream open with
-    _started: float = field(default_factory=time.perf_counter)
 
     def _reply(self, content: str, thinking: str, calls: list[ToolCall]) -> dict[str, Any]:
         if not self.chat:
