@@ -151,3 +151,16 @@ def test_tools_thinking_and_tool_history(qwen_chat_tokenizer):
         prompt = backend.encoded[-1]
         assert "<function=get_weather>" in prompt and "sunny, 21C" in prompt
         assert prompt.endswith("<think>\n\n</think>\n\n")   # think false: the template's thinking off
+
+
+def test_load_and_unload_calls_answer_at_once(server):
+    """Ollama's load call (an empty prompt or conversation, as Open WebUI and the ollama CLI send to warm a
+    model up) and unload call (keep_alive 0): answered done at once; the one model stays loaded."""
+    srv, runtime, client, _ = server
+    assert client.chat(model=runtime.model_id, messages=[]).done_reason == "load"
+    unloaded = httpx.post(srv.base_url + "/api/chat", json={"model": runtime.model_id, "messages": [],
+                                                            "keep_alive": 0}).json()
+    assert unloaded["done"] and unloaded["done_reason"] == "unload"
+    assert client.generate(model=runtime.model_id, keep_alive=0).done_reason == "unload"
+    missing = httpx.post(srv.base_url + "/api/generate", json={"model": "llama3"})
+    assert missing.status_code == 404 and "llama3" in missing.json()["error"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -290,9 +291,6 @@ def error_response(err: APIError, headers: dict[str, str] | None = None) -> JSON
 def _translate_chat(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
     req = parse(OllamaChatRequest, data)
     model = _model(req.model, state)
-    if not req.messages:
-        raise bad_request("messages must not be empty (Ollama loads a model on an empty chat; the one model here "
-                          "is loaded).", param="messages")
     body = {"model": model, "messages": _chat_messages(req.messages), **_sampling(req)}
     if req.tools:
         body["tools"] = req.tools
@@ -333,26 +331,34 @@ CHAT = Endpoint("ollama", _translate_chat, error_response)
 GENERATE = Endpoint("ollama", _translate_generate, error_response)
 
 
-async def chat(request: Request) -> Response:
-    return await generate(request, CHAT)
-
-
-async def generate_text(request: Request) -> Response:
-    """POST /api/generate. An empty prompt is Ollama's way to load a model: answered at once, done_reason "load"."""
+async def _run(request: Request, endpoint: Endpoint, empty: Callable[[dict[str, Any]], bool], chat: bool) -> Response:
+    """Ollama's load / unload call (an empty prompt or conversation: the model is loaded, or unloaded with
+    keep_alive 0) is answered at once (the one model stays loaded); anything else runs the pipeline."""
     state: GatewayState = request.app.state.gateway
     try:
         with request.app.state.body_budget.slot():
             body = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
-        if not body.get("prompt") and not body.get("suffix"):
+        if empty(body):
             name = _model(body.get("model") if isinstance(body.get("model"), str) else None, state)
             state.metrics.count_request("ollama", None, None, 200)
-            return JSONResponse({"model": name or state.backend.model_id, "created_at": _created_at(),
-                                 "response": "", "done": True, "done_reason": "load"})
+            reply = {"message": {"role": "assistant", "content": ""}} if chat else {"response": ""}
+            return JSONResponse({"model": name or state.backend.model_id, "created_at": _created_at(), **reply,
+                                 "done": True, "done_reason": "unload" if body.get("keep_alive") == 0 else "load"})
     except APIError as err:
         state.metrics.count_request("ollama", None, None, err.status)
         return error_response(err)
     request._body = json.dumps(body).encode()   # read once: the pipeline reads it again from here
-    return await generate(request, GENERATE)
+    return await generate(request, endpoint)
+
+
+async def chat(request: Request) -> Response:
+    """POST /api/chat."""
+    return await _run(request, CHAT, lambda body: not body.get("messages"), chat=True)
+
+
+async def generate_text(request: Request) -> Response:
+    """POST /api/generate."""
+    return await _run(request, GENERATE, lambda body: not body.get("prompt") and not body.get("suffix"), chat=False)
 
 
 def _details(state: GatewayState) -> dict[str, Any]:
