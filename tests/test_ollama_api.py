@@ -164,3 +164,30 @@ def test_load_and_unload_calls_answer_at_once(server):
     assert client.generate(model=runtime.model_id, keep_alive=0).done_reason == "unload"
     missing = httpx.post(srv.base_url + "/api/generate", json={"model": "llama3"})
     assert missing.status_code == 404 and "llama3" in missing.json()["error"]
+
+
+def test_options_on_openai_chat_and_completions():
+    """Ollama's `options` sent to the OpenAI endpoints (clients that speak Ollama send it there too) were a 400
+    "Unrecognized request argument supplied: options": they are read as the sampling fields they stand for, a
+    top-level field winning; an option not run here is a 400 naming it."""
+    from tests.fakes import FakeBackend
+
+    backend = FakeBackend()
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        options = {"temperature": 0.3, "top_k": 7, "num_predict": 3, "seed": 11, "repeat_penalty": 1.2,
+                   "stop": ["zzz"], "num_ctx": 8192}
+        reply = client.chat.completions.create(model="default", messages=SHORT, top_p=0.5,
+                                               extra_body={"options": options})
+        params = backend.calls[-1]["params"]
+        assert (params.temperature, params.top_k, params.max_tokens, params.seed, params.repetition_penalty,
+                params.stop, params.top_p) == (0.3, 7, 3, 11, 1.2, ("zzz",), 0.5)
+        assert reply.usage.completion_tokens == 3
+        client.completions.create(model="default", prompt="Hi", temperature=0.9,
+                                  extra_body={"options": {"temperature": 0.1, "num_predict": 2}})
+        params = backend.calls[-1]["params"]
+        assert (params.temperature, params.max_tokens) == (0.9, 2)   # the top-level field wins
+        for bad, words in (({"mirostat": 2}, "mirostat"), ({"nonsense": 1}, "nonsense")):
+            response = httpx.post(srv.base_url + "/v1/chat/completions",
+                                  json={"messages": SHORT, "options": bad})
+            assert response.status_code == 400 and words in response.json()["error"]["message"], response.text

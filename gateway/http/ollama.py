@@ -23,6 +23,7 @@ from contracts.engine import GenerationChunk
 
 from .errors import APIError, bad_request
 from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse, read_json_object
+from .ollama_options import OllamaOptions, option_fields
 from .record import ChoiceReply, RequestRecord
 from .request_spec import chat_spec, completion_spec
 from .schemas import ChatCompletionRequest, CompletionRequest, _Strict
@@ -31,49 +32,6 @@ from .state import GatewayState
 # the Ollama release whose API this follows (clients read /api/version to tell what a server speaks)
 OLLAMA_VERSION = "0.12.0"
 NDJSON = "application/x-ndjson"
-
-# Ollama's sampling options with no sampler here, each with the value that leaves sampling as it is
-NEUTRAL_OPTIONS = {"typical_p": 1.0, "tfs_z": 1.0, "mirostat": 0}
-
-
-class OllamaOptions(_Strict):
-    """Ollama's `options` (its Modelfile parameters): the sampling ones mapped onto this server's fields."""
-
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    seed: int | None = None
-    num_predict: int | None = None        # -1: no limit, -2: fill the context (both: the server's default)
-    stop: list[str] | str | None = None
-    repeat_penalty: float | None = None
-    repeat_last_n: int | None = None      # the penalty's window: -1 (the whole context) or 0 (off) only
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    typical_p: float | None = None
-    tfs_z: float | None = None
-    mirostat: int | None = None
-    mirostat_tau: float | None = None
-    mirostat_eta: float | None = None
-    # options that tune how Ollama runs a model (context size, threads, GPU layers, memory mapping): the server
-    # here decides those, and none changes what is sampled, so they are accepted and ignored
-    num_ctx: int | None = None
-    num_batch: int | None = None
-    num_gpu: int | None = None
-    main_gpu: int | None = None
-    num_thread: int | None = None
-    num_keep: int | None = None
-    use_mmap: bool | None = None
-    use_mlock: bool | None = None
-    numa: bool | None = None
-    low_vram: bool | None = None
-    f16_kv: bool | None = None
-    vocab_only: bool | None = None
-    logits_all: bool | None = None
-    penalize_newline: bool | None = None
-
-    model_config = _Strict.model_config | {"strict": False}   # Ollama clients send 0.7 and 1 alike
-
 
 class OllamaFunction(_Strict):
     name: str
@@ -143,26 +101,7 @@ def _model(name: str | None, state: GatewayState) -> str | None:
 
 def _sampling(req: _OllamaRequest) -> dict[str, Any]:
     """The OpenAI sampling fields Ollama's `options` (and `format`, `think`) stand for."""
-    body: dict[str, Any] = {}
-    o = req.options or OllamaOptions()
-    for name in ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty"):
-        if getattr(o, name) is not None:
-            body[name] = getattr(o, name)
-    if o.num_predict is not None and o.num_predict > 0:
-        body["max_tokens"] = o.num_predict
-    if o.stop:
-        body["stop"] = o.stop
-    if o.repeat_penalty is not None and o.repeat_penalty != 1.0 and o.repeat_last_n != 0:
-        if o.repeat_last_n not in (None, -1):
-            raise bad_request(f"options.repeat_last_n {o.repeat_last_n} is not supported: the repeat penalty here "
-                              "covers the whole context (send -1, or 0 to turn it off).", param="options.repeat_last_n",
-                              code="unsupported_parameter")
-        body["repetition_penalty"] = o.repeat_penalty
-    for name, neutral in NEUTRAL_OPTIONS.items():
-        value = getattr(o, name)
-        if value is not None and value != neutral:
-            raise bad_request(f"options.{name} is not supported (no such sampler here); send {neutral} or leave it "
-                              "out.", param=f"options.{name}", code="unsupported_parameter")
+    body: dict[str, Any] = option_fields(req.options) if req.options is not None else {}
     if req.format == "json":
         body["response_format"] = {"type": "json_object"}
     elif isinstance(req.format, dict):

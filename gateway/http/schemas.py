@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationError,
+                      field_validator, model_validator)
 
 INT32_MAX = 2**31 - 1
 
@@ -550,8 +550,36 @@ class StructuredOutputs(_Strict):
     json_object: bool | None = None
 
 
+def _with_ollama_options(data: Any) -> Any:
+    """Before validation of a chat or text completion: Ollama's `options` object (clients that speak Ollama send
+    it here too) read as the sampling fields it stands for (gateway.http.ollama_options); a field given at the
+    top level wins. An option not run here is a 400 naming it."""
+    if not isinstance(data, dict) or not isinstance(data.get("options"), dict):
+        return data
+    from .ollama_options import OllamaOptions, option_fields
+
+    try:
+        options = OllamaOptions.model_validate(data["options"])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ValueError(f"options.{where}: {first['msg']} (Ollama's options read here: temperature, top_p, "
+                         "top_k, min_p, seed, num_predict, stop, repeat_penalty, presence_penalty, "
+                         "frequency_penalty, and Ollama's runtime knobs, ignored)") from None
+    fields = option_fields(options)
+    if "max_tokens" in fields and data.get("max_completion_tokens") is not None:
+        del fields["max_tokens"]
+    rest = {name: value for name, value in data.items() if name != "options"}
+    return {**fields, **{name: value for name, value in rest.items() if value is not None or name not in fields}}
+
+
 class _SamplingFields(_Strict):
     """Fields chat and text completions share."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ollama_options(cls, data: Any) -> Any:
+        return _with_ollama_options(data)
 
     model: str | None = None
     max_tokens: PositiveInt32 | None = None

@@ -1,0 +1,78 @@
+"""Ollama's `options` object (its Modelfile parameters) as this server's sampling fields: read on Ollama's
+/api/chat and /api/generate (gateway.http.ollama), and on chat and text completions, where clients that speak
+Ollama send it too (a field given beside it at the top level wins)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .errors import bad_request
+
+# Ollama's sampling options with no sampler here, each with the value that leaves sampling as it is
+NEUTRAL_OPTIONS = {"typical_p": 1.0, "tfs_z": 1.0, "mirostat": 0}
+
+
+class OllamaOptions(BaseModel):
+    """Ollama's `options` (its Modelfile parameters): the sampling ones mapped onto this server's fields."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    num_predict: int | None = None        # -1: no limit, -2: fill the context (both: the server's default)
+    stop: list[str] | str | None = None
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None      # the penalty's window: -1 (the whole context) or 0 (off) only
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    typical_p: float | None = None
+    tfs_z: float | None = None
+    mirostat: int | None = None
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
+    # options that tune how Ollama runs a model (context size, threads, GPU layers, memory mapping): the server
+    # here decides those, and none changes what is sampled, so they are accepted and ignored
+    num_ctx: int | None = None
+    num_batch: int | None = None
+    num_gpu: int | None = None
+    main_gpu: int | None = None
+    num_thread: int | None = None
+    num_keep: int | None = None
+    use_mmap: bool | None = None
+    use_mlock: bool | None = None
+    numa: bool | None = None
+    low_vram: bool | None = None
+    f16_kv: bool | None = None
+    vocab_only: bool | None = None
+    logits_all: bool | None = None
+    penalize_newline: bool | None = None
+
+    model_config = ConfigDict(extra="forbid")   # not strict: Ollama clients send 0.7 and 1 alike
+
+
+
+def option_fields(o: OllamaOptions) -> dict[str, Any]:
+    """The OpenAI request fields `o` stands for (a 400 naming an option that asks for what is not run here)."""
+    body: dict[str, Any] = {}
+    for name in ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty"):
+        if getattr(o, name) is not None:
+            body[name] = getattr(o, name)
+    if o.num_predict is not None and o.num_predict > 0:
+        body["max_tokens"] = o.num_predict
+    if o.stop:
+        body["stop"] = o.stop
+    if o.repeat_penalty is not None and o.repeat_penalty != 1.0 and o.repeat_last_n != 0:
+        if o.repeat_last_n not in (None, -1):
+            raise bad_request(f"options.repeat_last_n {o.repeat_last_n} is not supported: the repeat penalty here "
+                              "covers the whole context (send -1, or 0 to turn it off).", param="options.repeat_last_n",
+                              code="unsupported_parameter")
+        body["repetition_penalty"] = o.repeat_penalty
+    for name, neutral in NEUTRAL_OPTIONS.items():
+        value = getattr(o, name)
+        if value is not None and value != neutral:
+            raise bad_request(f"options.{name} is not supported (no such sampler here); send {neutral} or leave it "
+                              "out.", param=f"options.{name}", code="unsupported_parameter")
+    return body
