@@ -603,7 +603,7 @@ class _SamplingFields(_Strict):
     # vLLM's: no end (EOS, stop_token_ids) before this many tokens, banned in the target's logits
     min_tokens: NonNegativeInt | None = None
     # vLLM's: these token ids end the reply as EOS does (not in its text); EOS does not, with ignore_eos
-    stop_token_ids: Annotated[list[Annotated[int, Field(ge=0, le=INT32_MAX)]], Field(max_length=MAX_LOGIT_BIAS)] \
+    stop_token_ids: Annotated[list[NonNegativeInt], Field(max_length=MAX_LOGIT_BIAS)] \
         | None = None
     ignore_eos: bool | None = None
     skip_special_tokens: bool | None = None   # vLLM's (default true): special tokens are left out of the text
