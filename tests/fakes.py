@@ -247,3 +247,17 @@ class LiveServer:
 def live_server(app) -> Iterator[LiveServer]:
     with LiveServer(app) as server:
         yield server
+
+
+@contextlib.contextmanager
+def served_demo() -> Iterator[tuple[LiveServer, Any]]:
+    """The shipped demo family (target + drafter) loaded and served on a live port, with its runtime: what
+    the client-level tests of real replies share."""
+    from engines.runtime import load_runtime
+    from gateway.http.app import create_app
+    from tests.ops_helpers import REPO
+
+    family = REPO / "models" / "switchyard-demo"
+    runtime = load_runtime(str(family / "target"), draft_dir=str(family / "drafter"))
+    with live_server(create_app(runtime)) as server:
+        yield server, runtime

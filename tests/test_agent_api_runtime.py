@@ -11,10 +11,8 @@ import openai
 import pytest
 
 from gateway.http.app import create_app
-from tests.fakes import live_server
-from tests.ops_helpers import REPO
+from tests.fakes import live_server, served_demo
 
-DEMO = REPO / "models" / "switchyard-demo"
 SCHEMA = {"type": "object", "properties": {"language": {"type": "string", "enum": ["python", "rust", "go"]},
                                            "stars": {"type": "integer", "minimum": 1, "maximum": 5}},
           "required": ["language", "stars"], "additionalProperties": False}
@@ -25,10 +23,7 @@ ASK = [{"role": "user", "content": "Which language should I learn? Answer in JSO
 
 @pytest.fixture(scope="module")
 def demo():
-    from engines.runtime import load_runtime
-
-    runtime = load_runtime(str(DEMO / "target"), draft_dir=str(DEMO / "drafter"))
-    with live_server(create_app(runtime)) as srv:
+    with served_demo() as (srv, runtime):
         yield openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0), runtime
 
 

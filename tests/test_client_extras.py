@@ -8,20 +8,15 @@ import openai
 import pytest
 
 from gateway.http.app import create_app
-from tests.fakes import live_server
-from tests.ops_helpers import REPO
+from tests.fakes import live_server, served_demo
 
-DEMO = REPO / "models" / "switchyard-demo"
 # the demo model's greedy reply to this ends (EOS) after 42 tokens
 SHORT = [{"role": "user", "content": "Say yes."}]
 
 
 @pytest.fixture(scope="module")
 def demo():
-    from engines.runtime import load_runtime
-
-    runtime = load_runtime(str(DEMO / "target"), draft_dir=str(DEMO / "drafter"))
-    with live_server(create_app(runtime)) as srv:
+    with served_demo() as (srv, runtime):
         yield openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0), runtime
 
 

@@ -13,19 +13,14 @@ import openai
 import pytest
 
 from gateway.http.app import create_app
-from tests.fakes import live_server
-from tests.ops_helpers import REPO
+from tests.fakes import live_server, served_demo
 
-DEMO = REPO / "models" / "switchyard-demo"
 SHORT = [{"role": "user", "content": "Say yes."}]
 
 
 @pytest.fixture(scope="module")
 def server():
-    from engines.runtime import load_runtime
-
-    runtime = load_runtime(str(DEMO / "target"), draft_dir=str(DEMO / "drafter"))
-    with live_server(create_app(runtime)) as srv:
+    with served_demo() as (srv, runtime):
         yield srv, runtime, ollama.Client(host=srv.base_url), \
             openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
 
