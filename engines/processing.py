@@ -96,6 +96,8 @@ class TargetProcessor:
     def advance(self, tokens: Sequence[int]) -> None:
         """Tokens the request emitted (in order): they join every later row's history."""
         self.emitted += len(tokens)
+        if self.early_ban is not None and self.emitted >= self.params.min_tokens:
+            self.early_ban = None   # past min_tokens no row is early: the request's later steps skip the ban
         for token in tokens:
             if 0 <= token < self.vocab:
                 self.counts[token] += 1

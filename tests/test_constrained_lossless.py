@@ -129,3 +129,24 @@ def test_greedy_speculation_equals_raw_under_min_tokens(runtime):
         tokens, _, _, steps, _ = _generate(runtime, params, engine)
         assert tokens == raw, engine
         assert _accepted(steps) > 0, f"{engine} never accepted a draft: the rows were not verified"
+
+
+def test_min_tokens_bans_the_ends_only_before_it_and_then_leaves_the_fast_path_free(runtime):
+    """Row r of a verify is the request's (emitted + len(path) + 1)-th token: the ends are -inf exactly where
+    that is within min_tokens; once the request has emitted min_tokens, the processor is inactive (the engines
+    go back to their unprocessed paths) and the logits pass through unchanged."""
+    import mlx.core as mx
+
+    from engines.processing import TargetProcessor
+
+    bundle = runtime.bundle
+    params = SamplingParams(temperature=0.0, min_tokens=3, stop_token_ids=(5,), ignore_eos=True)
+    processor = TargetProcessor(params, [1, 2], bundle.tokenizer, bundle.vocab_size)
+    logits = mx.zeros((3, bundle.vocab_size))
+    processor.advance([7])
+    rows = np.array(processor.apply(logits, [[], [8], [8, 9]]))
+    assert np.isneginf(rows[:2, 5]).all() and rows[2, 5] == 0.0   # tokens 2 and 3 banned, the 4th free
+    assert processor.active
+    processor.advance([8, 9])
+    assert not processor.active
+    assert np.array_equal(np.array(processor.apply(logits[:1], [[]])), np.zeros((1, bundle.vocab_size)))
