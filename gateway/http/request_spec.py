@@ -184,10 +184,9 @@ def _json_text(value: dict[str, Any] | str, param: str) -> dict[str, Any]:
     return schema
 
 
-def guided_grammar(req: _SamplingFields) -> str | None:
-    """The grammar of vLLM's structured output fields (guided_json / _regex / _choice / _grammar, or
-    structured_outputs' json / regex / choice / grammar / json_object), None when none is set; more than one
-    is a 400, and so is one the constraint library cannot compile."""
+def _guided(req: _SamplingFields) -> list[tuple[str, Any, str]]:
+    """vLLM's structured outputs the request asks for (guided_* and structured_outputs' fields), as (kind,
+    value, param): empty when none is."""
     asked: list[tuple[str, Any, str]] = []
     for kind, value, param in (("json", req.guided_json, "guided_json"), ("regex", req.guided_regex, "guided_regex"),
                                ("choice", req.guided_choice, "guided_choice"),
@@ -202,6 +201,14 @@ def guided_grammar(req: _SamplingFields) -> str | None:
                 asked.append((kind, value, f"structured_outputs.{kind}"))
         if outputs.json_object:
             asked.append(("json", {"type": "object"}, "structured_outputs.json_object"))
+    return asked
+
+
+def guided_grammar(req: _SamplingFields) -> str | None:
+    """The grammar of vLLM's structured output fields (guided_json / _regex / _choice / _grammar, or
+    structured_outputs' json / regex / choice / grammar / json_object), None when none is set; more than one
+    is a 400, and so is one the constraint library cannot compile."""
+    asked = _guided(req)
     if not asked:
         return None
     if len(asked) > 1:
@@ -336,10 +343,6 @@ def one_system_message(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [joined, *(m for m in messages if m["role"] != "system")]
 
 
-def _guided(req: _SamplingFields) -> bool:
-    """Whether vLLM's structured output is asked for (guided_* or structured_outputs)."""
-    return any(v is not None for v in (req.guided_json, req.guided_regex, req.guided_choice, req.guided_grammar,
-                                       req.structured_outputs))
 
 
 def _template_kwargs(req: ChatCompletionRequest) -> dict[str, Any]:
