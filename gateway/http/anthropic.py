@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic_core import from_json
 from starlette.requests import Request
@@ -35,7 +35,7 @@ from .generate import Admitted, Endpoint, check_model, count_prompt_tokens, forc
 from .record import ChoiceReply, RequestRecord
 from .request_spec import chat_spec
 from .schemas import ChatCompletionRequest
-from .sse import event
+from .sse import SSE, StreamFormat, event
 from .state import GatewayState
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "cancelled": "end_turn"}
@@ -197,6 +197,7 @@ def _tool_use(call: ToolCall) -> dict[str, Any]:
 
 @dataclass
 class AnthropicRenderer:
+    stream_format: ClassVar[StreamFormat] = SSE
     model: str
     id: str = field(default_factory=lambda: "msg_" + uuid.uuid4().hex)
     _open: str | None = None      # the kind of the content block being streamed

@@ -288,7 +288,7 @@ async def generate(request: Request, endpoint: Endpoint) -> Response:
     start = asyncio.ensure_future(_start(ticket, record, watcher, route))
     ids = dict.fromkeys(endpoint.id_headers, renderer.id)
     # a stream format with no comment line (Ollama's NDJSON) cannot be kept alive: it starts with its first token
-    keepalive = state.config.stream_keepalive_seconds if getattr(renderer, "keeps_alive", True) else None
+    keepalive = state.config.stream_keepalive_seconds if renderer.stream_format.keeps_alive else None
     if admitted.stream:
         early = await _early_stream(state, admitted, ticket, start, route, record, watcher, ids, keepalive)
         if early is not None:
@@ -381,7 +381,7 @@ def _stream_response(
         record.done(outcome.get("status", 200), disconnected=watcher.disconnected)
 
     frames = _stream_frames(ticket, start, record, renderer, include_usage, outcome, keepalive, route)
-    return SSEResponse(frames, headers, on_close=close, media_type=getattr(renderer, "media_type", None))
+    return SSEResponse(frames, headers, on_close=close, stream_format=renderer.stream_format)
 
 
 def _frames(renderer: Renderer, record: RequestRecord, item: ChoiceStart | GenerationChunk) -> list[bytes]:

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 from starlette.requests import Request
@@ -27,11 +27,13 @@ from .ollama_options import OllamaOptions, option_fields
 from .record import ChoiceReply, RequestRecord
 from .request_spec import chat_spec, completion_spec
 from .schemas import ChatCompletionRequest, CompletionRequest, _Strict
+from .sse import StreamFormat
 from .state import GatewayState
 
 # the Ollama release whose API this follows (clients read /api/version to tell what a server speaks)
 OLLAMA_VERSION = "0.12.0"
-NDJSON = "application/x-ndjson"
+# NDJSON has no comment line to keep an idle stream open with
+NDJSON_LINES = StreamFormat("application/x-ndjson", keeps_alive=False)
 
 class OllamaFunction(_Strict):
     name: str
@@ -172,8 +174,7 @@ class OllamaRenderer:
     model: str
     chat: bool
     id: str = field(default_factory=lambda: "ollama-" + uuid.uuid4().hex)
-    media_type: str = NDJSON
-    keeps_alive: bool = False   # NDJSON has no comment line to keep an idle stream open with
+    stream_format: ClassVar[StreamFormat] = NDJSON_LINES
 
     def _reply(self, content: str, thinking: str, calls: list[ToolCall]) -> dict[str, Any]:
         if not self.chat:

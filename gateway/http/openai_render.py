@@ -8,7 +8,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic_core import from_json
 from starlette.responses import JSONResponse
@@ -43,7 +43,7 @@ from .schemas import (
     TopLogprobOut,
     Usage,
 )
-from .sse import DONE, event
+from .sse import DONE, SSE, StreamFormat, event
 
 
 def usage(record: RequestRecord) -> Usage:
@@ -132,6 +132,8 @@ def best_choices(choices: list[ChoiceReply], n: int, best_of: int) -> list[Choic
 @dataclass
 class OpenAIRenderer:
     """`chat` selects chat.completion(.chunk) vs text_completion; `logprobs` whether choices carry them."""
+
+    stream_format: ClassVar[StreamFormat] = SSE
 
     chat: bool
     model: str

@@ -11,10 +11,12 @@ from contracts.engine import GenerationChunk
 
 from .errors import APIError
 from .record import ChoiceReply, RequestRecord
+from .sse import StreamFormat
 
 
 class Renderer(Protocol):
     id: str
+    stream_format: StreamFormat   # sse.SSE for every API but Ollama's NDJSON
 
     def full(self, record: RequestRecord) -> dict[str, Any]: ...
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -39,7 +39,7 @@ from .responses_schemas import (
     ResponsesRequest,
 )
 from .schemas import ChatCompletionRequest
-from .sse import event
+from .sse import SSE, StreamFormat, event
 from .state import GatewayState
 
 
@@ -152,6 +152,7 @@ class _Item:
 
 @dataclass
 class ResponsesRenderer:
+    stream_format: ClassVar[StreamFormat] = SSE
     model: str
     request: ResponsesRequest
     id: str = field(default_factory=lambda: _new_id("resp"))

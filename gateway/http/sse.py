@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import Response
@@ -11,6 +12,18 @@ from starlette.types import Receive, Scope, Send
 
 DONE = b"data: [DONE]\n\n"
 KEEPALIVE = b": keep-alive\n\n"   # an SSE comment: every client's parser skips it
+
+
+@dataclass(frozen=True)
+class StreamFormat:
+    """How a renderer's stream travels: its media type, and whether an idle stream can be kept open with
+    KEEPALIVE (a comment line the format's parsers skip)."""
+
+    media_type: str
+    keeps_alive: bool
+
+
+SSE = StreamFormat("text/event-stream", keeps_alive=True)
 
 
 def event(payload: Any, name: str | None = None) -> bytes:
@@ -25,10 +38,9 @@ class SSEResponse(Response):
     media_type = "text/event-stream"
 
     def __init__(self, frames: AsyncIterator[bytes], headers: dict[str, str], on_close: Callable[[], Awaitable[None]],
-                 media_type: str | None = None):
-        """`media_type`: another streamed format's (Ollama's NDJSON lines), instead of SSE's."""
-        if media_type is not None:
-            self.media_type = media_type
+                 stream_format: StreamFormat = SSE):
+        """`stream_format`: SSE's, or another streamed format's (Ollama's NDJSON lines)."""
+        self.media_type = stream_format.media_type
         self.frames = frames
         self.on_close = on_close
         self.status_code = 200
