@@ -208,12 +208,15 @@ async def completions(request: Request) -> Response:
     return await generate(request, COMPLETIONS)
 
 
-async def _admit(request: Request, state: GatewayState, endpoint: Endpoint) -> tuple[Admitted, Ticket]:
-    """Read, validate and queue the request (raises APIError 400/404/413/415, QueueFull, WorkerUnavailable)."""
+async def _admit(request: Request, state: GatewayState, endpoint: Endpoint,
+                 data: dict[str, Any] | None) -> tuple[Admitted, Ticket]:
+    """Read (unless the caller already has: `data`), validate and queue the request (raises APIError
+    400/404/413/415, QueueFull, WorkerUnavailable)."""
     if state.scheduler.full:  # no point reading a body that cannot be queued
         raise QueueFull(state.config.retry_after_seconds)
-    with request.app.state.body_budget.slot():
-        data = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
+    if data is None:
+        with request.app.state.body_budget.slot():
+            data = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
     # off the event loop: validation compiles response_format schemas (llguidance takes about 1 s per MiB
     # of regex alternatives), which would otherwise stall every other client's stream meanwhile
     admitted = await run_in_threadpool(endpoint.translate, data, request, state)
@@ -273,11 +276,12 @@ async def _start(ticket: Ticket, record: RequestRecord, watcher: DisconnectWatch
     return _Started(headers, early)
 
 
-async def generate(request: Request, endpoint: Endpoint) -> Response:
+async def generate(request: Request, endpoint: Endpoint, data: dict[str, Any] | None = None) -> Response:
+    """One generation request through `endpoint`; `data`: its JSON body where the caller has read it already."""
     state: GatewayState = request.app.state.gateway
     record = RequestRecord(state, endpoint.name)
     try:
-        admitted, ticket = await _admit(request, state, endpoint)
+        admitted, ticket = await _admit(request, state, endpoint, data)
     except (APIError, WorkerError) as exc:
         err = from_exception(exc)
         record.done(err.status)

@@ -287,8 +287,7 @@ async def _run(request: Request, endpoint: Endpoint, empty: Callable[[dict[str, 
     except APIError as err:
         state.metrics.count_request("ollama", None, None, err.status)
         return error_response(err)
-    request._body = json.dumps(body).encode()   # read once: the pipeline reads it again from here
-    return await generate(request, endpoint)
+    return await generate(request, endpoint, body)
 
 
 async def chat(request: Request) -> Response:
