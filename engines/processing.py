@@ -10,7 +10,7 @@ target's distribution at every verified position is exactly the one a plain deco
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import mlx.core as mx
@@ -47,11 +47,17 @@ def _bias_row(logit_bias: Sequence[tuple[int, float]], vocab: int) -> mx.array:
     return mx.array(row)
 
 
+def ending_tokens(eos_token_ids: Iterable[int], params: SamplingParams) -> frozenset[int]:
+    """The tokens that end a reply: EOS (unless ignore_eos) and the request's stop_token_ids. The text stream
+    stops at them and min_tokens bans them: one set for both."""
+    return frozenset(() if params.ignore_eos else map(int, eos_token_ids)) | frozenset(params.stop_token_ids)
+
+
 def _end_row(params: SamplingParams, tokenizer: Any, vocab: int) -> mx.array:
-    """(V,) bool: the tokens that end a reply (EOS unless ignore_eos, and stop_token_ids), which min_tokens bans."""
+    """(V,) bool: the tokens that end a reply (ending_tokens), which min_tokens bans."""
     row = np.zeros(vocab, dtype=bool)
-    ends = [*params.stop_token_ids, *(() if params.ignore_eos else getattr(tokenizer, "eos_token_ids", None) or ())]
-    row[[int(t) for t in ends if 0 <= int(t) < vocab]] = True
+    ends = ending_tokens(getattr(tokenizer, "eos_token_ids", None) or (), params)
+    row[[t for t in ends if 0 <= t < vocab]] = True
     return mx.array(row)
 
 

@@ -36,6 +36,7 @@ from .mtp import MTPEngine
 from .mtp_head import load_mtp_head
 from .prefill import PrefixPlan
 from .prefix_cache import PrefixCache
+from .processing import ending_tokens
 from .raw import RawEngine
 from .score import prompt_logprobs
 from .reply import FirstCallEnd, ReplySplitter, split_reply, stop_skips
@@ -47,11 +48,6 @@ def default_draft_dir(model_dir: Path) -> Path | None:
     """A drafter shipped beside the target (`<family>/drafter`), if any."""
     candidate = model_dir.parent / "drafter"
     return candidate if (candidate / "config.json").exists() else None
-
-
-def ending_tokens(eos_token_ids: frozenset[int], params: SamplingParams) -> frozenset[int]:
-    """The tokens that end a reply: EOS (unless ignore_eos) and the request's stop_token_ids."""
-    return (frozenset() if params.ignore_eos else eos_token_ids) | frozenset(params.stop_token_ids)
 
 
 class Runtime:
