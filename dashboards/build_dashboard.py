@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gateway.observability.metrics import GENERATION_ENDPOINTS
+
 OUT = Path(__file__).resolve().parent / "switchyard.json"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SEL = 'instance=~"$instance"'  # every query is filtered by the instance variable
@@ -101,7 +103,8 @@ class Layout:
 
 def build() -> dict[str, Any]:
     d = Layout()
-    gen = 'endpoint=~"chat_completions|completions"'
+    # every API that generates (OpenAI, Anthropic, Responses, Ollama), as the gateway labels them
+    gen = f'endpoint=~"{"|".join(GENERATION_ENDPOINTS)}"'
 
     d.row("Overview")
     d.stat("Requests / s", f"sum({rate('switchyard_requests_total', gen)})", "reqps")

@@ -130,3 +130,19 @@ def test_docs_table_lists_every_metric_with_its_type_and_labels(exposition):
     assert sorted(set(rows) - set(exposed)) == [], "documented metrics that /metrics does not have"
     for name, (kind, labels) in exposed.items():
         assert rows[name] == (kind, labels), name
+
+
+def test_request_panels_count_every_api_that_generates():
+    """The request-rate, error-ratio, class and status panels filter by `endpoint`: every generating API
+    (OpenAI, Anthropic Messages, Responses, Ollama) must fall inside the filter, or its traffic and its
+    5xx vanish from the overview."""
+    import re
+
+    from gateway.observability.metrics import GENERATION_ENDPOINTS
+
+    filters = [m.group(1) for t in _targets(_dashboard()) if "switchyard_requests_total" in t["expr"]
+               for m in re.finditer(r'endpoint=~"([^"]*)"', t["expr"])]
+    assert len(filters) >= 4
+    for pattern in filters:
+        assert [e for e in GENERATION_ENDPOINTS if not re.fullmatch(pattern, e)] == [], pattern
+        assert not re.fullmatch(pattern, "models") and not re.fullmatch(pattern, "metrics")
