@@ -186,3 +186,19 @@ def test_options_on_openai_chat_and_completions():
             response = httpx.post(srv.base_url + "/v1/chat/completions",
                                   json={"messages": SHORT, "options": bad})
             assert response.status_code == 400 and words in response.json()["error"]["message"], response.text
+
+
+def test_root_answers_as_ollama_does_and_stays_open():
+    """GET / (and HEAD /) answer Ollama's "Ollama is running", which clients probe before they talk to a
+    server; like /health it needs no key, while the API behind it still does."""
+    from gateway.config import GatewayConfig
+    from tests.fakes import FakeBackend
+
+    with live_server(create_app(FakeBackend(), config=GatewayConfig(api_keys=("sekret",)))) as srv:
+        root = httpx.get(srv.base_url + "/")
+        assert root.status_code == 200 and root.text == "Ollama is running"
+        assert root.headers["content-type"].startswith("text/plain")
+        assert httpx.head(srv.base_url + "/").status_code == 200
+        assert httpx.get(srv.base_url + "/api/tags").status_code == 401
+        keyed = ollama.Client(host=srv.base_url, headers={"Authorization": "Bearer sekret"})
+        assert keyed.list().models

@@ -32,6 +32,7 @@ from .ollama import running as ollama_ps
 from .ollama import show as ollama_show
 from .ollama import tags as ollama_tags
 from .ollama import version as ollama_version
+from .ollama import root as ollama_root
 from .openapi import build_openapi
 from .paths import CanonicalPaths
 from .responses_api import input_tokens, responses
@@ -148,6 +149,7 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         Route("/api/show", ollama_show, methods=["POST"]),
         Route("/api/ps", ollama_ps, methods=["GET"]),
         Route("/api/version", ollama_version, methods=["GET"]),
+        Route("/", ollama_root, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,

@@ -1,7 +1,7 @@
 """Optional API keys: `Authorization: Bearer <key>`, from a file (one key per line) or SWITCHYARD_API_KEYS.
 
 Keys are required when the server binds to anything but loopback (serve refuses to start without
-them). /health and /openapi.json stay open; /metrics and the admin endpoints follow the config.
+them). /health, /openapi.json and / (Ollama's liveness text) stay open; /metrics and the admin endpoints follow the config.
 Every key is compared with hmac.compare_digest, and all keys are always compared, so neither the
 position of a mismatch nor which key matched shows in the timing.
 """
@@ -20,7 +20,7 @@ from .anthropic_errors import error_response_for
 from .errors import APIError
 
 ENV_VAR = "SWITCHYARD_API_KEYS"
-OPEN_PATHS = frozenset({"/health", "/openapi.json"})
+OPEN_PATHS = frozenset({"/health", "/openapi.json", "/"})   # "/": Ollama's liveness text
 ADMIN_PREFIXES = ("/admin/", "/v1/router/")
 MIN_KEY_CHARS = 16
 AUTHENTICATED = "switchyard.authenticated"   # scope key: True when the request carried a valid key

@@ -1,5 +1,5 @@
 """Ollama's native API (POST /api/chat, POST /api/generate, GET /api/tags, POST /api/show, GET /api/version,
-GET /api/ps) as a thin translation onto the chat and completions pipeline: the body becomes an OpenAI chat
+GET /api/ps, GET /) as a thin translation onto the chat and completions pipeline: the body becomes an OpenAI chat
 or completions request (same validation, engines, router, limits, auth and metrics), Ollama's `options`
 become the sampling fields, and the reply is shaped as Ollama's: one JSON object, or (the default) a stream
 of newline-delimited JSON objects, the last with `done: true` and the counts."""
@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from contracts.chat import ToolCall
 from contracts.engine import GenerationChunk
@@ -32,6 +32,8 @@ from .state import GatewayState
 
 # the Ollama release whose API this follows (clients read /api/version to tell what a server speaks)
 OLLAMA_VERSION = "0.12.0"
+# what Ollama's server answers on GET / (clients match the text)
+OLLAMA_RUNNING = "Ollama is running"
 # NDJSON has no comment line to keep an idle stream open with
 NDJSON_LINES = StreamFormat("application/x-ndjson", keeps_alive=False)
 
@@ -345,6 +347,13 @@ async def show(request: Request) -> Response:
                                         "switchyard.context_length": state.backend.context_length},
                          "capabilities": ["completion", "tools"],
                          "modified_at": _modified_at(state)})
+
+
+async def root(request: Request) -> Response:
+    """GET / (and HEAD /): Ollama's liveness answer, which clients that speak Ollama probe before anything else
+    (open, as /health is: it says nothing about the model)."""
+    request.app.state.gateway.metrics.count_request("health", None, None, 200)
+    return PlainTextResponse(OLLAMA_RUNNING)
 
 
 async def version(request: Request) -> Response:
