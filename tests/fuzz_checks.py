@@ -15,6 +15,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from gateway.http.anthropic_schemas import AnthropicErrorResponse
+from gateway.http.ollama_schemas import OllamaChatResponse, OllamaError, OllamaGenerateResponse
 from gateway.http.schemas import ErrorResponse, Health
 
 
@@ -24,7 +25,9 @@ def openai_error_bodies(ctx, response, case) -> bool | None:
     content_type = response.headers.get("content-type", [""])
     content_type = content_type[0] if isinstance(content_type, list) else content_type
     if response.status_code >= 400:
-        if case.path.startswith("/v1/messages"):
+        if case.path.startswith("/api/"):
+            OllamaError.model_validate_json(response.content)
+        elif case.path.startswith("/v1/messages"):
             AnthropicErrorResponse.model_validate_json(response.content)
         elif case.path == "/health" and response.status_code == 503:
             health = Health.model_validate_json(response.content)
@@ -32,7 +35,9 @@ def openai_error_bodies(ctx, response, case) -> bool | None:
         elif not (case.path == "/admin/reload" and response.status_code == 422):  # policy errors, documented
             ErrorResponse.model_validate_json(response.content)
         return True
-    if content_type.startswith("text/event-stream") and case.path in ("/v1/messages", "/v1/responses"):
+    if content_type.startswith("application/x-ndjson"):
+        _ndjson_lines(case.path, response.content.decode())
+    elif content_type.startswith("text/event-stream") and case.path in ("/v1/messages", "/v1/responses"):
         _named_events(case.path, response.content.decode())
     elif content_type.startswith("text/event-stream"):
         frames = [line[6:] for line in response.content.decode().splitlines() if line.startswith("data: ")]
@@ -53,7 +58,11 @@ SEMANTIC_CODES = ("unknown_tool", "duplicate_tool_name", "conflicting_constraint
                   "invalid_grammar")
 SEMANTIC_MESSAGES = ("is not among the tools", "names must be unique", "conversation holds no",
                      "not a usable JSON schema", "an assistant prefix cannot be combined",
-                     "answers no tool_use block", "cannot end with trailing whitespace")
+                     "answers no tool_use block", "cannot end with trailing whitespace",
+                     # Ollama's error object has no `code` either (the rules its bodies reach through the chat
+                     # request, and its own: format and think need the chat template)
+                     "is not among the", "not a usable", "not a JSON schema", "only one structured output",
+                     "need the chat template", "only the last message may be an assistant prefix")
 
 
 def positive_data_accepted(ctx, response, case) -> bool | None:
@@ -66,10 +75,24 @@ def positive_data_accepted(ctx, response, case) -> bool | None:
         error = body.get("error") if isinstance(body, dict) else None
         if isinstance(error, dict) and error.get("code") in SEMANTIC_CODES:
             return True
-        message = str(error.get("message", "")) if isinstance(error, dict) else ""
-        if case.path.startswith("/v1/messages") and any(phrase in message for phrase in SEMANTIC_MESSAGES):
-            return True   # Anthropic's error object has no `code`: the same rules, by their message
+        # Ollama's error is the message itself: {"error": "message"}
+        message = str(error.get("message", "")) if isinstance(error, dict) else error if isinstance(error, str) else ""
+        if case.path.startswith(("/v1/messages", "/api/")) and any(phrase in message for phrase in SEMANTIC_MESSAGES):
+            return True   # Anthropic's and Ollama's error objects have no `code`: the same rules, by their message
     return positive_data_acceptance(ctx, response, case)
+
+
+def _ndjson_lines(path: str, text: str) -> None:
+    """Ollama's streams: one reply object per line, the last one done (or an error line)."""
+    reply = OllamaChatResponse if path == "/api/chat" else OllamaGenerateResponse
+    lines = [json.loads(line) for line in text.splitlines() if line]
+    assert lines, text[:200]
+    for line in lines[:-1]:
+        assert not reply.model_validate(line).done, line
+    if "error" in lines[-1]:
+        OllamaError.model_validate(lines[-1])
+    else:
+        assert reply.model_validate(lines[-1]).done, lines[-1]
 
 
 def _named_events(path: str, text: str) -> None:

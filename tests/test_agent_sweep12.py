@@ -144,7 +144,10 @@ def test_routes_of_other_apis_say_what_to_use_instead(srv):
         response = httpx.request(method, srv.base_url + path, json={"model": "default"})
         assert response.status_code == 404, (path, response.text)
         error = response.json()["error"]
-        assert error["code"] == "unknown_url" and words in error["message"], (path, error)
+        if path.startswith("/api/"):   # Ollama's routes answer in Ollama's error shape, the message alone
+            assert words in error, (path, error)
+        else:
+            assert error["code"] == "unknown_url" and words in error["message"], (path, error)
     plain = httpx.get(srv.base_url + "/v2/nothing").json()["error"]["message"]
     assert plain == "Unknown route: GET /v2/nothing"
 

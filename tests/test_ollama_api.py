@@ -99,7 +99,11 @@ def test_tags_show_ps_and_version(server):
     assert [m.model for m in client.ps().models] == [runtime.model_id]
     assert httpx.get(srv.base_url + "/api/version").json()["version"]
     missing = httpx.post(srv.base_url + "/api/pull", json={"model": "llama3"})
-    assert missing.status_code == 404 and "/api/chat" in missing.json()["error"]["message"]
+    # in Ollama's error shape, as every error under /api/ (the ollama client raises ResponseError with it)
+    assert missing.status_code == 404 and "/api/chat" in missing.json()["error"]
+    with pytest.raises(ollama.ResponseError) as caught:
+        client.pull("llama3")
+    assert caught.value.status_code == 404 and "model management" in caught.value.error
 
 
 def test_ndjson_stream_is_the_default_on_the_wire(server):
@@ -199,6 +203,10 @@ def test_root_answers_as_ollama_does_and_stays_open():
         assert root.status_code == 200 and root.text == "Ollama is running"
         assert root.headers["content-type"].startswith("text/plain")
         assert httpx.head(srv.base_url + "/").status_code == 200
-        assert httpx.get(srv.base_url + "/api/tags").status_code == 401
+        refused = httpx.get(srv.base_url + "/api/tags")   # refused before any handler, still in Ollama's shape
+        assert refused.status_code == 401 and "API key" in refused.json()["error"]
+        with pytest.raises(ollama.ResponseError) as caught:
+            ollama.Client(host=srv.base_url).chat(model="x", messages=SHORT)
+        assert caught.value.status_code == 401 and "API key" in caught.value.error
         keyed = ollama.Client(host=srv.base_url, headers={"Authorization": "Bearer sekret"})
         assert keyed.list().models

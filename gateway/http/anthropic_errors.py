@@ -1,5 +1,6 @@
 """Anthropic's error object, for every error a /v1/messages client sees: those its handler raises and
-those answered before it runs (a refused key, an unknown route or method under /v1/messages)."""
+those answered before it runs (a refused key, an unknown route or method under /v1/messages); and
+`error_response_for`, which answers any path in its API's shape."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from starlette.responses import JSONResponse
 from contracts.errors import ContextLengthExceeded
 
 from .errors import APIError, ContextOverflowError
+from .ollama_errors import error_response as ollama_error_response
+from .ollama_errors import is_ollama_path
 
 MESSAGES_PATH = "/v1/messages"
 
@@ -46,5 +49,10 @@ def is_messages_path(path: str) -> bool:
 
 
 def error_response_for(path: str, err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The error in the shape of the API its path belongs to (Anthropic's under /v1/messages, else OpenAI's)."""
-    return error_response(err, headers) if is_messages_path(path) else err.response(headers)
+    """The error in the shape of the API its path belongs to (Anthropic's under /v1/messages, Ollama's under
+    /api/, else OpenAI's)."""
+    if is_messages_path(path):
+        return error_response(err, headers)
+    if is_ollama_path(path):
+        return ollama_error_response(err, headers)
+    return err.response(headers)

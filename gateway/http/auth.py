@@ -122,7 +122,8 @@ def client_is_loopback(scope: Scope) -> bool:
 
 _ENDPOINT_LABELS = (("/v1/chat/completions", "chat_completions"), ("/v1/completions", "completions"),
                     ("/v1/messages", "messages"), ("/v1/responses", "responses"), ("/v1/models", "models"),
-                    ("/metrics", "metrics"))
+                    ("/metrics", "metrics"), ("/api/chat", "ollama"), ("/api/generate", "ollama"),
+                    ("/api/tags", "models"), ("/api/show", "models"), ("/api/ps", "models"))
 
 
 def _count_refusal(scope: Scope, status: int) -> None:

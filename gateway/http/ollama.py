@@ -12,9 +12,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
@@ -23,10 +24,25 @@ from contracts.engine import GenerationChunk
 
 from .errors import APIError, bad_request
 from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse, read_json_object
-from .ollama_options import OllamaOptions, option_fields
+from .ollama_errors import error_response
+from .ollama_options import option_fields
 from .record import ChoiceReply, RequestRecord
-from .request_spec import chat_spec, completion_spec
-from .schemas import ChatCompletionRequest, CompletionRequest, _Strict
+from .request_spec import chat_spec, completion_spec, header_priority
+from .ollama_schemas import (
+    OllamaChatRequest,
+    OllamaGenerateRequest,
+    OllamaMessage,
+    OllamaModel,
+    OllamaModelDetails,
+    OllamaRequest,
+    OllamaRunning,
+    OllamaRunningModel,
+    OllamaShow,
+    OllamaShowRequest,
+    OllamaTags,
+    OllamaVersion,
+)
+from .schemas import ChatCompletionRequest, ChatTool, CompletionRequest
 from .sse import StreamFormat
 from .state import GatewayState
 
@@ -37,64 +53,6 @@ OLLAMA_RUNNING = "Ollama is running"
 # NDJSON has no comment line to keep an idle stream open with
 NDJSON_LINES = StreamFormat("application/x-ndjson", keeps_alive=False)
 
-class OllamaFunction(_Strict):
-    name: str
-    arguments: dict[str, Any] | str = Field(default_factory=dict)
-    index: int | None = None
-
-
-class OllamaToolCall(_Strict):
-    id: str | None = None
-    type: Literal["function"] | None = None
-    function: OllamaFunction
-
-
-class OllamaMessage(_Strict):
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str | None = ""
-    thinking: str | None = None
-    images: list[str] | None = None
-    tool_calls: list[OllamaToolCall] | None = None
-    tool_name: str | None = None
-    tool_call_id: str | None = None
-
-    @field_validator("images")
-    @classmethod
-    def _no_images(cls, value: list[str] | None) -> list[str] | None:
-        if value:
-            raise ValueError("images are not supported (this is a text-only model)")
-        return value
-
-
-Think = bool | Literal["low", "medium", "high"] | None
-Format = Literal["json", ""] | dict[str, Any] | None
-
-
-class _OllamaRequest(_Strict):
-    model: str | None = None
-    format: Format = None
-    options: OllamaOptions | None = None
-    stream: bool | None = None            # Ollama streams unless told false
-    keep_alive: str | int | float | None = None   # how long Ollama keeps a model loaded: the one model stays
-    think: Think = None
-    engine: str | None = None             # Switchyard: raw | mtp | ddtree | auto
-
-
-class OllamaChatRequest(_OllamaRequest):
-    messages: list[OllamaMessage] = Field(default_factory=list)
-    tools: list[dict[str, Any]] | None = None
-
-
-class OllamaGenerateRequest(_OllamaRequest):
-    prompt: str = ""
-    suffix: str | None = None
-    system: str | None = None
-    template: str | None = None
-    context: list[int] | None = None
-    raw: bool | None = None
-    images: list[str] | None = None
-
-
 def _model(name: str | None, state: GatewayState) -> str | None:
     """The model asked for, with Ollama's default tag read as the name itself (`name:latest`)."""
     if name and name not in state.model_names and name.endswith(":latest") and name[:-7] in state.model_names:
@@ -103,7 +61,7 @@ def _model(name: str | None, state: GatewayState) -> str | None:
     return name
 
 
-def _sampling(req: _OllamaRequest) -> dict[str, Any]:
+def _sampling(req: OllamaRequest) -> dict[str, Any]:
     """The OpenAI sampling fields Ollama's `options` (and `format`, `think`) stand for."""
     body: dict[str, Any] = option_fields(req.options) if req.options is not None else {}
     if req.format == "json":
@@ -117,6 +75,10 @@ def _sampling(req: _OllamaRequest) -> dict[str, Any]:
     if req.engine is not None:
         body["engine"] = req.engine
     return body
+
+
+def _tools(tools: list[ChatTool]) -> list[dict[str, Any]]:
+    return [tool.model_dump(mode="json", by_alias=True, exclude_unset=True) for tool in tools]
 
 
 def _arguments(arguments: dict[str, Any] | str) -> str:
@@ -225,17 +187,12 @@ class OllamaRenderer:
         return error_response(err, headers)
 
 
-def error_response(err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
-    """Ollama's error body: {"error": "message"} (the ollama client raises ResponseError with it)."""
-    return JSONResponse({"error": err.message}, status_code=err.status, headers={**err.headers, **(headers or {})})
-
-
 def _translate_chat(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
     req = parse(OllamaChatRequest, data)
     model = _model(req.model, state)
-    body = {"model": model, "messages": _chat_messages(req.messages), **_sampling(req)}
+    body = {"model": model, "messages": _chat_messages(req.messages or []), **_sampling(req)}
     if req.tools:
-        body["tools"] = req.tools
+        body["tools"] = _tools(req.tools)
     chat = parse(ChatCompletionRequest, body)
     spec = chat_spec(chat, forced_engine(chat.engine, request, state), state.config)
     return Admitted(spec, req.stream is not False, False, OllamaRenderer(model=req.model or state.backend.model_id,
@@ -245,24 +202,19 @@ def _translate_chat(data: dict[str, Any], request: Request, state: GatewayState)
 def _translate_generate(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
     req = parse(OllamaGenerateRequest, data)
     model = _model(req.model, state)
-    for name in ("template", "context", "images"):
-        if getattr(req, name):
-            raise bad_request(f"{name} is not supported here (the model's own chat template renders the prompt; "
-                              "send the conversation to /api/chat, or the raw text with raw: true).", param=name,
-                              code="unsupported_parameter")
     sampling = _sampling(req)
     if req.raw or req.suffix:
         if "response_format" in sampling or "chat_template_kwargs" in sampling or "reasoning_effort" in sampling:
             raise bad_request("format and think need the chat template (raw false, no suffix).", param="format",
                               code="conflicting_constraints")
-        body = {"model": model, "prompt": req.prompt, **sampling}
+        body = {"model": model, "prompt": req.prompt or "", **sampling}
         if req.suffix:
             body["suffix"] = req.suffix
         completion = parse(CompletionRequest, body)
         spec = completion_spec(completion, forced_engine(completion.engine, request, state), state.config)
     else:
         messages = ([{"role": "system", "content": req.system}] if req.system else []) + \
-            [{"role": "user", "content": req.prompt}]
+            [{"role": "user", "content": req.prompt or ""}]
         chat = parse(ChatCompletionRequest, {"model": model, "messages": messages, **sampling})
         spec = chat_spec(chat, forced_engine(chat.engine, request, state), state.config)
     return Admitted(spec, req.stream is not False, False, OllamaRenderer(model=req.model or state.backend.model_id,
@@ -281,10 +233,15 @@ async def _run(request: Request, endpoint: Endpoint, empty: Callable[[dict[str, 
         with request.app.state.body_budget.slot():
             body = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
         if empty(body):
-            name = _model(body.get("model") if isinstance(body.get("model"), str) else None, state)
+            # checked as the same request with something to answer would be (its fields, options, tools, format,
+            # engine, priority and limits), though nothing runs
+            stand_in = {**body, "messages": [{"role": "user", "content": "."}]} if chat else {**body, "prompt": "."}
+            admitted = await run_in_threadpool(endpoint.translate, stand_in, request, state)
+            header_priority(request.headers.get("x-switchyard-priority"))
+            name = admitted.renderer.model
             state.metrics.count_request("ollama", None, None, 200)
             reply = {"message": {"role": "assistant", "content": ""}} if chat else {"response": ""}
-            return JSONResponse({"model": name or state.backend.model_id, "created_at": _created_at(), **reply,
+            return JSONResponse({"model": name, "created_at": _created_at(), **reply,
                                  "done": True, "done_reason": "unload" if body.get("keep_alive") == 0 else "load"})
     except APIError as err:
         state.metrics.count_request("ollama", None, None, err.status)
@@ -294,31 +251,40 @@ async def _run(request: Request, endpoint: Endpoint, empty: Callable[[dict[str, 
 
 async def chat(request: Request) -> Response:
     """POST /api/chat."""
-    return await _run(request, CHAT, lambda body: not body.get("messages"), chat=True)
+    return await _run(request, CHAT, lambda body: body.get("messages") in (None, []), chat=True)
 
 
 async def generate_text(request: Request) -> Response:
     """POST /api/generate."""
-    return await _run(request, GENERATE, lambda body: not body.get("prompt") and not body.get("suffix"), chat=False)
+    return await _run(request, GENERATE, lambda body: body.get("prompt") in (None, "") and body.get("suffix") in (None, ""),
+                      chat=False)
 
 
-def _details(state: GatewayState) -> dict[str, Any]:
-    return {"parent_model": "", "format": "mlx", "family": state.backend.model_id, "families": None,
-            "parameter_size": "", "quantization_level": ""}
+def _details(state: GatewayState) -> OllamaModelDetails:
+    return OllamaModelDetails(parent_model="", format="mlx", family=state.backend.model_id, parameter_size="",
+                              quantization_level="")
 
 
 def _modified_at(state: GatewayState) -> str:
     return datetime.fromtimestamp(state.created, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
+def _digest(name: str) -> str:
+    return uuid.uuid5(uuid.NAMESPACE_URL, name).hex
+
+
+def _reply(body: BaseModel) -> JSONResponse:
+    return JSONResponse(body.model_dump(mode="json"))
+
+
 async def tags(request: Request) -> Response:
     """GET /api/tags: the one model (and its aliases), as Ollama lists local models."""
     state: GatewayState = request.app.state.gateway
     state.metrics.count_request("models", None, None, 200)
-    models = [{"name": name, "model": name, "modified_at": _modified_at(state), "size": 0,
-               "digest": uuid.uuid5(uuid.NAMESPACE_URL, name).hex, "details": _details(state)}
-              for name in dict.fromkeys((state.backend.model_id, *state.config.model_aliases))]
-    return JSONResponse({"models": models})
+    return _reply(OllamaTags(models=[
+        OllamaModel(name=name, model=name, modified_at=_modified_at(state), size=0, digest=_digest(name),
+                    details=_details(state))
+        for name in dict.fromkeys((state.backend.model_id, *state.config.model_aliases))]))
 
 
 async def running(request: Request) -> Response:
@@ -326,9 +292,9 @@ async def running(request: Request) -> Response:
     state: GatewayState = request.app.state.gateway
     state.metrics.count_request("models", None, None, 200)
     name = state.backend.model_id
-    return JSONResponse({"models": [{"name": name, "model": name, "size": 0, "digest": uuid.uuid5(
-        uuid.NAMESPACE_URL, name).hex, "details": _details(state), "expires_at": "9999-12-31T23:59:59Z",
-        "size_vram": 0, "context_length": state.backend.context_length}]})
+    return _reply(OllamaRunning(models=[OllamaRunningModel(
+        name=name, model=name, size=0, digest=_digest(name), details=_details(state),
+        expires_at="9999-12-31T23:59:59Z", size_vram=0, context_length=state.backend.context_length)]))
 
 
 async def show(request: Request) -> Response:
@@ -336,17 +302,20 @@ async def show(request: Request) -> Response:
     state: GatewayState = request.app.state.gateway
     try:
         body = await read_json_object(request, state.config.max_body_bytes, state.config.body_read_timeout_seconds)
-        name = body.get("model", body.get("name"))
-        _model(name if isinstance(name, str) else None, state)
+        asked = parse(OllamaShowRequest, body)
+        for name in (asked.model, asked.name):   # each, where given, names the served model
+            if name is not None:
+                _model(name, state)
     except APIError as err:
         state.metrics.count_request("models", None, None, err.status)
         return error_response(err)
     state.metrics.count_request("models", None, None, 200)
-    return JSONResponse({"modelfile": "", "parameters": "", "template": "", "details": _details(state),
-                         "model_info": {"general.architecture": "switchyard",
-                                        "switchyard.context_length": state.backend.context_length},
-                         "capabilities": ["completion", "tools"],
-                         "modified_at": _modified_at(state)})
+    # Ollama's capability names: "insert" is fill-in-the-middle (/api/generate's suffix)
+    capabilities = ["completion", "tools", *(["insert"] if state.backend.fills_in_middle else [])]
+    return _reply(OllamaShow(modelfile="", parameters="", template="", details=_details(state),
+                             model_info={"general.architecture": "switchyard",
+                                         "switchyard.context_length": state.backend.context_length},
+                             capabilities=capabilities, modified_at=_modified_at(state)))
 
 
 async def root(request: Request) -> Response:
@@ -358,4 +327,4 @@ async def root(request: Request) -> Response:
 
 async def version(request: Request) -> Response:
     """GET /api/version: the Ollama API version this follows."""
-    return JSONResponse({"version": OLLAMA_VERSION})
+    return _reply(OllamaVersion(version=OLLAMA_VERSION))

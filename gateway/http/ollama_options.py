@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from .errors import bad_request
+from .schemas import Int
 
 # Ollama's sampling options with no sampler here, each with the value that leaves sampling as it is
 NEUTRAL_OPTIONS = {"typical_p": 1.0, "tfs_z": 1.0, "mirostat": 0}
@@ -19,28 +20,28 @@ class OllamaOptions(BaseModel):
 
     temperature: float | None = None
     top_p: float | None = None
-    top_k: int | None = None
+    top_k: Int | None = None
     min_p: float | None = None
-    seed: int | None = None
-    num_predict: int | None = None        # -1: no limit, -2: fill the context (both: the server's default)
+    seed: Int | None = None
+    num_predict: Int | None = None        # -1: no limit, -2: fill the context (both: the server's default)
     stop: list[str] | str | None = None
     repeat_penalty: float | None = None
-    repeat_last_n: int | None = None      # the penalty's window: -1 (the whole context) or 0 (off) only
+    repeat_last_n: Int | None = None      # the penalty's window: -1 (the whole context) or 0 (off) only
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     typical_p: float | None = None
     tfs_z: float | None = None
-    mirostat: int | None = None
+    mirostat: Int | None = None
     mirostat_tau: float | None = None
     mirostat_eta: float | None = None
     # options that tune how Ollama runs a model (context size, threads, GPU layers, memory mapping): the server
     # here decides those, and none changes what is sampled, so they are accepted and ignored
-    num_ctx: int | None = None
-    num_batch: int | None = None
-    num_gpu: int | None = None
-    main_gpu: int | None = None
-    num_thread: int | None = None
-    num_keep: int | None = None
+    num_ctx: Int | None = None
+    num_batch: Int | None = None
+    num_gpu: Int | None = None
+    main_gpu: Int | None = None
+    num_thread: Int | None = None
+    num_keep: Int | None = None
     use_mmap: bool | None = None
     use_mlock: bool | None = None
     numa: bool | None = None
@@ -50,7 +51,9 @@ class OllamaOptions(BaseModel):
     logits_all: bool | None = None
     penalize_newline: bool | None = None
 
-    model_config = ConfigDict(extra="forbid")   # not strict: Ollama clients send 0.7 and 1 alike
+    # strict (no "1" for true, 0 for false), but a float reads an integer and an integer a whole float, as every
+    # number field here does: Ollama clients send 0.7 and 1 alike
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 

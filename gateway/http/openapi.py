@@ -14,18 +14,23 @@ from pydantic.json_schema import models_json_schema
 
 from gateway.config import GatewayConfig
 
-from . import anthropic_schemas, responses_schemas, schemas
+from . import anthropic_schemas, ollama_schemas, responses_schemas, schemas
+from .ollama_options import NEUTRAL_OPTIONS
 
 REF = "#/components/schemas/{model}"
 API_KEY_SCHEME = "ApiKey"
 
 _REQUESTS: tuple[type[BaseModel], ...] = (schemas.ChatCompletionRequest, schemas.CompletionRequest,
                                            anthropic_schemas.MessagesRequest, anthropic_schemas.CountTokensRequest,
-                                           responses_schemas.ResponsesRequest, responses_schemas.InputTokensRequest)
+                                           responses_schemas.ResponsesRequest, responses_schemas.InputTokensRequest,
+                                           ollama_schemas.OllamaChatRequest, ollama_schemas.OllamaGenerateRequest,
+                                           ollama_schemas.OllamaShowRequest)
 _RESPONSES: tuple[type[BaseModel], ...] = (
     schemas.ChatCompletion, schemas.Completion, schemas.ModelList, schemas.ModelCard, schemas.ErrorResponse,
     schemas.Health, anthropic_schemas.AnthropicErrorResponse, anthropic_schemas.TokenCount,
-    responses_schemas.InputTokenCount,
+    responses_schemas.InputTokenCount, ollama_schemas.OllamaChatResponse, ollama_schemas.OllamaGenerateResponse,
+    ollama_schemas.OllamaTags, ollama_schemas.OllamaRunning, ollama_schemas.OllamaShow, ollama_schemas.OllamaVersion,
+    ollama_schemas.OllamaError,
 )
 
 # Statuses each kind of operation can answer with an error object.
@@ -76,12 +81,17 @@ def _errors(statuses: dict[str, str], error: type[BaseModel] = schemas.ErrorResp
 
 
 def _generation(summary: str, request: type[BaseModel], response: type[BaseModel] | None, engine: dict[str, Any],
-                error: type[BaseModel] = schemas.ErrorResponse) -> dict[str, Any]:
-    ok = _json(response, "The completion (JSON), or server-sent events when `stream` is true")
-    # one server-sent event: `data` is a JSON chunk, an error object, or "[DONE]" (chat and completions);
-    # /v1/messages and /v1/responses name each event (`event:`) and send no [DONE]
-    ok["content"]["text/event-stream"] = {"schema": {"type": "object", "required": ["data"],
-                                                     "properties": {"data": {"type": "string"}}}}
+                error: type[BaseModel] = schemas.ErrorResponse, ndjson: bool = False) -> dict[str, Any]:
+    if ndjson:   # Ollama: streams unless `stream` is false; each line one reply object, the last one done
+        ok = _json(response, "The reply (JSON) when `stream` is false, else newline-delimited JSON: one such "
+                             "object per line, the last with `done: true` and the counts")
+        ok["content"]["application/x-ndjson"] = {"schema": {"type": "string"}}
+    else:
+        ok = _json(response, "The completion (JSON), or server-sent events when `stream` is true")
+        # one server-sent event: `data` is a JSON chunk, an error object, or "[DONE]" (chat and completions);
+        # /v1/messages and /v1/responses name each event (`event:`) and send no [DONE]
+        ok["content"]["text/event-stream"] = {"schema": {"type": "object", "required": ["data"],
+                                                         "properties": {"data": {"type": "string"}}}}
     ok["headers"] = {name: {"schema": {"type": "string"}} for name in
                      ("X-Switchyard-Engine", "X-Switchyard-Class", "X-Switchyard-Route-Reason")}
     return {
@@ -187,6 +197,7 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
         completion["suffix"] = _one_of_values(None, "")
     # at least n (a 400 otherwise); above n: the n likeliest of best_of, not streamed
     completion["best_of"] = _nullable({"type": "integer", "minimum": 1, "maximum": config.max_choices})
+    _honoured_ollama(defs, chat, common, models, fills_in_middle)
 
 
 def _forcing_needs_tools(forced: dict[str, Any]) -> list[dict[str, Any]]:
@@ -245,6 +256,80 @@ def _honoured_translations(defs: dict[str, Any], common: dict[str, Any], stop: d
         defs[name]["properties"]["mcp_servers"] = _nullable({"type": "array", "maxItems": 0})
 
 
+def _honoured_ollama(defs: dict[str, Any], chat: dict[str, Any], common: dict[str, Any], models: tuple[str, ...],
+                     fills_in_middle: bool) -> None:
+    """Ollama's bodies run through the chat and completions requests: the same limits apply, and each option
+    takes the values of the field it stands for (gateway.http.ollama_options)."""
+    options = defs["OllamaOptions"]["properties"]
+    for name in ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty"):
+        options[name] = chat[name]
+    # "" or []: no stop (option_fields leaves it out)
+    options["stop"] = {"anyOf": [*chat["stop"]["anyOf"], {"const": ""}, {"type": "array", "maxItems": 0}],
+                       "default": None}
+    options["repeat_penalty"] = chat["repetition_penalty"]
+    # > 0: max_tokens; 0 or less (-1 no limit, -2 fill the context): the server's default
+    options["num_predict"] = _nullable({"type": "integer", "maximum": common["max_tokens"]["anyOf"][0]["maximum"]})
+    options["repeat_last_n"] = _one_of_values(None, -1, 0)
+    for name, neutral in NEUTRAL_OPTIONS.items():
+        options[name] = _one_of_values(None, neutral)
+    for name in ("ChatCompletionRequest", "CompletionRequest"):   # clients that speak Ollama send it here too
+        defs[name]["properties"]["options"] = _nullable(_ref_schema("OllamaOptions"))
+    # a model's name, or Ollama's default tag on it
+    named = _nullable({"type": "string", "enum": sorted({*models, *(f"{name}:latest" for name in models)})})
+    for name in ("OllamaChatRequest", "OllamaGenerateRequest"):
+        body = defs[name]["properties"]
+        body["model"] = named
+        body["engine"] = common["engine"]
+    ollama_chat = defs["OllamaChatRequest"]["properties"]
+    ollama_chat["messages"]["maxItems"] = chat["messages"]["maxItems"]
+    ollama_chat["tools"] = chat["tools"]
+    defs["OllamaMessage"]["properties"]["images"] = _nullable({"type": "array", "maxItems": 0})
+    generate = defs["OllamaGenerateRequest"]["properties"]
+    # the model's own chat template renders every prompt; a text-only model
+    generate["template"] = {"anyOf": [{"type": "null"}, {"type": "string", "maxLength": 0}], "default": None}
+    for name in ("context", "images"):
+        generate[name] = _nullable({"type": "array", "maxItems": 0})
+    if not fills_in_middle:
+        generate["suffix"] = _one_of_values(None, "")
+    defs["OllamaShowRequest"]["properties"]["model"] = named
+    defs["OllamaShowRequest"]["properties"]["name"] = named
+
+
+def _ollama_paths(engine_header: dict[str, Any]) -> dict[str, Any]:
+    """Ollama's native API (gateway.http.ollama): its errors are Ollama's {"error": "message"}."""
+    ollama = ollama_schemas
+    read_errors = _errors(_READ_ERRORS, ollama.OllamaError)
+    return {
+        "/api/chat": _generation("Ollama chat (streams NDJSON unless `stream` is false; an empty `messages` is the "
+                                 "load call)", ollama.OllamaChatRequest, ollama.OllamaChatResponse, engine_header,
+                                 ollama.OllamaError, ndjson=True),
+        "/api/generate": _generation("Ollama generate (the prompt through the chat template, or `raw`; an empty "
+                                     "prompt is the load call)", ollama.OllamaGenerateRequest,
+                                     ollama.OllamaGenerateResponse, engine_header, ollama.OllamaError, ndjson=True),
+        "/api/tags": {"get": {"summary": "Ollama: the local models (the one model and its aliases)",
+                              "responses": {"200": _json(ollama.OllamaTags, "Models"), **read_errors}}},
+        "/api/ps": {"get": {"summary": "Ollama: the loaded models (the one model)",
+                            "responses": {"200": _json(ollama.OllamaRunning, "Models"), **read_errors}}},
+        "/api/show": {"post": {
+            "summary": "Ollama: the model's details, context length and capabilities",
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": _ref(ollama.OllamaShowRequest)}}},
+            "responses": {"200": _json(ollama.OllamaShow, "The model"),
+                          **_errors({**_READ_ERRORS, "400": "Invalid request", "404": "Unknown model",
+                                     "408": "Request body not received in time", "413": "Request body too large",
+                                     "415": "Body is not JSON"}, ollama.OllamaError)}}},
+        "/api/version": {"get": {"summary": "Ollama: the API version this server follows",
+                                 "responses": {"200": _json(ollama.OllamaVersion, "Version"), **read_errors}}},
+        "/": {"get": {"summary": "Ollama's liveness text, \"Ollama is running\" (needs no key)", "security": [],
+                      "responses": {"200": {"description": "Running", "content": {
+                          "text/plain": {"schema": {"type": "string", "const": "Ollama is running"}}}}}}},
+    }
+
+
+def _ref_schema(name: str) -> dict[str, str]:
+    return {"$ref": REF.format(model=name)}
+
+
 def build_openapi(
     config: GatewayConfig = GatewayConfig(),
     engines: tuple[str, ...] = ("raw",),
@@ -297,6 +382,7 @@ def build_openapi(
                           **_errors(_ADMIN_ERRORS)},
         }},
     }
+    paths.update(_ollama_paths(engine_header))
     paths["/health"]["get"]["responses"]["503"] = health_503
     return {
         "openapi": "3.1.0",

@@ -554,8 +554,12 @@ def _with_ollama_options(data: Any) -> Any:
     """Before validation of a chat or text completion: Ollama's `options` object (clients that speak Ollama send
     it here too) read as the sampling fields it stands for (gateway.http.ollama_options); a field given at the
     top level wins. An option not run here is a 400 naming it."""
-    if not isinstance(data, dict) or not isinstance(data.get("options"), dict):
+    if not isinstance(data, dict) or "options" not in data:
         return data
+    if data["options"] is None:   # null: no options
+        return {name: value for name, value in data.items() if name != "options"}
+    if not isinstance(data["options"], dict):
+        raise ValueError("options: must be an object (Ollama's options) or null")
     from .ollama_options import OllamaOptions, option_fields
 
     try:
