@@ -150,6 +150,8 @@ def test_tools_thinking_and_tool_history(qwen_chat_tokenizer):
         prompt = backend.encoded[-1]
         assert "<function=get_weather>" in prompt and "sunny, 21C" in prompt
         assert prompt.endswith("<think>\n\n</think>\n\n")   # think false: the template's thinking off
+        # clients check the capability before they send `think` (Qwen3.6's template opens a thinking block)
+        assert "thinking" in client.show(backend.model_id).capabilities
 
 
 def test_load_and_unload_calls_answer_at_once(server):
@@ -210,3 +212,4 @@ def test_root_answers_as_ollama_does_and_stays_open():
         assert caught.value.status_code == 401 and "API key" in caught.value.error
         keyed = ollama.Client(host=srv.base_url, headers={"Authorization": "Bearer sekret"})
         assert keyed.list().models
+        assert keyed.show("fake-model").capabilities == ["completion", "tools"]   # a template without thinking

@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from contracts.chat import ToolCall
 from contracts.engine import GenerationChunk
+from contracts.errors import InvalidRequestError
 
 from .errors import APIError, bad_request
 from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse, read_json_object
@@ -297,6 +298,15 @@ async def running(request: Request) -> Response:
         expires_at="9999-12-31T23:59:59Z", size_vram=0, context_length=state.backend.context_length)]))
 
 
+def _thinks(state: GatewayState) -> bool:
+    """The chat template opens a thinking block when asked to think (rendered, not run: no MLX)."""
+    try:
+        prompt = state.backend.chat_prompt([{"role": "user", "content": "Hi"}], template_kwargs={"enable_thinking": True})
+    except InvalidRequestError:
+        return False
+    return prompt.reply.opens_in_reasoning
+
+
 async def show(request: Request) -> Response:
     """POST /api/show {"model"}: the model's details, context length and capabilities."""
     state: GatewayState = request.app.state.gateway
@@ -310,8 +320,10 @@ async def show(request: Request) -> Response:
         state.metrics.count_request("models", None, None, err.status)
         return error_response(err)
     state.metrics.count_request("models", None, None, 200)
-    # Ollama's capability names: "insert" is fill-in-the-middle (/api/generate's suffix)
-    capabilities = ["completion", "tools", *(["insert"] if state.backend.fills_in_middle else [])]
+    # Ollama's capability names: "insert" is fill-in-the-middle (/api/generate's suffix); "thinking", which its
+    # clients check before they send `think`, where the chat template opens a thinking block
+    capabilities = ["completion", "tools", *(["thinking"] if await run_in_threadpool(_thinks, state) else []),
+                    *(["insert"] if state.backend.fills_in_middle else [])]
     return _reply(OllamaShow(modelfile="", parameters="", template="", details=_details(state),
                              model_info={"general.architecture": "switchyard",
                                          "switchyard.context_length": state.backend.context_length},
