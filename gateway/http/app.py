@@ -28,15 +28,16 @@ from .errors import APIError, from_exception
 from .generate import chat_completions, completions
 from .ollama import chat as ollama_chat
 from .ollama import generate_text as ollama_generate
+from .ollama import root as ollama_root
 from .ollama import running as ollama_ps
 from .ollama import show as ollama_show
 from .ollama import tags as ollama_tags
 from .ollama import version as ollama_version
-from .ollama import root as ollama_root
 from .openapi import build_openapi
 from .paths import CanonicalPaths
 from .responses_api import input_tokens, responses
 from .state import GatewayState, model_names
+from .tokenize import detokenize, tokenize
 from .views import admin_reload, get_model, health, list_models, metrics, openapi_schema, router_stats
 
 # headers a browser client may read (the route taken, the request id, the queue's Retry-After)
@@ -150,6 +151,9 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         Route("/api/ps", ollama_ps, methods=["GET"]),
         Route("/api/version", ollama_version, methods=["GET"]),
         Route("/", ollama_root, methods=["GET"]),
+        # vLLM's (and llama.cpp's) tokenizer endpoints (gateway.http.tokenize)
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,

@@ -14,7 +14,7 @@ from pydantic.json_schema import models_json_schema
 
 from gateway.config import GatewayConfig
 
-from . import anthropic_schemas, ollama_schemas, responses_schemas, schemas
+from . import anthropic_schemas, ollama_schemas, responses_schemas, schemas, tokenize
 from .ollama_options import NEUTRAL_OPTIONS
 
 REF = "#/components/schemas/{model}"
@@ -24,13 +24,15 @@ _REQUESTS: tuple[type[BaseModel], ...] = (schemas.ChatCompletionRequest, schemas
                                            anthropic_schemas.MessagesRequest, anthropic_schemas.CountTokensRequest,
                                            responses_schemas.ResponsesRequest, responses_schemas.InputTokensRequest,
                                            ollama_schemas.OllamaChatRequest, ollama_schemas.OllamaGenerateRequest,
-                                           ollama_schemas.OllamaShowRequest)
+                                           ollama_schemas.OllamaShowRequest, tokenize.TokenizeTextRequest,
+                                           tokenize.TokenizeChatRequest, tokenize.TokenizeContentRequest,
+                                           tokenize.DetokenizeRequest)
 _RESPONSES: tuple[type[BaseModel], ...] = (
     schemas.ChatCompletion, schemas.Completion, schemas.ModelList, schemas.ModelCard, schemas.ErrorResponse,
     schemas.Health, anthropic_schemas.AnthropicErrorResponse, anthropic_schemas.TokenCount,
     responses_schemas.InputTokenCount, ollama_schemas.OllamaChatResponse, ollama_schemas.OllamaGenerateResponse,
     ollama_schemas.OllamaTags, ollama_schemas.OllamaRunning, ollama_schemas.OllamaShow, ollama_schemas.OllamaVersion,
-    ollama_schemas.OllamaError,
+    ollama_schemas.OllamaError, tokenize.Tokenized, tokenize.TokenizedContent, tokenize.Detokenized,
 )
 
 # Statuses each kind of operation can answer with an error object.
@@ -198,6 +200,13 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
     # at least n (a 400 otherwise); above n: the n likeliest of best_of, not streamed
     completion["best_of"] = _nullable({"type": "integer", "minimum": 1, "maximum": config.max_choices})
     _honoured_ollama(defs, chat, common, models, fills_in_middle)
+    for name in ("TokenizeTextRequest", "TokenizeChatRequest", "DetokenizeRequest"):
+        defs[name]["properties"]["model"] = common["model"]
+    tokenizing = defs["TokenizeChatRequest"]["properties"]
+    tokenizing["messages"]["maxItems"] = config.max_messages
+    tokenizing["tools"] = chat["tools"]
+    # as on chat: add_generation_prompt false only to continue the last message
+    defs["TokenizeChatRequest"]["allOf"] = defs["ChatCompletionRequest"]["allOf"][1:]
 
 
 def _forcing_needs_tools(forced: dict[str, Any]) -> list[dict[str, Any]]:
@@ -326,6 +335,30 @@ def _ollama_paths(engine_header: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _tokenizer_paths() -> dict[str, Any]:
+    """vLLM's (and llama.cpp's) tokenizer endpoints (gateway.http.tokenize)."""
+    errors = _errors({"400": "Invalid request (validation, a token id past the vocabulary, a conversation the "
+                             "template cannot render)", "401": "Missing or wrong API key", "404": "Unknown model",
+                      "408": "Request body not received in time", "413": "Request body too large",
+                      "415": "Body is not JSON"})
+
+    def post(summary: str, requests: tuple[type[BaseModel], ...], replies: tuple[type[BaseModel], ...]) -> dict:
+        def one_of(models: tuple[type[BaseModel], ...]) -> dict[str, Any]:
+            return _ref(models[0]) if len(models) == 1 else {"anyOf": [_ref(m) for m in models]}
+        return {"post": {"summary": summary, "description": SEMANTIC_RULES,
+                         "requestBody": {"required": True, "content": {"application/json": {"schema": one_of(requests)}}},
+                         "responses": {"200": {"description": "Done", "content": {"application/json": {
+                             "schema": one_of(replies)}}}, **errors}}}
+
+    return {
+        "/tokenize": post("A prompt's (vLLM: `prompt`), a conversation's through the chat template (vLLM: `messages`) "
+                          "or llama.cpp's `content`'s token ids", (tokenize.TokenizeTextRequest, tokenize.TokenizeChatRequest,
+                                                                 tokenize.TokenizeContentRequest),
+                          (tokenize.Tokenized, tokenize.TokenizedContent)),
+        "/detokenize": post("Token ids back to text", (tokenize.DetokenizeRequest,), (tokenize.Detokenized,)),
+    }
+
+
 def _ref_schema(name: str) -> dict[str, str]:
     return {"$ref": REF.format(model=name)}
 
@@ -383,6 +416,7 @@ def build_openapi(
         }},
     }
     paths.update(_ollama_paths(engine_header))
+    paths.update(_tokenizer_paths())
     paths["/health"]["get"]["responses"]["503"] = health_503
     return {
         "openapi": "3.1.0",
