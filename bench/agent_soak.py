@@ -9,6 +9,7 @@ Each client runs one conversation shape (they take turns), its context growing w
   into the conversation.
 - `messages`: Anthropic messages with tools (tool_use / tool_result blocks, tool_choice any / tool).
 - `responses`: the Responses API with function tools (function_call / function_call_output items).
+- `ollama`: Ollama's /api/chat through its client, tools, thinking on and off, options, format json.
 - `misc`: n > 1, completions with logprobs, a prompt past the model's window (a 400 that names the
   context), a stream the client hangs up on, a JSON schema beside tools.
 A 5xx, a connection error or a malformed reply is a failure; 400s and 429s are counted (a client's
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import anthropic
 import httpx
+import ollama
 import openai
 
 FILLER = (Path(__file__).resolve().parents[1] / "engines" / "runtime.py").read_text()   # tool results, pasted files
@@ -51,8 +53,12 @@ class Busy(Exception):
     """A raw HTTP request was answered 429: every slot and the queue were taken (a client-side outcome)."""
 
 
+class OllamaClientError(Exception):
+    """An Ollama call was answered 4xx (its client raises one ResponseError for every status)."""
+
+
 CLIENT_ERRORS = (openai.BadRequestError, anthropic.BadRequestError, openai.RateLimitError, anthropic.RateLimitError,
-                 Busy)
+                 Busy, OllamaClientError)
 
 
 class Soak:
@@ -207,6 +213,56 @@ class Soak:
 
             self.turn("responses", client, number, once)
 
+    def ollama(self, client: int, turns: int) -> None:
+        """Ollama's native API through its client (Open WebUI, Ollama-only agents): tools, thinking on and off,
+        options, streamed NDJSON or whole; calls and their results go back with Ollama's tool_name."""
+        rng = random.Random(self.seed * 1000 + client)
+        api = ollama.Client(host=self.url, timeout=300)
+        names = [t["function"]["name"] for t in CHAT_TOOLS]
+        messages = [{"role": "user", "content": rng.choice(ASKS)}]
+        for number in range(turns):
+            options = {"num_predict": rng.choice([16, 48, 96]), "temperature": rng.choice([0, 0.7, 1.0]),
+                       "seed": rng.randrange(1000)}
+            if rng.random() < 0.3:
+                options |= {"top_k": 20, "repeat_penalty": 1.1, "num_ctx": 8192}
+            kwargs = dict(model="default:latest", messages=messages, tools=CHAT_TOOLS, options=options,
+                          think=rng.choice([None, True, False]))
+            if rng.random() < 0.2:
+                kwargs |= {"format": "json", "tools": None}
+            stream = rng.random() < 0.5
+
+            def once() -> None:
+                try:
+                    if stream:
+                        parts = list(api.chat(stream=True, **kwargs))
+                        assert parts and parts[-1].done and not any(p.done for p in parts[:-1]), parts[-1:]
+                        text = "".join(p.message.content or "" for p in parts)
+                        calls = [c for p in parts for c in p.message.tool_calls or ()]
+                        final = parts[-1]
+                    else:
+                        final = api.chat(stream=False, **kwargs)
+                        text, calls = final.message.content or "", list(final.message.tool_calls or ())
+                except ollama.ResponseError as exc:
+                    if 400 <= exc.status_code < 500:
+                        raise OllamaClientError(exc.status_code) from exc
+                    raise
+                assert final.done_reason in ("stop", "length"), final.done_reason
+                assert final.eval_count <= options["num_predict"], final.eval_count
+                for call in calls:
+                    assert call.function.name in names and isinstance(call.function.arguments, dict), call
+                if kwargs.get("format") == "json" and final.done_reason == "stop":
+                    json.loads(text)
+                if calls:
+                    messages.append({"role": "assistant", "content": text, "tool_calls": [
+                        {"function": {"name": c.function.name, "arguments": c.function.arguments}} for c in calls]})
+                    messages.extend({"role": "tool", "tool_name": c.function.name,
+                                     "content": "ok\n" + FILLER[:rng.randrange(50, 1500)]} for c in calls)
+                else:
+                    messages.extend([{"role": "assistant", "content": text},
+                                     {"role": "user", "content": rng.choice(ASKS)}])
+
+            self.turn("ollama", client, number, once)
+
     def misc(self, client: int, turns: int) -> None:
         rng = random.Random(self.seed * 1000 + client)
         api = self.openai()
@@ -255,7 +311,7 @@ class Soak:
             json.loads(choice.message.content)
 
 
-SHAPES = ("chat", "messages", "responses", "misc")
+SHAPES = ("chat", "messages", "responses", "ollama", "misc")
 
 
 def run_soak(url: str, clients: int = 8, turns: int = 8, seed: int = 0) -> dict:

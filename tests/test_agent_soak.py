@@ -1,5 +1,5 @@
-"""bench/agent_soak.py against the embedded demo model: four clients at once speaking chat with tools,
-Anthropic messages, the Responses API and the odd requests (n, completions, a prompt past the window,
+"""bench/agent_soak.py against the embedded demo model: five clients at once speaking chat with tools,
+Anthropic messages, the Responses API, Ollama's /api/chat and the odd requests (n, completions, a prompt past the window,
 a hang-up, JSON beside tools) through the official SDKs; no 5xx, no dropped connection, no malformed
 reply, and the server answers afterwards."""
 
@@ -25,7 +25,7 @@ def server():
 
 
 def test_agent_clients_at_once_get_well_formed_replies(server):
-    summary = run_soak(server.base_url, clients=4, turns=2, seed=1)
+    summary = run_soak(server.base_url, clients=len(SHAPES), turns=2, seed=1)
     assert summary["failures"] == []
     assert all(summary["counts"].get(f"{shape}:ok", 0) >= 1 for shape in SHAPES), summary["counts"]
     assert summary["counts"]["after:ok"] == 1
