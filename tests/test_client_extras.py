@@ -159,3 +159,38 @@ def test_vllm_structured_output_fields_constrain_every_engine(demo):
         with pytest.raises(openai.BadRequestError) as caught:
             _chat(client, "raw", **extra)
         assert caught.value.body["param"] == param
+
+
+def test_truncate_prompt_tokens_reads_only_the_prompts_last_tokens(demo):
+    """vLLM's truncate_prompt_tokens (RAG clients cap a long retrieved context with it): the prompt keeps its
+    last k tokens, as usage reports; the reply is the one to those k tokens sent as the prompt, under every
+    engine; -1 keeps what fits the context; with echo (the prompt read back as sent) it is a 400."""
+    import httpx
+
+    client, runtime = demo
+    root = str(client.base_url).rstrip("/").removesuffix("/v1")
+    text = "Notes on the weather in Oslo, Bergen and Tromsø for the week ahead. " * 4 + "Summarise the notes."
+    ids = httpx.post(root + "/tokenize", json={"prompt": text}).json()["tokens"]
+    k = 20
+    assert len(ids) > 2 * k
+    expected = client.completions.create(model="default", prompt=ids[-k:], temperature=0, max_tokens=24,
+                                         extra_body={"engine": "raw"})
+    for engine in runtime.engine_names:
+        cut = client.completions.create(model="default", prompt=text, temperature=0, max_tokens=24,
+                                        extra_body={"engine": engine, "truncate_prompt_tokens": k})
+        assert cut.usage.prompt_tokens == k and cut.choices[0].text == expected.choices[0].text, engine
+    whole = client.completions.create(model="default", prompt=text, temperature=0, max_tokens=4,
+                                      extra_body={"truncate_prompt_tokens": -1})
+    assert whole.usage.prompt_tokens == len(ids)
+    conversation = [{"role": "user", "content": text}]
+    rendered = httpx.post(root + "/tokenize", json={"messages": conversation}).json()["tokens"]
+    chat = client.chat.completions.create(model="default", messages=conversation, temperature=0, max_tokens=24,
+                                          extra_body={"truncate_prompt_tokens": k})
+    assert chat.usage.prompt_tokens == k < len(rendered)
+    raw_end = client.completions.create(model="default", prompt=rendered[-k:], temperature=0, max_tokens=24)
+    assert chat.usage.completion_tokens == raw_end.usage.completion_tokens
+    for body in ({"truncate_prompt_tokens": 0}, {"truncate_prompt_tokens": -2},
+                 {"truncate_prompt_tokens": 5, "echo": True}):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.completions.create(model="default", prompt=text, max_tokens=4, extra_body=body)
+        assert caught.value.body["param"] == "truncate_prompt_tokens", caught.value.body

@@ -52,7 +52,7 @@ SEMANTIC_RULES = (
     "(`prefix: true`) that is not the last message or holds tool_calls (invalid_prefix), or comes with a forced "
     "tool_choice or a JSON "
     "response_format (conflicting_constraints); top_logprobs above 0 with logprobs false, and on completions "
-    "best_of below n or, streamed, above it (conflicting_constraints); a prompt plus max_tokens over the model's "
+    "best_of below n or, streamed, above it, and echo with truncate_prompt_tokens (conflicting_constraints); a prompt plus max_tokens over the model's "
     "context "
     "(context_length_exceeded); a completion prompt's token id past the model's vocabulary (invalid_token_id), "
     "as a logit_bias or stop_token_ids id past it; more than one of vLLM's structured outputs (guided_json, "

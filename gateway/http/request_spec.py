@@ -94,6 +94,9 @@ def _reject_completion(req: CompletionRequest, config: GatewayConfig) -> None:
     if best_of(req) > config.max_choices:
         raise bad_request(f"best_of must be at most {config.max_choices} on this server (got {req.best_of}).",
                           param="best_of", code="invalid_value")
+    if req.echo and req.truncate_prompt_tokens is not None:
+        raise bad_request("echo reads the prompt back as sent; it cannot be combined with truncate_prompt_tokens.",
+                          param="truncate_prompt_tokens", code="conflicting_constraints")
     if best_of(req) > n and req.stream:
         raise bad_request("best_of greater than n cannot be streamed (the best choices are known only when all are "
                           "done).", param="best_of", code="conflicting_constraints")
@@ -486,6 +489,7 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
         parallel_tool_calls=req.parallel_tool_calls is not False,
         priority=req.priority or 0,
         continue_final=continue_final,
+        truncate_prompt=req.truncate_prompt_tokens,
     )
 
 
@@ -522,4 +526,5 @@ def completion_spec(req: CompletionRequest, forced_engine: str | None, config: G
         priority=req.priority or 0,
         suffix=req.suffix or "",
         score_prompts=bool(req.echo) and req.logprobs is not None,
+        truncate_prompt=req.truncate_prompt_tokens,
     )

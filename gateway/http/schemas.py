@@ -610,6 +610,9 @@ class _SamplingFields(_Strict):
     stop_token_ids: Annotated[list[NonNegativeInt], Field(max_length=MAX_LOGIT_BIAS)] \
         | None = None
     ignore_eos: bool | None = None
+    # vLLM's: only the prompt's last k tokens are read (left truncation); -1: the last context-length tokens
+    truncate_prompt_tokens: Annotated[Literal[-1] | Annotated[int, Field(ge=1, le=INT32_MAX)],
+                                      BeforeValidator(_whole_number)] | None = None
     skip_special_tokens: bool | None = None   # vLLM's (default true): special tokens are left out of the text
     # vLLM's: spaces between special tokens in the text; a fast tokenizer (every model here) writes none either way
     spaces_between_special_tokens: bool | None = None

@@ -38,10 +38,15 @@ class ChoiceStart:
 def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[list[int]], ChatPrompt | None, PrefixHint]:
     """The prompts' tokens (a chat has one, a text completion one or more), the rendered chat (how to read the
     reply, what it imposes on it) and where to snapshot it."""
+    keep = backend.context_length if spec.truncate_prompt == -1 else spec.truncate_prompt
     if spec.messages is None:
-        return [backend.encode_prompt(p, spec.suffix) for p in spec.prompts], None, PrefixHint(spec.cache_scope)
+        prompts = [backend.encode_prompt(p, spec.suffix) for p in spec.prompts]
+        return [ids[-keep:] for ids in prompts] if keep else prompts, None, PrefixHint(spec.cache_scope)
     prompt = backend.chat_prompt(spec.messages, spec.tools, spec.tool_choice, spec.template_kwargs, spec.continue_final,
                                  answer_schema=spec.answer_schema)
+    cut = max(len(prompt.ids) - keep, 0) if keep else 0
+    if cut:   # the snapshot points move with the prompt's new start
+        prompt = replace(prompt, ids=prompt.ids[cut:], cache_points=tuple(p - cut for p in prompt.cache_points if p > cut))
     return [prompt.ids], prompt, PrefixHint(spec.cache_scope, prompt.cache_points)
 
 

@@ -33,3 +33,5 @@ class RequestSpec:
     continue_final: bool = False         # the last message is the assistant's unfinished reply: continue it
     suffix: str = ""                     # a text completion's text after the gap (fill in the middle; "": none)
     score_prompts: bool = False          # echo with logprobs: each (non-empty) prompt's own tokens are scored
+    # vLLM's truncate_prompt_tokens: each prompt keeps only its last this many tokens (-1: the context length)
+    truncate_prompt: int | None = None
