@@ -29,6 +29,8 @@ class SamplingParams:
     presence_penalty: float = 0.0      # subtracted once from every token already generated
     frequency_penalty: float = 0.0     # subtracted per occurrence among the generated tokens
     repetition_penalty: float = 1.0    # divides positive / multiplies negative logits of prompt + generated tokens
+    repetition_window: int = 0         # of the last this many of those tokens only (llama.cpp's and Ollama's
+                                       # repeat_last_n); 0: all of them
     logit_bias: tuple[tuple[int, float], ...] = ()   # (token id, value added to its logit), as OpenAI's logit_bias
     logprobs: bool = False             # report each emitted token's log-probability
     top_logprobs: int = 0              # and this many alternatives per position
@@ -39,6 +41,8 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()   # more tokens that end the reply as EOS does (not part of its text)
     ignore_eos: bool = False               # EOS does not end the reply (max_tokens, a stop or stop_token_ids do)
     skip_special_tokens: bool = True       # vLLM's default: special tokens (an ignored EOS, ...) are not text
+    allowed_token_ids: tuple[int, ...] = ()   # vLLM's: only these may be sampled (-inf on every other); (): any
+    bad_words: tuple[str, ...] = ()            # vLLM's: words never written (their last token banned after the rest)
 
     @property
     def penalised(self) -> bool:

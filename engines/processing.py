@@ -1,5 +1,6 @@
 """What a request does to the target's logits before anything is chosen: penalties, a logit bias, min_tokens'
-ban of the ending tokens and an output constraint (llguidance), and the log-probabilities it reports.
+ban of the ending tokens, vLLM's allowed_token_ids and bad_words, and an output constraint (llguidance), and
+the log-probabilities it reports.
 
 Every engine computes target logits for one or more rows at once (a decode step: 1 row; an MTP
 verify: 2; a DDTree verify: every tree node). Row r continues the request's emitted tokens by
@@ -47,6 +48,29 @@ def _bias_row(logit_bias: Sequence[tuple[int, float]], vocab: int) -> mx.array:
     return mx.array(row)
 
 
+def _never_row(params: SamplingParams, tokenizer: Any, vocab: int) -> tuple[mx.array | None, tuple[tuple[int, ...], ...]]:
+    """(V,) bool of the tokens never sampled (outside allowed_token_ids; a bad word of one token), or None, and
+    the bad words of more tokens, whose last token is banned where the others were just generated. Each bad
+    word as vLLM reads it: its tokens as written, and with a leading space (a word inside the text)."""
+    never = np.zeros(vocab, dtype=bool)
+    if params.allowed_token_ids:
+        outside = [t for t in params.allowed_token_ids if not 0 <= t < vocab]
+        if outside:
+            raise InvalidRequestError(f"allowed_token_ids: token id {outside[0]} is not in this model's vocabulary "
+                                      f"(0 to {vocab - 1})", param="allowed_token_ids", code="invalid_token_id")
+        never[:] = True
+        never[list(params.allowed_token_ids)] = False
+    sequences: list[tuple[int, ...]] = []
+    for word in params.bad_words:
+        for text in dict.fromkeys((word.lstrip(), " " + word.lstrip())):
+            ids = tuple(int(t) for t in tokenizer.encode(text, add_special_tokens=False) if 0 <= t < vocab)
+            if len(ids) == 1:
+                never[ids[0]] = True
+            elif ids and ids not in sequences:
+                sequences.append(ids)
+    return (mx.array(never) if never.any() else None), tuple(sequences)
+
+
 def ending_tokens(eos_token_ids: Iterable[int], params: SamplingParams) -> frozenset[int]:
     """The tokens that end a reply: EOS (unless ignore_eos) and the request's stop_token_ids. The text stream
     stops at them and min_tokens bans them: one set for both."""
@@ -77,6 +101,13 @@ class TargetProcessor:
                 raise InvalidRequestError(f"stop_token_ids: token id {token} is not in this model's vocabulary "
                                           f"(0 to {vocab - 1})", param="stop_token_ids")
         self.emitted = 0   # tokens the request has emitted (advance)
+        self.never, self.bad_sequences = _never_row(params, tokenizer, vocab)
+        # what later rows' histories are read from: the generated tokens (bad words of several tokens) and, with
+        # a repetition window, the prompt's last tokens before them
+        self.window = params.repetition_window if params.repetition_penalty != 1.0 else 0
+        keep = max(self.window, max(map(len, self.bad_sequences), default=0))
+        self.recent: list[int] = list(prompt_ids[-self.window:]) if self.window else []
+        self._keep = keep
         # min_tokens: the tokens that would end the reply, banned (-inf) at each position before min_tokens
         self.early_ban = _end_row(params, tokenizer, vocab) if params.min_tokens > 0 else None
         self.matcher = None
@@ -91,7 +122,8 @@ class TargetProcessor:
 
     @property
     def active(self) -> bool:
-        return self.params.penalised or self.bias is not None or self.matcher is not None or self.early_ban is not None
+        return (self.params.penalised or self.bias is not None or self.matcher is not None or self.early_ban is not None
+                or self.never is not None or bool(self.bad_sequences))
 
     @property
     def per_token(self) -> bool:
@@ -108,6 +140,8 @@ class TargetProcessor:
             if 0 <= token < self.vocab:
                 self.counts[token] += 1
                 self.seen[token] = True
+        if self._keep:
+            self.recent = (self.recent + list(tokens))[-self._keep:]
         if self.matcher is not None:
             for token in tokens:   # a verify may accept drafts past the end-of-sequence the text stops at
                 if self.matcher.is_stopped():
@@ -122,11 +156,14 @@ class TargetProcessor:
         logits = logits.astype(mx.float32)
         if p.penalised:
             counts = np.repeat(self.counts[None], len(paths), axis=0)
-            seen = np.repeat(self.seen[None], len(paths), axis=0)
+            seen = np.repeat(self.seen[None], len(paths), axis=0) if not self.window else \
+                np.zeros((len(paths), self.vocab), dtype=bool)
             for row, path in enumerate(paths):
                 for token in path:
                     counts[row, token] += 1
                     seen[row, token] = True
+                if self.window:   # the row's last `window` tokens of prompt + generated + its path
+                    seen[row, [t for t in (self.recent + list(path))[-self.window:] if 0 <= t < self.vocab]] = True
             if p.repetition_penalty != 1.0:
                 rep = mx.array(seen)
                 logits = mx.where(rep, mx.where(logits > 0, logits / p.repetition_penalty,
@@ -135,6 +172,12 @@ class TargetProcessor:
             logits = logits - p.frequency_penalty * c - p.presence_penalty * (c > 0)
         if self.bias is not None:
             logits = logits + self.bias
+        if self.never is not None:
+            logits = mx.where(self.never[None], -mx.inf, logits)
+        if self.bad_sequences:
+            banned = self._bad_word_ends(paths)
+            if banned.any():
+                logits = mx.where(mx.array(banned), -mx.inf, logits)
         if self.early_ban is not None:   # row r's token is the request's (emitted + len(paths[r]) + 1)-th
             early = np.array([self.emitted + len(path) < p.min_tokens for path in paths])
             if early.any():
@@ -142,6 +185,19 @@ class TargetProcessor:
         if self.matcher is not None:
             logits = mx.where(mx.array(self._allowed(paths)), logits, -mx.inf)
         return logits
+
+    def _bad_word_ends(self, paths: Sequence[Sequence[int]]) -> np.ndarray:
+        """(R, V) bool: each row's banned last tokens of the bad words whose other tokens its generated tokens
+        (the request's and its path) end with (vLLM reads the generated tokens only, not the prompt)."""
+        banned = np.zeros((len(paths), self.vocab), dtype=bool)
+        generated = self.recent[-min(self._keep, self.emitted):] if self.emitted else []
+        for row, path in enumerate(paths):
+            tail = generated + list(path)
+            for word in self.bad_sequences:
+                head = list(word[:-1])
+                if len(tail) >= len(head) and tail[len(tail) - len(head):] == head:
+                    banned[row, word[-1]] = True
+        return banned
 
     def logprobs(self, logits: mx.array, tokens: Sequence[int]) -> list[TokenLogprob]:
         """The emitted `tokens`' log-probabilities under processed `logits` rows (one row each), if asked."""

@@ -194,3 +194,35 @@ def test_truncate_prompt_tokens_reads_only_the_prompts_last_tokens(demo):
         with pytest.raises(openai.BadRequestError) as caught:
             client.completions.create(model="default", prompt=text, max_tokens=4, extra_body=body)
         assert caught.value.body["param"] == "truncate_prompt_tokens", caught.value.body
+
+
+def test_allowed_token_ids_and_bad_words_under_every_engine(demo):
+    """vLLM's allowed_token_ids (classification-style replies: only these tokens) and bad_words (never these
+    words, as vLLM tokenizes them), through the openai SDK: under every engine the greedy reply is the same and
+    keeps to them; an id past the vocabulary is a 400 naming the field."""
+    client, runtime = demo
+    tokenizer = runtime.bundle.tokenizer
+    plain = _chat(client, "raw").choices[0].message.content
+    ids = list(tokenizer.encode(plain, add_special_tokens=False))
+    allowed = sorted(set(ids[:8]))
+    pieces = {tokenizer.decode([t]) for t in allowed}
+    texts = set()
+    for engine in runtime.engine_names:
+        reply = client.completions.create(model="default", prompt="Say yes.", temperature=0, max_tokens=12, logprobs=0,
+                                          extra_body={"engine": engine, "allowed_token_ids": allowed})
+        assert set(reply.choices[0].logprobs.tokens) <= pieces, engine
+        texts.add(reply.choices[0].text)
+    assert len(texts) == 1
+    word = next(w for w in plain.split() if w.isalpha() and len(w) > 3)
+    banned = [tuple(tokenizer.encode(w, add_special_tokens=False)) for w in (word, " " + word)]
+    replies = set()
+    for engine in runtime.engine_names:
+        reply = _chat(client, engine, bad_words=[word]).choices[0].message.content
+        out = list(tokenizer.encode(reply, add_special_tokens=False))
+        assert not any(tuple(out[i:i + len(b)]) == b for b in banned for i in range(len(out))), (engine, word)
+        replies.add(reply)
+    assert len(replies) == 1 and plain not in replies
+    for body in ({"allowed_token_ids": [10**7]}, {"allowed_token_ids": []}):
+        with pytest.raises(openai.BadRequestError) as caught:
+            _chat(client, "raw", **body)
+        assert caught.value.body["param"] == "allowed_token_ids", caught.value.body

@@ -150,3 +150,83 @@ def test_min_tokens_bans_the_ends_only_before_it_and_then_leaves_the_fast_path_f
     processor.advance([8, 9])
     assert not processor.active
     assert np.array_equal(np.array(processor.apply(logits[:1], [[]])), np.zeros((1, bundle.vocab_size)))
+
+
+def _contains(tokens: list[int], part: tuple[int, ...]) -> bool:
+    return any(tuple(tokens[i:i + len(part)]) == part for i in range(len(tokens) - len(part) + 1))
+
+
+def test_allowed_token_ids_and_bad_words_keep_speculation_lossless(runtime):
+    """vLLM's allowed_token_ids (-inf outside them) and bad_words (a word's last token banned where its other
+    tokens were just generated, per verified row with that row's path): greedy mtp / ddtree equal raw token for
+    token, drafts are still accepted, and the output holds only allowed tokens / no bad word."""
+    plain, _, _, _, _ = _generate(runtime, SamplingParams(temperature=0.0, max_tokens=40), "raw")
+    allowed = tuple(dict.fromkeys(plain[:6]))
+    tokenizer = runtime.bundle.tokenizer
+    word = None
+    for at in range(2, len(plain) - 1):   # a word of two tokens the plain reply writes, as vLLM tokenizes it
+        text = tokenizer.decode(plain[at:at + 2])
+        for candidate in (text.lstrip(), " " + text.lstrip()):
+            if tuple(tokenizer.encode(candidate, add_special_tokens=False)) == tuple(plain[at:at + 2]):
+                word = (text, tuple(plain[at:at + 2]))
+                break
+        if word:
+            break
+    assert word is not None, "no two-token word in the plain reply: this test proves nothing"
+    for params, check in (
+            (SamplingParams(temperature=0.0, max_tokens=40, allowed_token_ids=allowed),
+             lambda tokens: set(tokens) <= set(allowed)),
+            (SamplingParams(temperature=0.0, max_tokens=40, bad_words=(word[0],)),
+             lambda tokens: not _contains(tokens, word[1]))):
+        raw, _, _, _, _ = _generate(runtime, params, "raw")
+        assert raw != plain and check(raw), "the field must change the output, or this test proves nothing"
+        for engine in ("mtp", "ddtree"):
+            tokens, _, _, steps, _ = _generate(runtime, params, engine)
+            assert tokens == raw, engine
+            assert _accepted(steps) > 0, f"{engine} never accepted a draft: the rows were not verified"
+
+
+def test_bad_words_ban_per_row_on_the_rows_own_path(runtime):
+    """A bad word of tokens (a, b, c): c is banned on exactly the rows whose generated tokens (the request's,
+    then the row's path) end with a, b; the prompt does not count."""
+    import mlx.core as mx
+
+    from engines.processing import TargetProcessor
+
+    class Words:   # a tokenizer whose words are their listed ids
+        def encode(self, text, add_special_tokens=False):
+            return {"bad": [11, 12, 13], " bad": [11, 12, 13]}.get(text, [])
+
+    vocab = runtime.bundle.vocab_size
+    processor = TargetProcessor(SamplingParams(temperature=0.0, bad_words=("bad",)), [11, 12], Words(), vocab)
+    logits = mx.zeros((4, vocab))
+    rows = np.array(processor.apply(logits, [[], [11], [11, 12], [12]]))
+    # the prompt's 11, 12 are not generated tokens: only the row whose path writes them bans 13
+    assert [bool(np.isneginf(r[13])) for r in rows] == [False, False, True, False] and np.isneginf(rows).sum() == 1
+    processor.advance([11])
+    rows = np.array(processor.apply(logits, [[], [12], [12, 11], [11, 12]]))
+    assert [bool(np.isneginf(r[13])) for r in rows] == [False, True, False, True]
+    assert np.isneginf(rows).sum() == 2
+
+
+def test_repetition_window_reads_the_last_tokens_only(runtime):
+    """llama.cpp's / Ollama's repeat_last_n: the repetition penalty covers the last n tokens of prompt + reply
+    (per row with its path), not the whole context; speculation stays lossless under it."""
+    import mlx.core as mx
+
+    from engines.processing import TargetProcessor
+
+    vocab = runtime.bundle.vocab_size
+    processor = TargetProcessor(SamplingParams(temperature=0.0, repetition_penalty=2.0, repetition_window=3),
+                                [5, 6, 7, 8], runtime.bundle.tokenizer, vocab)
+    rows = np.array(processor.apply(mx.ones((2, vocab)), [[], [9]]))
+    assert (rows[0, [6, 7, 8]] == 0.5).all() and rows[0, 5] == 1.0   # the window: 6, 7, 8
+    assert (rows[1, [7, 8, 9]] == 0.5).all() and rows[1, 6] == 1.0   # the row's path moves it
+    whole = SamplingParams(temperature=0.0, max_tokens=40, repetition_penalty=1.3)
+    windowed = replace(whole, repetition_window=4)
+    raw, _, _, _, _ = _generate(runtime, windowed, "raw")
+    assert raw != _generate(runtime, whole, "raw")[0], "the window must change the output, or this proves nothing"
+    for engine in ("mtp", "ddtree"):
+        tokens, _, _, steps, _ = _generate(runtime, windowed, engine)
+        assert tokens == raw, engine
+        assert _accepted(steps) > 0, engine

@@ -55,6 +55,15 @@ def test_options_reach_the_sampler(server):
         "temperature": 0.9, "top_p": 0.8, "top_k": 20, "seed": 7, "num_predict": 30, "stop": ["git"],
         "repeat_penalty": 1.2, "repeat_last_n": -1, "num_ctx": 4096, "num_thread": 2})
     assert reply.message.content == expected.choices[0].message.content
+    # repeat_last_n: the penalty reads the last n tokens only (llama.cpp's repeat_last_n on /v1 too)
+    windowed = raw_engine.chat(model=runtime.model_id, messages=SHORT, stream=False, options={
+        "temperature": 0, "num_predict": 40, "repeat_penalty": 1.5, "repeat_last_n": 8})
+    whole = raw_engine.chat(model=runtime.model_id, messages=SHORT, stream=False, options={
+        "temperature": 0, "num_predict": 40, "repeat_penalty": 1.5, "repeat_last_n": -1})
+    assert windowed.message.content != whole.message.content
+    same = oai.chat.completions.create(model="default", messages=SHORT, temperature=0, max_tokens=40, extra_body={
+        "repetition_penalty": 1.5, "repeat_last_n": 8, "engine": "raw"})
+    assert windowed.message.content == same.choices[0].message.content
     with pytest.raises(ollama.ResponseError) as caught:
         client.chat(model=runtime.model_id, messages=SHORT, options={"mirostat": 2}, stream=False)
     assert caught.value.status_code == 400 and "mirostat" in caught.value.error

@@ -4,12 +4,12 @@ Ollama send it too (a field given beside it at the top level wins)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from .errors import bad_request
-from .schemas import Int
+from .schemas import INT32_MAX, Int, _whole_number
 
 # Ollama's sampling options with no sampler here, each with the value that leaves sampling as it is
 NEUTRAL_OPTIONS = {"typical_p": 1.0, "tfs_z": 1.0, "mirostat": 0}
@@ -26,7 +26,8 @@ class OllamaOptions(BaseModel):
     num_predict: Int | None = None        # -1: no limit, -2: fill the context (both: the server's default)
     stop: list[str] | str | None = None
     repeat_penalty: float | None = None
-    repeat_last_n: Int | None = None      # the penalty's window: -1 (the whole context) or 0 (off) only
+    # the penalty's window: the last n tokens, -1 the whole context, 0 off
+    repeat_last_n: Annotated[int, Field(ge=-1, le=INT32_MAX), BeforeValidator(_whole_number)] | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     typical_p: float | None = None
@@ -68,11 +69,9 @@ def option_fields(o: OllamaOptions) -> dict[str, Any]:
     if o.stop:
         body["stop"] = o.stop
     if o.repeat_penalty is not None and o.repeat_penalty != 1.0 and o.repeat_last_n != 0:
-        if o.repeat_last_n not in (None, -1):
-            raise bad_request(f"options.repeat_last_n {o.repeat_last_n} is not supported: the repeat penalty here "
-                              "covers the whole context (send -1, or 0 to turn it off).", param="options.repeat_last_n",
-                              code="unsupported_parameter")
         body["repetition_penalty"] = o.repeat_penalty
+        if o.repeat_last_n is not None and o.repeat_last_n > 0:   # -1 (and absent): the whole context
+            body["repeat_last_n"] = o.repeat_last_n
     for name, neutral in NEUTRAL_OPTIONS.items():
         value = getattr(o, name)
         if value is not None and value != neutral:

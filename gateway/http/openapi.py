@@ -278,7 +278,7 @@ def _honoured_ollama(defs: dict[str, Any], chat: dict[str, Any], common: dict[st
     options["repeat_penalty"] = chat["repetition_penalty"]
     # > 0: max_tokens; 0 or less (-1 no limit, -2 fill the context): the server's default
     options["num_predict"] = _nullable({"type": "integer", "maximum": common["max_tokens"]["anyOf"][0]["maximum"]})
-    options["repeat_last_n"] = _one_of_values(None, -1, 0)
+    options["repeat_last_n"] = chat["repeat_last_n"]
     for name, neutral in NEUTRAL_OPTIONS.items():
         options[name] = _one_of_values(None, neutral)
     for name in ("ChatCompletionRequest", "CompletionRequest"):   # clients that speak Ollama send it here too

@@ -270,7 +270,8 @@ def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, l
         stop=_stop_list(req.stop, config),
         presence_penalty=req.presence_penalty or 0.0,
         frequency_penalty=req.frequency_penalty or 0.0,
-        repetition_penalty=req.repetition_penalty or 1.0,
+        repetition_penalty=1.0 if req.repeat_last_n == 0 else req.repetition_penalty or 1.0,   # 0: no penalty
+        repetition_window=max(req.repeat_last_n or 0, 0),
         logit_bias=tuple((int(token), value) for token, value in (req.logit_bias or {}).items()),
         logprobs=logprobs,
         top_logprobs=top_logprobs,
@@ -279,6 +280,8 @@ def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, l
         stop_token_ids=tuple(req.stop_token_ids or ()),
         ignore_eos=bool(req.ignore_eos),
         skip_special_tokens=req.skip_special_tokens is not False,
+        allowed_token_ids=tuple(req.allowed_token_ids or ()),
+        bad_words=tuple(req.bad_words or ()),
     )
 
 

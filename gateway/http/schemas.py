@@ -610,6 +610,12 @@ class _SamplingFields(_Strict):
     stop_token_ids: Annotated[list[NonNegativeInt], Field(max_length=MAX_LOGIT_BIAS)] \
         | None = None
     ignore_eos: bool | None = None
+    # llama.cpp's (and Ollama's): the repetition penalty reads the last this many tokens of prompt + reply only;
+    # -1: all of them, 0: no repetition penalty
+    repeat_last_n: Annotated[int, Field(ge=-1, le=INT32_MAX), BeforeValidator(_whole_number)] | None = None
+    # vLLM's: only these token ids may be sampled; these words are never written
+    allowed_token_ids: Annotated[list[NonNegativeInt], Field(min_length=1)] | None = None
+    bad_words: Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_LOGIT_BIAS)] | None = None
     # vLLM's: only the prompt's last k tokens are read (left truncation); -1: the last context-length tokens
     truncate_prompt_tokens: Annotated[Literal[-1] | Annotated[int, Field(ge=1, le=INT32_MAX)],
                                       BeforeValidator(_whole_number)] | None = None
