@@ -157,6 +157,7 @@ class Runtime:
             cancelled=lambda: cancel.cancelled,
             ends=FirstCallEnd(self.bundle.tokenizer, reply) if FirstCallEnd.wanted(reply) else None,
             skip=skip, inside=inside, hidden=self._special_ids if params.skip_special_tokens else frozenset(),
+            min_tokens=params.min_tokens,
         )
         if reply is not None:
             chunks = split_reply(chunks, ReplySplitter(self.bundle.tokenizer, reply))

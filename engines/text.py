@@ -74,6 +74,9 @@ class StopMatcher:
         # the end of the text already let through, long enough to find a marker split across chunks
         self._tail = ""
         self._reach = max((len(marker) for pair in self._skip for marker in pair), default=1) - 1
+        # False: stop strings are not looked for in the text fed now (vLLM's min_tokens: none ends the reply
+        # before it); the parts' markers are still followed
+        self.looking = True
 
     def feed(self, text: str) -> tuple[str, bool]:
         """Returns (text safe to emit, stopped)."""
@@ -109,9 +112,13 @@ class StopMatcher:
         return end, pair
 
     def _earliest(self, buffer: str) -> tuple[int, str] | None:
+        if not self.looking:
+            return None
         return min(((buffer.find(s), s) for s in self.stops if s in buffer), default=None)
 
     def _match(self, buffer: str) -> tuple[str, bool]:
+        if not self.looking:   # nothing held back for a stop string that could not count
+            return buffer, False
         hit = self._earliest(buffer)
         if hit is not None:
             position, self.matched = hit
@@ -202,12 +209,14 @@ def stream_text(
     skip: Sequence[tuple[str, str]] = (),
     inside: tuple[str, str] | None = None,
     hidden: frozenset[int] = frozenset(),
+    min_tokens: int = 0,
 ) -> Iterator[GenerationChunk]:
     """Wraps an engine's steps; closes the engine generator when the request is finished. `ends`, fed
     the text token by token, says when the reply is complete at it (parallel_tool_calls false: its first
     tool call closed); the reply then finishes "stop" there, as at a stop string. `skip` / `inside`: the
     parts of the reply (thinking, tool calls) in which stop strings are not looked for (StopMatcher). `hidden`:
-    tokens counted (and given logprobs) but not written into the text (vLLM's skip_special_tokens)."""
+    tokens counted (and given logprobs) but not written into the text (vLLM's skip_special_tokens). `min_tokens`:
+    no stop string ends the reply within its first this many tokens (vLLM's min_tokens)."""
     detok = untrimmed_detokenizer(tokenizer)
     matcher = StopMatcher(stops, skip, inside)
     produced = 0
@@ -229,6 +238,7 @@ def stream_text(
                 produced += 1
                 if token not in hidden:
                     detok.add_token(token)
+                    matcher.looking = produced >= min_tokens
                     piece, stopped = matcher.feed(detok.last_segment)
                     text += piece
                     ended = stopped or (ends is not None and ends(piece))

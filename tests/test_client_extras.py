@@ -226,3 +226,21 @@ def test_allowed_token_ids_and_bad_words_under_every_engine(demo):
         with pytest.raises(openai.BadRequestError) as caught:
             _chat(client, "raw", **body)
         assert caught.value.body["param"] == "allowed_token_ids", caught.value.body
+
+
+def test_stop_strings_wait_for_min_tokens_as_in_vllm(demo):
+    """vLLM looks for no stop string before min_tokens: a stop string the reply writes early does not end it
+    then; the first one after that does, under every engine alike."""
+    client, runtime = demo
+    plain = _chat(client, "raw").choices[0].message.content
+    stop = next(w for w in plain.split()[1:] if w.isalpha() and len(w) > 2)
+    cut = _chat(client, "raw", stop=[stop])
+    assert cut.choices[0].finish_reason == "stop" and cut.usage.completion_tokens < 30, "must stop early"
+    replies = {}
+    for engine in runtime.engine_names:
+        reply = _chat(client, engine, stop=[stop], min_tokens=30)
+        assert reply.usage.completion_tokens >= 30, engine
+        text = reply.choices[0].message.content
+        assert text.startswith(cut.choices[0].message.content + stop), engine   # written through, not ended
+        replies[engine] = (text, reply.choices[0].finish_reason)
+    assert len(set(replies.values())) == 1, replies
