@@ -27,8 +27,6 @@ from .errors import APIError, bad_request
 from .generate import Admitted, Endpoint, check_model, forced_engine, generate, parse, read_json_object
 from .ollama_errors import error_response
 from .ollama_options import option_fields
-from .record import ChoiceReply, RequestRecord
-from .request_spec import chat_spec, completion_spec, header_priority
 from .ollama_schemas import (
     OllamaChatRequest,
     OllamaGenerateRequest,
@@ -43,6 +41,8 @@ from .ollama_schemas import (
     OllamaTags,
     OllamaVersion,
 )
+from .record import ChoiceReply, RequestRecord
+from .request_spec import chat_spec, completion_spec, header_priority
 from .schemas import ChatCompletionRequest, ChatTool, CompletionRequest
 from .sse import StreamFormat
 from .state import GatewayState
