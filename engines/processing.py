@@ -101,13 +101,13 @@ class TargetProcessor:
                 raise InvalidRequestError(f"stop_token_ids: token id {token} is not in this model's vocabulary "
                                           f"(0 to {vocab - 1})", param="stop_token_ids")
         self.emitted = 0   # tokens the request has emitted (advance)
-        self.never, self.bad_sequences = _never_row(params, tokenizer, vocab)
+        self.never, self.bad_sequences = _never_row(params, tokenizer, vocab) \
+            if params.allowed_token_ids or params.bad_words else (None, ())
         # what later rows' histories are read from: the generated tokens (bad words of several tokens) and, with
         # a repetition window, the prompt's last tokens before them
         self.window = params.repetition_window if params.repetition_penalty != 1.0 else 0
-        keep = max(self.window, max(map(len, self.bad_sequences), default=0))
+        self._keep = max(self.window, max(map(len, self.bad_sequences), default=0))
         self.recent: list[int] = list(prompt_ids[-self.window:]) if self.window else []
-        self._keep = keep
         # min_tokens: the tokens that would end the reply, banned (-inf) at each position before min_tokens
         self.early_ban = _end_row(params, tokenizer, vocab) if params.min_tokens > 0 else None
         self.matcher = None
