@@ -9,6 +9,7 @@ Nothing is queued and no MLX runs: the tokenizer and the template only, off the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -131,7 +132,7 @@ def _detokenize(data: dict[str, Any], state: GatewayState) -> BaseModel:
     return Detokenized(prompt=text, content=text)
 
 
-async def _answer(request: Request, work) -> Response:
+async def _answer(request: Request, work: Callable[[dict[str, Any], GatewayState], BaseModel]) -> Response:
     state: GatewayState = request.app.state.gateway
     try:
         with request.app.state.body_budget.slot():
