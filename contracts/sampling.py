@@ -43,6 +43,10 @@ class SamplingParams:
     skip_special_tokens: bool = True       # vLLM's default: special tokens (an ignored EOS, ...) are not text
     allowed_token_ids: tuple[int, ...] = ()   # vLLM's: only these may be sampled (-inf on every other); (): any
     bad_words: tuple[str, ...] = ()            # vLLM's: words never written (their last token banned after the rest)
+    # at most this many tokens inside the thinking block the generation prompt opened, then its end is forced
+    # (vLLM's thinking_token_budget, Anthropic's budget_tokens); None: no cap
+    thinking_budget: int | None = None
+    opens_in_reasoning: bool = False           # the generation prompt opened the thinking block (set per prompt)
 
     @property
     def penalised(self) -> bool:

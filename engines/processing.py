@@ -71,6 +71,45 @@ def _never_row(params: SamplingParams, tokenizer: Any, vocab: int) -> tuple[mx.a
     return (mx.array(never) if never.any() else None), tuple(sequences)
 
 
+class ThinkingBudget:
+    """A cap on the thinking block the generation prompt opened: once `budget` tokens were thought, the tokens
+    that close the block are forced one by one (every other logit -inf); a block the model closes itself
+    ends the cap. A state is (tokens thought, closing tokens forced so far, closed); `after` is a pure
+    function of the tokens, so each verified row gets the state its own path leads to."""
+
+    def __init__(self, budget: int, end: Sequence[int]):
+        self.budget = budget
+        self.end = tuple(end)   # the closing marker's tokens (Qwen's </think>: one added token)
+        self.start_state = (0, 0, False)
+
+    def after(self, state: tuple[int, int, bool], tokens: Sequence[int]) -> tuple[int, int, bool]:
+        thought, forced, closed = state
+        for token in tokens:
+            if closed:
+                break
+            if thought >= self.budget:   # forcing: this token is the next closing token
+                forced += 1
+                closed = forced == len(self.end)
+            else:
+                thought += 1
+                closed = token == self.end[-1] and len(self.end) == 1   # the model closed it itself
+        return thought, forced, closed
+
+    def forced(self, state: tuple[int, int, bool]) -> int | None:
+        """The token the next position must be, or None (free)."""
+        thought, forced, closed = state
+        return self.end[forced] if not closed and thought >= self.budget else None
+
+
+def thinking_budget(params: SamplingParams, tokenizer: Any) -> ThinkingBudget | None:
+    """The request's cap on its thinking, where it has one and the reply starts inside a thinking block whose
+    closing marker the tokenizer writes as one token (Qwen's </think>); else None."""
+    if params.thinking_budget is None or not params.opens_in_reasoning or not getattr(tokenizer, "has_thinking", False):
+        return None
+    end = list(tokenizer.encode(tokenizer.think_end, add_special_tokens=False))
+    return ThinkingBudget(params.thinking_budget, end) if len(end) == 1 else None
+
+
 def ending_tokens(eos_token_ids: Iterable[int], params: SamplingParams) -> frozenset[int]:
     """The tokens that end a reply: EOS (unless ignore_eos) and the request's stop_token_ids. The text stream
     stops at them and min_tokens bans them: one set for both."""
@@ -108,6 +147,8 @@ class TargetProcessor:
         self.window = params.repetition_window if params.repetition_penalty != 1.0 else 0
         self._keep = max(self.window, max(map(len, self.bad_sequences), default=0))
         self.recent: list[int] = list(prompt_ids[-self.window:]) if self.window else []
+        self.thinking = thinking_budget(params, tokenizer)
+        self.think_state = self.thinking.start_state if self.thinking is not None else None
         # min_tokens: the tokens that would end the reply, banned (-inf) at each position before min_tokens
         self.early_ban = _end_row(params, tokenizer, vocab) if params.min_tokens > 0 else None
         self.matcher = None
@@ -123,7 +164,8 @@ class TargetProcessor:
     @property
     def active(self) -> bool:
         return (self.params.penalised or self.bias is not None or self.matcher is not None or self.early_ban is not None
-                or self.never is not None or bool(self.bad_sequences))
+                or self.never is not None or bool(self.bad_sequences)
+                or (self.think_state is not None and not self.think_state[2]))
 
     @property
     def per_token(self) -> bool:
@@ -142,6 +184,8 @@ class TargetProcessor:
                 self.seen[token] = True
         if self._keep:
             self.recent = (self.recent + list(tokens))[-self._keep:]
+        if self.thinking is not None:
+            self.think_state = self.thinking.after(self.think_state, tokens)
         if self.matcher is not None:
             for token in tokens:   # a verify may accept drafts past the end-of-sequence the text stops at
                 if self.matcher.is_stopped():
@@ -182,6 +226,16 @@ class TargetProcessor:
             early = np.array([self.emitted + len(path) < p.min_tokens for path in paths])
             if early.any():
                 logits = mx.where(mx.array(early)[:, None] & self.early_ban[None], -mx.inf, logits)
+        if self.thinking is not None and not self.think_state[2]:   # a row past the budget: its closing token only
+            forced = [self.thinking.forced(self.thinking.after(self.think_state, path)) for path in paths]
+            if any(token is not None for token in forced):
+                only = np.zeros((len(paths), self.vocab), dtype=bool)
+                for row, token in enumerate(forced):
+                    if token is None:
+                        only[row] = True
+                    else:
+                        only[row, token] = True
+                logits = mx.where(mx.array(only), logits, -mx.inf)
         if self.matcher is not None:
             logits = mx.where(mx.array(self._allowed(paths)), logits, -mx.inf)
         return logits

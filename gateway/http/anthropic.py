@@ -164,6 +164,8 @@ def to_chat_request(req: MessagesRequest) -> dict[str, Any]:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": output.schema_}}
     if req.thinking is not None:   # absent: the template's default (Qwen3.6 thinks), as the model card says
         body["chat_template_kwargs"] = {"enable_thinking": req.thinking.type != "disabled"}
+        if req.thinking.type == "enabled" and req.thinking.budget_tokens is not None:
+            body["thinking_token_budget"] = req.thinking.budget_tokens
     return body
 
 

@@ -186,7 +186,7 @@ class AnthropicToolChoice(_Anthropic):
 
 class ThinkingConfig(_Anthropic):
     type: Literal["enabled", "disabled", "adaptive"]
-    budget_tokens: NonNegativeInt | None = None   # accepted; the thinking is not cut at a budget
+    budget_tokens: NonNegativeInt | None = None   # "enabled": the thinking is closed after this many tokens
     display: str | None = None                    # accepted; the thinking is returned in full
 
 

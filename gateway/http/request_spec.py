@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import replace
 from typing import Any
 
 from contracts.names import forces_tool_call
@@ -469,8 +470,8 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
                           "tool_choice (each decides the whole reply).", param="response_format" if grammar else
                           "tool_choice", code="conflicting_constraints")
     grammar = grammar if guided is None else guided
-    params = _sampling(req, max_tokens, config, logprobs=logprobs, top_logprobs=req.top_logprobs or 0,
-                       grammar=None if forcing else grammar)
+    params = replace(_sampling(req, max_tokens, config, logprobs=logprobs, top_logprobs=req.top_logprobs or 0,
+                               grammar=None if forcing else grammar), thinking_budget=req.thinking_token_budget)
     # tools the model may call beside a JSON answer: the reply is that JSON or a call, a grammar the engine
     # writes in the template's call syntax (params.grammar, the JSON alone, stays for a syntax it cannot)
     answer = _answer_schema(req.response_format)

@@ -673,6 +673,8 @@ class ChatCompletionRequest(_SamplingFields):
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None   # vLLM / SGLang: e.g. {"enable_thinking": false}
+    # vLLM's: at most this many tokens of thinking, then the block is closed (Anthropic's budget_tokens comes here)
+    thinking_token_budget: NonNegativeInt | None = None
     reasoning_effort: ReasoningEffort | None = None
     include_reasoning: bool | None = None   # vLLM's: false leaves reasoning_content / reasoning out of the reply
     # vLLM's template switches: the generation prompt (a new assistant turn) is always added, unless

@@ -51,12 +51,15 @@ def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[list[int]], ChatP
 
 
 def _imposed(params: SamplingParams, chat: ChatPrompt | None) -> SamplingParams:
-    """The params with what the rendered chat imposes on its reply: its grammar (a forced call, for which
+    """The params with what the rendered chat imposes on its reply: whether it starts inside the thinking block
+    (where a thinking budget counts), its grammar (a forced call, for which
     chat_spec drops a response_format's grammar; or a JSON answer beside tools: that JSON or a call, in the
     template's syntax), and its banned tokens (tool_choice "none"'s call opening) as a -inf logit bias, which
     every engine applies to the target's logits like any bias."""
     if chat is None:
         return params
+    if params.thinking_budget is not None:   # the cap reads where the reply starts: inside thinking or not
+        params = replace(params, opens_in_reasoning=chat.reply.opens_in_reasoning)
     if chat.grammar is not None:
         params = replace(params, grammar=chat.grammar)
     if chat.banned:
