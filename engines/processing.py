@@ -227,13 +227,16 @@ class TargetProcessor:
 LOGPROB_FLOOR = -9999.0
 
 
-def token_logprobs(tokenizer: Any, logits: mx.array, tokens: Sequence[int], top: int) -> list[TokenLogprob]:
+def token_logprobs(tokenizer: Any, logits: mx.array, tokens: Sequence[int], top: int,
+                   ranked: bool = False) -> list[TokenLogprob]:
     """Log-probabilities of `tokens` under the (processed) target `logits` rows, with `top` alternatives
-    (none below LOGPROB_FLOOR)."""
+    (none below LOGPROB_FLOOR), and `ranked`: each token's rank (1 + the tokens likelier than it)."""
     raw = TokenBytes(tokenizer)
     lp = logits.astype(mx.float32) - mx.logsumexp(logits.astype(mx.float32), axis=-1, keepdims=True)
     lp = mx.maximum(lp, LOGPROB_FLOOR)
-    chosen = np.array(mx.take_along_axis(lp, mx.array(list(tokens))[:, None], axis=-1)[:, 0])
+    picked = mx.take_along_axis(lp, mx.array(list(tokens))[:, None], axis=-1)
+    chosen = np.array(picked[:, 0])
+    ranks = np.array(mx.sum(lp > picked, axis=-1) + 1) if ranked else np.zeros(len(tokens), dtype=np.int64)
     tops: list[tuple[TopLogprob, ...]] = [()] * len(tokens)
     if top > 0:
         index = np.array(mx.argsort(-lp, axis=-1)[:, :top])
@@ -241,5 +244,5 @@ def token_logprobs(tokenizer: Any, logits: mx.array, tokens: Sequence[int], top:
         tops = [tuple(TopLogprob(tokenizer.decode([int(t)]), int(t), float(v), raw(int(t)))
                       for t, v in zip(row_i, row_v))
                 for row_i, row_v in zip(index, values)]
-    return [TokenLogprob(tokenizer.decode([int(t)]), int(t), float(v), tuple(alternatives), raw(int(t)))
-            for t, v, alternatives in zip(tokens, chosen, tops)]
+    return [TokenLogprob(tokenizer.decode([int(t)]), int(t), float(v), tuple(alternatives), raw(int(t)), int(rank))
+            for t, v, alternatives, rank in zip(tokens, chosen, tops, ranks)]
