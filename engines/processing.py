@@ -12,6 +12,7 @@ target's distribution at every verified position is exactly the one a plain deco
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import mlx.core as mx
@@ -77,6 +78,18 @@ def ending_tokens(eos_token_ids: Iterable[int], params: SamplingParams) -> froze
     return frozenset(() if params.ignore_eos else map(int, eos_token_ids)) | frozenset(params.stop_token_ids)
 
 
+def _dead_end_row(params: SamplingParams, tokenizer: Any, vocab: int) -> mx.array | None:
+    """(V,) bool: what a row whose every token is banned may still write, the tokens that end a reply (EOS even
+    under ignore_eos: there is nothing else); None where there are none."""
+    ends = ending_tokens(getattr(tokenizer, "eos_token_ids", None) or (), replace(params, ignore_eos=False))
+    ends = [t for t in ends if 0 <= t < vocab]
+    if not ends:
+        return None
+    row = np.zeros(vocab, dtype=bool)
+    row[ends] = True
+    return mx.array(row)
+
+
 def _end_row(params: SamplingParams, tokenizer: Any, vocab: int) -> mx.array:
     """(V,) bool: the tokens that end a reply (ending_tokens), which min_tokens bans."""
     row = np.zeros(vocab, dtype=bool)
@@ -110,7 +123,12 @@ class TargetProcessor:
         self._keep = keep
         # min_tokens: the tokens that would end the reply, banned (-inf) at each position before min_tokens
         self.early_ban = _end_row(params, tokenizer, vocab) if params.min_tokens > 0 else None
+        # where the request's bans leave a row no token at all (allowed_token_ids outside what the constraint
+        # permits, min_tokens past a constraint's end), the reply ends: the ending tokens get logit 0 on that row,
+        # a function of the row's own history, so every engine ends it at the same token
+        self.dead_end = _dead_end_row(params, tokenizer, vocab)
         self.matcher = None
+        self.off_constraint = False   # the request wrote a token its constraint rejects: nothing is allowed after
         if params.grammar is not None:
             import llguidance
 
@@ -144,12 +162,15 @@ class TargetProcessor:
             self.recent = (self.recent + list(tokens))[-self._keep:]
         if self.matcher is not None:
             for token in tokens:   # a verify may accept drafts past the end-of-sequence the text stops at
-                if self.matcher.is_stopped():
+                if self.off_constraint or self.matcher.is_stopped():
                     break
-                self.matcher.consume_token(token)
+                # a token the constraint rejects (a dead end's EOS, ignore_eos writing on past it): from there
+                # no token is the constraint's, on every row alike
+                self.off_constraint = self.matcher.try_consume_tokens([int(token)]) != 1
 
-    def apply(self, logits: mx.array, paths: Sequence[Sequence[int]]) -> mx.array:
-        """logits (R, V) float; row r continues the emitted tokens by paths[r]."""
+    def apply(self, logits: mx.array, paths: Sequence[Sequence[int]], dead_end: bool = True) -> mx.array:
+        """logits (R, V) float; row r continues the emitted tokens by paths[r]. A row left no token ends the
+        reply (dead_end; a drafter's deeper rows pass False: nothing to draft there)."""
         if not self.active:
             return logits
         p = self.params
@@ -184,6 +205,10 @@ class TargetProcessor:
                 logits = mx.where(mx.array(early)[:, None] & self.early_ban[None], -mx.inf, logits)
         if self.matcher is not None:
             logits = mx.where(mx.array(self._allowed(paths)), logits, -mx.inf)
+        if dead_end and self.dead_end is not None and (self.never is not None or bool(self.bad_sequences)
+                                                       or self.early_ban is not None or self.matcher is not None):
+            dead = mx.isneginf(mx.max(logits, axis=-1, keepdims=True))   # (R, 1): nothing left on that row
+            logits = mx.where(dead & self.dead_end[None], 0.0, logits)
         return logits
 
     def _bad_word_ends(self, paths: Sequence[Sequence[int]]) -> np.ndarray:
@@ -210,9 +235,13 @@ class TargetProcessor:
         from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
         masks = allocate_token_bitmask(len(paths), self.vocab)
+        masks[:] = 0
+        if self.off_constraint:
+            return np.zeros((len(paths), self.vocab), dtype=bool)
         for row, path in enumerate(paths):
-            # a path the constraint rejects can never be accepted: any mask will do for its row
-            # (try_consume stops at the first rejected token without putting the matcher in error)
+            # past a token the constraint rejects nothing is allowed (the request's own history alike: a row is
+            # processed as the same tokens emitted would be); try_consume stops at the first rejected token
+            # without putting the matcher in error
             consumed = self.matcher.try_consume_tokens(list(path)) if path else 0
             if consumed == len(path):
                 fill_next_token_bitmask(self.matcher, masks, row)

@@ -300,3 +300,21 @@ def test_prompt_logprobs_score_the_prompt_as_vllm_returns_them(demo):
         with pytest.raises(openai.BadRequestError) as caught:
             client.completions.create(model="default", prompt=text, max_tokens=4, extra_body=body)
         assert caught.value.body["param"] == "prompt_logprobs", caught.value.body
+
+
+def test_bans_that_leave_no_token_end_the_reply_alike_under_every_engine(demo):
+    """allowed_token_ids that the output constraint permits none of, or min_tokens past a constraint's end, leave
+    a position no token: the reply ends there (the ending token is all that is left), the same under every
+    engine; it was a 500 under ddtree (no draft candidate) and another reply under mtp. With ignore_eos the reply
+    runs on to max_tokens, writing nothing the constraint rejects, alike too."""
+    client, runtime = demo
+    outside = list(runtime.bundle.tokenizer.encode("zzz", add_special_tokens=False))
+    for extra, expected in (({"allowed_token_ids": outside, "guided_choice": ["yes", "no"]}, ("", "stop")),
+                            ({"allowed_token_ids": outside, "guided_choice": ["yes", "no"], "ignore_eos": True},
+                             ("", "length")),
+                            ({"guided_choice": ["yes"], "min_tokens": 6}, ("yes", "stop")),
+                            ({"guided_choice": ["yes"], "ignore_eos": True}, ("yes", "length"))):
+        for engine in runtime.engine_names:
+            reply = client.chat.completions.create(model="default", messages=SHORT, temperature=0, max_tokens=12,
+                                                   extra_body={"engine": engine, **extra})
+            assert (reply.choices[0].message.content, reply.choices[0].finish_reason) == expected, (engine, extra)
