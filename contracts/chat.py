@@ -40,6 +40,7 @@ class TokenLogprob:
     logprob: float
     top: tuple[TopLogprob, ...] = ()
     raw: bytes = b""   # the token's own bytes (TopLogprob.raw)
+    rank: int = 0      # 1 + how many tokens were likelier (vLLM's prompt_logprobs report it); 0: not computed
 
 
 @dataclass(frozen=True)

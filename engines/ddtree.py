@@ -243,7 +243,9 @@ def _processed_candidates(proposal: _Proposal, processor: TargetProcessor) -> tu
     path: list[int] = []
     tops_lp, tops_tok = [], []
     for depth in range(proposal.logprobs.shape[0]):
-        row = processor.apply(proposal.logprobs[depth][None], [path])[0] / proposal.tree_temperature
+        # the first depth as the verify sees it (a row the request's bans leave empty: its ending tokens)
+        row = processor.apply(proposal.logprobs[depth][None], [path], dead_end=not path)[0]
+        row = row / proposal.tree_temperature
         order = mx.argsort(-row)[:width]
         lp = np.array(row[order] - mx.logsumexp(row))
         if not np.isfinite(lp[0]):
@@ -251,6 +253,8 @@ def _processed_candidates(proposal: _Proposal, processor: TargetProcessor) -> tu
         tops_lp.append(lp)
         tops_tok.append(np.array(order))
         path.append(int(tops_tok[-1][0]))
+    if not tops_lp:   # nothing even at the first depth (a tokenizer with no ending token): the drafter's own
+        return np.array(proposal.top_logprobs)[:1], np.array(proposal.top_tokens)[:1]
     return np.stack(tops_lp), np.stack(tops_tok)
 
 

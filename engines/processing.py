@@ -12,6 +12,7 @@ target's distribution at every verified position is exactly the one a plain deco
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import mlx.core as mx
@@ -116,6 +117,18 @@ def ending_tokens(eos_token_ids: Iterable[int], params: SamplingParams) -> froze
     return frozenset(() if params.ignore_eos else map(int, eos_token_ids)) | frozenset(params.stop_token_ids)
 
 
+def _dead_end_row(params: SamplingParams, tokenizer: Any, vocab: int) -> mx.array | None:
+    """(V,) bool: what a row whose every token is banned may still write, the tokens that end a reply (EOS even
+    under ignore_eos: there is nothing else); None where there are none."""
+    ends = ending_tokens(getattr(tokenizer, "eos_token_ids", None) or (), replace(params, ignore_eos=False))
+    ends = [t for t in ends if 0 <= t < vocab]
+    if not ends:
+        return None
+    row = np.zeros(vocab, dtype=bool)
+    row[ends] = True
+    return mx.array(row)
+
+
 def _end_row(params: SamplingParams, tokenizer: Any, vocab: int) -> mx.array:
     """(V,) bool: the tokens that end a reply (ending_tokens), which min_tokens bans."""
     row = np.zeros(vocab, dtype=bool)
@@ -151,7 +164,12 @@ class TargetProcessor:
         self.think_state = self.thinking.start_state if self.thinking is not None else None
         # min_tokens: the tokens that would end the reply, banned (-inf) at each position before min_tokens
         self.early_ban = _end_row(params, tokenizer, vocab) if params.min_tokens > 0 else None
+        # where the request's bans leave a row no token at all (allowed_token_ids outside what the constraint
+        # permits, min_tokens past a constraint's end), the reply ends: the ending tokens get logit 0 on that row,
+        # a function of the row's own history, so every engine ends it at the same token
+        self.dead_end = _dead_end_row(params, tokenizer, vocab)
         self.matcher = None
+        self.off_constraint = False   # the request wrote a token its constraint rejects: nothing is allowed after
         if params.grammar is not None:
             import llguidance
 
@@ -188,12 +206,15 @@ class TargetProcessor:
             self.think_state = self.thinking.after(self.think_state, tokens)
         if self.matcher is not None:
             for token in tokens:   # a verify may accept drafts past the end-of-sequence the text stops at
-                if self.matcher.is_stopped():
+                if self.off_constraint or self.matcher.is_stopped():
                     break
-                self.matcher.consume_token(token)
+                # a token the constraint rejects (a dead end's EOS, ignore_eos writing on past it): from there
+                # no token is the constraint's, on every row alike
+                self.off_constraint = self.matcher.try_consume_tokens([int(token)]) != 1
 
-    def apply(self, logits: mx.array, paths: Sequence[Sequence[int]]) -> mx.array:
-        """logits (R, V) float; row r continues the emitted tokens by paths[r]."""
+    def apply(self, logits: mx.array, paths: Sequence[Sequence[int]], dead_end: bool = True) -> mx.array:
+        """logits (R, V) float; row r continues the emitted tokens by paths[r]. A row left no token ends the
+        reply (dead_end; a drafter's deeper rows pass False: nothing to draft there)."""
         if not self.active:
             return logits
         p = self.params
@@ -238,6 +259,10 @@ class TargetProcessor:
                 logits = mx.where(mx.array(only), logits, -mx.inf)
         if self.matcher is not None:
             logits = mx.where(mx.array(self._allowed(paths)), logits, -mx.inf)
+        if dead_end and self.dead_end is not None and (self.never is not None or bool(self.bad_sequences)
+                                                       or self.early_ban is not None or self.matcher is not None):
+            dead = mx.isneginf(mx.max(logits, axis=-1, keepdims=True))   # (R, 1): nothing left on that row
+            logits = mx.where(dead & self.dead_end[None], 0.0, logits)
         return logits
 
     def _bad_word_ends(self, paths: Sequence[Sequence[int]]) -> np.ndarray:
@@ -264,9 +289,13 @@ class TargetProcessor:
         from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
         masks = allocate_token_bitmask(len(paths), self.vocab)
+        masks[:] = 0
+        if self.off_constraint:
+            return np.zeros((len(paths), self.vocab), dtype=bool)
         for row, path in enumerate(paths):
-            # a path the constraint rejects can never be accepted: any mask will do for its row
-            # (try_consume stops at the first rejected token without putting the matcher in error)
+            # past a token the constraint rejects nothing is allowed (the request's own history alike: a row is
+            # processed as the same tokens emitted would be); try_consume stops at the first rejected token
+            # without putting the matcher in error
             consumed = self.matcher.try_consume_tokens(list(path)) if path else 0
             if consumed == len(path):
                 fill_next_token_bitmask(self.matcher, masks, row)
@@ -281,13 +310,16 @@ class TargetProcessor:
 LOGPROB_FLOOR = -9999.0
 
 
-def token_logprobs(tokenizer: Any, logits: mx.array, tokens: Sequence[int], top: int) -> list[TokenLogprob]:
+def token_logprobs(tokenizer: Any, logits: mx.array, tokens: Sequence[int], top: int,
+                   ranked: bool = False) -> list[TokenLogprob]:
     """Log-probabilities of `tokens` under the (processed) target `logits` rows, with `top` alternatives
-    (none below LOGPROB_FLOOR)."""
+    (none below LOGPROB_FLOOR), and `ranked`: each token's rank (1 + the tokens likelier than it)."""
     raw = TokenBytes(tokenizer)
     lp = logits.astype(mx.float32) - mx.logsumexp(logits.astype(mx.float32), axis=-1, keepdims=True)
     lp = mx.maximum(lp, LOGPROB_FLOOR)
-    chosen = np.array(mx.take_along_axis(lp, mx.array(list(tokens))[:, None], axis=-1)[:, 0])
+    picked = mx.take_along_axis(lp, mx.array(list(tokens))[:, None], axis=-1)
+    chosen = np.array(picked[:, 0])
+    ranks = np.array(mx.sum(lp > picked, axis=-1) + 1) if ranked else np.zeros(len(tokens), dtype=np.int64)
     tops: list[tuple[TopLogprob, ...]] = [()] * len(tokens)
     if top > 0:
         index = np.array(mx.argsort(-lp, axis=-1)[:, :top])
@@ -295,5 +327,5 @@ def token_logprobs(tokenizer: Any, logits: mx.array, tokens: Sequence[int], top:
         tops = [tuple(TopLogprob(tokenizer.decode([int(t)]), int(t), float(v), raw(int(t)))
                       for t, v in zip(row_i, row_v))
                 for row_i, row_v in zip(index, values)]
-    return [TokenLogprob(tokenizer.decode([int(t)]), int(t), float(v), tuple(alternatives), raw(int(t)))
-            for t, v, alternatives in zip(tokens, chosen, tops)]
+    return [TokenLogprob(tokenizer.decode([int(t)]), int(t), float(v), tuple(alternatives), raw(int(t)), int(rank))
+            for t, v, alternatives, rank in zip(tokens, chosen, tops, ranks)]

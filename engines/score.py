@@ -21,13 +21,14 @@ SCORE_CHUNK = 512
 
 def prompt_logprobs(bundle: ModelBundle, ids: Sequence[int], top: int) -> PromptLogprobs:
     """Every prompt token after the first, scored under the target's distribution (no penalties, no
-    constraint: the prompt is given, not sampled), with `top` alternatives each."""
+    constraint: the prompt is given, not sampled), with its rank and `top` alternatives each."""
     tokens = [int(t) for t in ids]
     cache = bundle.make_cache()
     scored = []
     for rows in chunk_slices(len(tokens) - 1, size=SCORE_CHUNK):
         piece = mx.array(tokens[rows.start:rows.stop], dtype=mx.uint32)[None]
         logits = bundle.model(piece, cache=cache)[0]
-        scored += token_logprobs(bundle.tokenizer, logits, tokens[rows.start + 1:rows.stop + 1], top)
+        scored += token_logprobs(bundle.tokenizer, logits, tokens[rows.start + 1:rows.stop + 1], top,
+                                 ranked=True)
     first = tokens[0]
     return PromptLogprobs(bundle.tokenizer.decode([first]), TokenBytes(bundle.tokenizer)(first), tuple(scored))

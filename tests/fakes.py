@@ -109,7 +109,7 @@ class FakeBackend:
         """Each prompt token after the first at -1.0 (one alternative per `top`: itself)."""
         self.scored.append(list(prompt_ids))
         return PromptLogprobs(chr(prompt_ids[0]), b"", tuple(
-            TokenLogprob(chr(t), t, -1.0, tuple(TopLogprob(chr(t), t, -1.0) for _ in range(min(top, 1))))
+            TokenLogprob(chr(t), t, -1.0, tuple(TopLogprob(chr(t), t, -1.0) for _ in range(min(top, 1))), rank=1)
             for t in prompt_ids[1:]))
 
     def _encode(self, text: str) -> list[int]:

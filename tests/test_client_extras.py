@@ -244,3 +244,77 @@ def test_stop_strings_wait_for_min_tokens_as_in_vllm(demo):
         assert text.startswith(cut.choices[0].message.content + stop), engine   # written through, not ended
         replies[engine] = (text, reply.choices[0].finish_reason)
     assert len(set(replies.values())) == 1, replies
+
+
+def test_prompt_logprobs_score_the_prompt_as_vllm_returns_them(demo):
+    """vLLM's prompt_logprobs (lm-eval's vLLM backend and perplexity scripts read them): per prompt token null for
+    the first, then a dict by token id of the token itself (logprob, rank, decoded_token) and the k likeliest;
+    on completions per choice, on chat at the top level. The scores are echo's (one scoring), the greedy reply's
+    own tokens read back are rank 1, and the reply is the same under every engine with or without them; a stream
+    asking for them is a 400 naming the field, as vLLM's."""
+    import httpx
+
+    client, runtime = demo
+    root = str(client.base_url).rstrip("/").removesuffix("/v1")
+    text = "The capital of France is Paris. The capital of Italy is"
+    ids = httpx.post(root + "/tokenize", json={"prompt": text}).json()["tokens"]
+    plain = client.completions.create(model="default", prompt=text, temperature=0, max_tokens=12, logprobs=1,
+                                      extra_body={"engine": "raw"})
+    scored = {}
+    for engine in runtime.engine_names:
+        reply = client.completions.create(model="default", prompt=text, temperature=0, max_tokens=12,
+                                          extra_body={"engine": engine, "prompt_logprobs": 3})
+        assert reply.choices[0].text == plain.choices[0].text, engine   # scoring changes no reply
+        scored[engine] = reply.choices[0].prompt_logprobs
+    table = scored["raw"]
+    assert all(table == other for other in scored.values())
+    assert len(table) == len(ids) and table[0] is None
+    for token, entry in zip(ids[1:], table[1:]):
+        own = entry[str(token)]
+        assert own["decoded_token"] == runtime.bundle.tokenizer.decode([token]) and own["rank"] >= 1
+        alternatives = sorted(entry.values(), key=lambda e: e["rank"])
+        assert 3 <= len(entry) <= 4 and [e["rank"] for e in alternatives][:3] == [1, 2, 3]
+        assert all(a["logprob"] >= b["logprob"] for a, b in zip(alternatives, alternatives[1:]))
+        assert (own["rank"] == 1) == (own["logprob"] >= alternatives[0]["logprob"])
+    # echo with logprobs scores the same prompt: the same numbers (its alternatives its own count)
+    echo = client.completions.create(model="default", prompt=text, max_tokens=0, echo=True, logprobs=1,
+                                     extra_body={"prompt_logprobs": 3}).choices[0]
+    assert echo.logprobs.token_logprobs[1:] == [entry[str(t)]["logprob"] for t, entry in zip(ids[1:], table[1:])]
+    assert all(len(alternatives) == 1 for alternatives in echo.logprobs.top_logprobs[1:])
+    # the greedy reply's tokens, read back as prompt, are each the likeliest after what precedes them
+    generated = list(runtime.bundle.tokenizer.encode(plain.choices[0].text, add_special_tokens=False))
+    assert [runtime.bundle.tokenizer.decode([t]) for t in generated] == plain.choices[0].logprobs.tokens
+    back = client.completions.create(model="default", prompt=ids + generated, max_tokens=1,
+                                     extra_body={"prompt_logprobs": 0}).choices[0].prompt_logprobs
+    assert [back[len(ids) + i][str(t)]["rank"] for i, t in enumerate(generated)] == [1] * len(generated)
+    assert all(len(entry) == 1 for entry in back[1:])   # 0: the prompt token alone
+    # chat: the rendered prompt's tokens, at the top level; truncated prompts are scored as run
+    chat = client.chat.completions.create(model="default", messages=SHORT, temperature=0, max_tokens=8,
+                                          extra_body={"prompt_logprobs": 1})
+    assert len(chat.prompt_logprobs) == chat.usage.prompt_tokens and chat.prompt_logprobs[0] is None
+    cut = client.chat.completions.create(model="default", messages=SHORT, temperature=0, max_tokens=8,
+                                         extra_body={"prompt_logprobs": 1, "truncate_prompt_tokens": 5})
+    assert len(cut.prompt_logprobs) == 5 == cut.usage.prompt_tokens
+    assert getattr(_chat(client, "raw"), "prompt_logprobs", None) is None   # not asked: not there
+    for body in ({"prompt_logprobs": 2, "stream": True}, {"prompt_logprobs": -1}, {"prompt_logprobs": 21}):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.completions.create(model="default", prompt=text, max_tokens=4, extra_body=body)
+        assert caught.value.body["param"] == "prompt_logprobs", caught.value.body
+
+
+def test_bans_that_leave_no_token_end_the_reply_alike_under_every_engine(demo):
+    """allowed_token_ids that the output constraint permits none of, or min_tokens past a constraint's end, leave
+    a position no token: the reply ends there (the ending token is all that is left), the same under every
+    engine; it was a 500 under ddtree (no draft candidate) and another reply under mtp. With ignore_eos the reply
+    runs on to max_tokens, writing nothing the constraint rejects, alike too."""
+    client, runtime = demo
+    outside = list(runtime.bundle.tokenizer.encode("zzz", add_special_tokens=False))
+    for extra, expected in (({"allowed_token_ids": outside, "guided_choice": ["yes", "no"]}, ("", "stop")),
+                            ({"allowed_token_ids": outside, "guided_choice": ["yes", "no"], "ignore_eos": True},
+                             ("", "length")),
+                            ({"guided_choice": ["yes"], "min_tokens": 6}, ("yes", "stop")),
+                            ({"guided_choice": ["yes"], "ignore_eos": True}, ("yes", "length"))):
+        for engine in runtime.engine_names:
+            reply = client.chat.completions.create(model="default", messages=SHORT, temperature=0, max_tokens=12,
+                                                   extra_body={"engine": engine, **extra})
+            assert (reply.choices[0].message.content, reply.choices[0].finish_reason) == expected, (engine, extra)

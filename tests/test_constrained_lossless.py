@@ -230,3 +230,30 @@ def test_repetition_window_reads_the_last_tokens_only(runtime):
         tokens, _, _, steps, _ = _generate(runtime, windowed, engine)
         assert tokens == raw, engine
         assert _accepted(steps) > 0, engine
+
+
+def test_a_row_left_no_token_keeps_only_the_ending_tokens(runtime):
+    """Where the request's bans leave a row nothing (allowed_token_ids outside a constraint's choices), the row's
+    ending tokens get logit 0 and nothing else is finite; past a token the constraint rejects (that ending token,
+    written on under ignore_eos), every row is such a row, the request's own and a draft path's alike."""
+    import mlx.core as mx
+
+    from engines.processing import TargetProcessor
+
+    tokenizer = runtime.bundle.tokenizer
+    vocab = runtime.bundle.vocab_size
+    eos = sorted(int(t) for t in tokenizer.eos_token_ids)
+    allowed = (int(tokenizer.encode("zzz", add_special_tokens=False)[0]),)
+    params = SamplingParams(temperature=0.0, allowed_token_ids=allowed, ignore_eos=True,
+                            grammar=json_grammar({"type": "boolean"}))
+    processor = TargetProcessor(params, [1, 2], tokenizer, vocab)
+    rows = np.array(processor.apply(mx.zeros((2, vocab)), [[], [eos[0]]]))
+    for row in rows:
+        assert sorted(np.flatnonzero(np.isfinite(row))) == eos and (row[eos] == 0).all()
+    # a drafter's deeper rows are not ended: nothing there to draft
+    assert np.isneginf(np.array(processor.apply(mx.zeros((1, vocab)), [[eos[0]]], dead_end=False))).all()
+    processor.advance([eos[0]])
+    assert processor.off_constraint
+    plain = TargetProcessor(replace(params, allowed_token_ids=()), [1, 2], tokenizer, vocab)
+    plain.advance([eos[0]])   # the constraint rejects it: nothing after it is the constraint's either
+    assert sorted(np.flatnonzero(np.isfinite(np.array(plain.apply(mx.zeros((1, vocab)), [[]]))[0]))) == eos

@@ -174,6 +174,7 @@ def _openai_chat(data: dict[str, Any], request: Request, state: GatewayState) ->
                               call_only=bool(spec.tools) and forces_tool_call(spec.tool_choice),
                               custom_tools=req.custom_tool_names(),
                               include_reasoning=req.include_reasoning is not False,
+                              prompt_logprobs=req.prompt_logprobs,
                               continuous_usage=bool(req.stream_options and req.stream_options.continuous()))
     return Admitted(spec, req.stream, bool(req.stream_options and req.stream_options.include_usage), renderer)
 
@@ -184,6 +185,7 @@ def _openai_completion(data: dict[str, Any], request: Request, state: GatewaySta
     spec = completion_spec(req, forced_engine(req.engine, request, state), state.config)
     renderer = OpenAIRenderer(chat=False, model=state.backend.model_id, logprobs=req.logprobs is not None,
                               n=req.n or 1, best_of=spec.n, echo=_echoed(spec, state) if req.echo else (),
+                              top_logprobs=req.logprobs or 0, prompt_logprobs=req.prompt_logprobs,
                               continuous_usage=bool(req.stream_options and req.stream_options.continuous()))
     return Admitted(spec, req.stream, bool(req.stream_options and req.stream_options.include_usage), renderer)
 

@@ -36,6 +36,8 @@ from .schemas import (
     CustomToolCallOut,
     FunctionCallDelta,
     FunctionCallOut,
+    PromptLogprobOut,
+    PromptLogprobsOut,
     PromptTokensDetails,
     TokenLogprobOut,
     ToolCallDelta,
@@ -68,15 +70,16 @@ def chat_logprobs(tokens: list[TokenLogprob]) -> ChoiceLogprobs:
 
 
 def completion_logprobs(tokens: list[TokenLogprob], start: int = 0,
-                        prompt: PromptLogprobs | None = None) -> CompletionLogprobs:
+                        prompt: PromptLogprobs | None = None, prompt_top: int | None = None) -> CompletionLogprobs:
     """The legacy shape of generated `tokens` (offsets from `start`: the text before them), after an echoed
-    prompt's own tokens where given (offsets from 0; the first with null logprobs, as OpenAI's)."""
+    prompt's own tokens where given (offsets from 0; the first with null logprobs, as OpenAI's), with at most
+    `prompt_top` of their alternatives (the prompt may have been scored with more, for prompt_logprobs)."""
     entries: list[tuple[str, float | None, dict[str, float] | None, int]] = []
     if prompt is not None:
         at = len(prompt.first)
         entries.append((prompt.first, None, None, 0))
         for t in prompt.scored:
-            entries.append((t.token, t.logprob, {a.token: a.logprob for a in t.top}, at))
+            entries.append((t.token, t.logprob, {a.token: a.logprob for a in t.top[:prompt_top]}, at))
             at += len(t.token)
     at = start
     for t in tokens:
@@ -84,6 +87,18 @@ def completion_logprobs(tokens: list[TokenLogprob], start: int = 0,
         at += len(t.token)
     return CompletionLogprobs(tokens=[e[0] for e in entries], token_logprobs=[e[1] for e in entries],
                               top_logprobs=[e[2] for e in entries], text_offset=[e[3] for e in entries])
+
+
+def vllm_prompt_logprobs(prompt: PromptLogprobs, top: int) -> PromptLogprobsOut:
+    """vLLM's prompt_logprobs: null for the first token (nothing precedes it), then per token a dict by token
+    id of the token itself (its rank among the vocabulary) and the `top` likeliest (ranks 1 to top)."""
+    out: PromptLogprobsOut = [None]
+    for t in prompt.scored:
+        entry = {str(t.token_id): PromptLogprobOut(logprob=t.logprob, rank=t.rank, decoded_token=t.token)}
+        for rank, a in enumerate(t.top[:top], 1):
+            entry.setdefault(str(a.token_id), PromptLogprobOut(logprob=a.logprob, rank=rank, decoded_token=a.token))
+        out.append(entry)
+    return out
 
 
 def custom_input(arguments: str) -> str:
@@ -148,6 +163,8 @@ class OpenAIRenderer:
     # vLLM's stream_options.continuous_usage_stats (with include_usage): every chunk carries the usage so far
     continuous_usage: bool = False
     include_reasoning: bool = True   # vLLM's include_reasoning false: the thinking is left out of the reply
+    top_logprobs: int = 0   # alternatives per token of an echoed prompt (completions' logprobs)
+    prompt_logprobs: int | None = None   # vLLM's prompt_logprobs: its alternatives per prompt token (None: not asked)
     _record: RequestRecord | None = field(default=None, init=False, repr=False)   # the stream's, once opened
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
@@ -165,14 +182,27 @@ class OpenAIRenderer:
             choices = [ChatChoice(index=c.index, message=self._message(c), finish_reason=c.finish_reason,
                                   logprobs=chat_logprobs(c.answer_logprobs) if self.logprobs else None)
                        for c in record.choices]
-            return ChatCompletion(id=self.id, created=self.created, model=self.model, choices=choices,
-                                  usage=u).model_dump()
+            # vLLM's prompt_logprobs of a chat: its one prompt's, at the top level
+            scored = next((c.prompt_logprobs for c in record.choices if c.prompt_logprobs is not None), None)
+            body = ChatCompletion(id=self.id, created=self.created, model=self.model, choices=choices, usage=u,
+                                  prompt_logprobs=self._prompt_logprobs(scored))
+            return body.model_dump(exclude={"prompt_logprobs"} if self.prompt_logprobs is None else None)
         kept = best_choices(record.choices, self.n, self.best_of) if self.best_of > self.n else record.choices
         texts = [CompletionChoice(index=c.index, text=self._echoed(c) + c.content, finish_reason=c.finish_reason,
-                                  logprobs=completion_logprobs(c.logprobs, len(self._echoed(c)), c.prompt_logprobs)
-                                  if self.logprobs else None)
+                                  logprobs=completion_logprobs(c.logprobs, len(self._echoed(c)),
+                                                               c.prompt_logprobs if self._echoed(c) else None,
+                                                               self.top_logprobs)
+                                  if self.logprobs else None,
+                                  prompt_logprobs=self._prompt_logprobs(c.prompt_logprobs))
                  for c in kept]
-        return Completion(id=self.id, created=self.created, model=self.model, choices=texts, usage=u).model_dump()
+        body = Completion(id=self.id, created=self.created, model=self.model, choices=texts, usage=u)
+        return body.model_dump(exclude={"choices": {"__all__": {"prompt_logprobs"}}}
+                               if self.prompt_logprobs is None else None)
+
+    def _prompt_logprobs(self, scored: PromptLogprobs | None) -> PromptLogprobsOut | None:
+        if self.prompt_logprobs is None or scored is None:
+            return None
+        return vllm_prompt_logprobs(scored, self.prompt_logprobs)
 
     def _echoed(self, choice: ChoiceReply) -> str:
         """The prompt text a choice's text begins with under `echo` ("" without it)."""
@@ -206,7 +236,8 @@ class OpenAIRenderer:
                 return []
             scored = choice.prompt_logprobs if self.logprobs else None
             body = CompletionChoice(index=choice.index, text=echoed,
-                                    logprobs=completion_logprobs([], prompt=scored) if scored is not None else None)
+                                    logprobs=completion_logprobs([], prompt=scored, prompt_top=self.top_logprobs)
+                                    if scored is not None else None)
             return [self._event(Completion(id=self.id, created=self.created, model=self.model,
                                            choices=[body]).model_dump(exclude={"usage"}))]
         opening = ChatDelta(role="assistant", content=None if self.call_only else "")

@@ -41,6 +41,9 @@ def _reject_common(req: _SamplingFields, config: GatewayConfig) -> None:
     if req.n is not None and req.n > config.max_choices:
         raise bad_request(f"n must be at most {config.max_choices} on this server (got {req.n}).", param="n",
                           code="invalid_value")
+    if req.prompt_logprobs is not None and req.stream:   # vLLM's 400 too
+        raise bad_request("prompt_logprobs are not available when stream is true (send stream: false).",
+                          param="prompt_logprobs", code="conflicting_constraints")
 
 
 # apply_chat_template's own arguments, not template variables: `chat_template` would run the client's
@@ -494,6 +497,7 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
         priority=req.priority or 0,
         continue_final=continue_final,
         truncate_prompt=req.truncate_prompt_tokens,
+        prompt_logprobs=req.prompt_logprobs,
     )
 
 
@@ -531,4 +535,5 @@ def completion_spec(req: CompletionRequest, forced_engine: str | None, config: G
         suffix=req.suffix or "",
         score_prompts=bool(req.echo) and req.logprobs is not None,
         truncate_prompt=req.truncate_prompt_tokens,
+        prompt_logprobs=req.prompt_logprobs,
     )

@@ -619,6 +619,8 @@ class _SamplingFields(_Strict):
     # vLLM's: only the prompt's last k tokens are read (left truncation); -1: the last context-length tokens
     truncate_prompt_tokens: Annotated[Literal[-1] | Annotated[int, Field(ge=1, le=INT32_MAX)],
                                       BeforeValidator(_whole_number)] | None = None
+    # vLLM's: the prompt's own tokens scored, each with this many likeliest alternatives (not streamed)
+    prompt_logprobs: Annotated[int, Field(ge=0, le=20), BeforeValidator(_whole_number)] | None = None
     skip_special_tokens: bool | None = None   # vLLM's (default true): special tokens are left out of the text
     # vLLM's: spaces between special tokens in the text; a fast tokenizer (every model here) writes none either way
     spaces_between_special_tokens: bool | None = None
@@ -801,6 +803,19 @@ class ChoiceLogprobs(BaseModel):
     content: list[TokenLogprobOut] | None
 
 
+class PromptLogprobOut(BaseModel):
+    """vLLM's prompt_logprobs entry of one token (keyed by its id): its log-probability, rank and text."""
+
+    logprob: float
+    rank: int
+    decoded_token: str
+
+
+# vLLM's prompt_logprobs: per prompt token, null for the first (nothing precedes it), then the token and the
+# likeliest alternatives by token id
+PromptLogprobsOut = list[dict[str, PromptLogprobOut] | None]
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
@@ -824,6 +839,7 @@ class ChatCompletion(BaseModel):
     choices: list[ChatChoice]
     usage: Usage
     system_fingerprint: str | None = None
+    prompt_logprobs: PromptLogprobsOut | None = None   # vLLM's, only when asked
 
 
 class FunctionCallDelta(BaseModel):
@@ -886,6 +902,7 @@ class CompletionChoice(BaseModel):
     text: str
     finish_reason: str | None = None
     logprobs: CompletionLogprobs | None = None
+    prompt_logprobs: PromptLogprobsOut | None = None   # vLLM's, only when asked
 
 
 class Completion(BaseModel):

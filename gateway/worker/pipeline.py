@@ -32,7 +32,8 @@ class ChoiceStart:
 
     index: int
     prompt: int = 0   # which of the request's prompts it answers (a text completion may send several)
-    prompt_logprobs: PromptLogprobs | None = None   # that prompt's own tokens scored (echo with logprobs)
+    # that prompt's own tokens scored (echo with logprobs, vLLM's prompt_logprobs)
+    prompt_logprobs: PromptLogprobs | None = None
 
 
 def _prompt(backend: Backend, spec: RequestSpec) -> tuple[list[list[int]], ChatPrompt | None, PrefixHint]:
@@ -122,8 +123,12 @@ def run_request(
     try:
         for at, prompt_ids in enumerate(prompts):
             prompt_params = _fitted(params, len(prompt_ids), backend.context_length, spec)
-            scored = backend.prompt_logprobs(prompt_ids, params.top_logprobs) \
-                if spec.score_prompts and spec.prompts[at] != "" else None   # "": no text, nothing echoed
+            # echo with logprobs ("": no text, nothing echoed) and vLLM's prompt_logprobs share one scoring, with
+            # the more alternatives of the two (the renderer keeps each its own)
+            echoed = spec.score_prompts and spec.prompts[at] != ""
+            scored = backend.prompt_logprobs(prompt_ids, max(params.top_logprobs if echoed else 0,
+                                                             spec.prompt_logprobs or 0)) \
+                if echoed or spec.prompt_logprobs is not None else None
             for index in range(spec.n):
                 if cancel.cancelled:
                     return

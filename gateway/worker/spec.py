@@ -35,3 +35,5 @@ class RequestSpec:
     score_prompts: bool = False          # echo with logprobs: each (non-empty) prompt's own tokens are scored
     # vLLM's truncate_prompt_tokens: each prompt keeps only its last this many tokens (-1: the context length)
     truncate_prompt: int | None = None
+    # vLLM's prompt_logprobs: each prompt's own tokens scored, with this many alternatives (None: not asked)
+    prompt_logprobs: int | None = None
