@@ -260,7 +260,8 @@ class TargetProcessor:
         if self.matcher is not None:
             logits = mx.where(mx.array(self._allowed(paths)), logits, -mx.inf)
         if dead_end and self.dead_end is not None and (self.never is not None or bool(self.bad_sequences)
-                                                       or self.early_ban is not None or self.matcher is not None):
+                                                       or self.early_ban is not None or self.matcher is not None
+                                                       or self.thinking is not None):
             dead = mx.isneginf(mx.max(logits, axis=-1, keepdims=True))   # (R, 1): nothing left on that row
             logits = mx.where(dead & self.dead_end[None], 0.0, logits)
         return logits
