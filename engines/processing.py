@@ -164,10 +164,6 @@ class TargetProcessor:
         self.think_state = self.thinking.start_state if self.thinking is not None else None
         # min_tokens: the tokens that would end the reply, banned (-inf) at each position before min_tokens
         self.early_ban = _end_row(params, tokenizer, vocab) if params.min_tokens > 0 else None
-        # where the request's bans leave a row no token at all (allowed_token_ids outside what the constraint
-        # permits, min_tokens past a constraint's end), the reply ends: the ending tokens get logit 0 on that row,
-        # a function of the row's own history, so every engine ends it at the same token
-        self.dead_end = _dead_end_row(params, tokenizer, vocab)
         self.matcher = None
         self.off_constraint = False   # the request wrote a token its constraint rejects: nothing is allowed after
         if params.grammar is not None:
@@ -178,6 +174,13 @@ class TargetProcessor:
                 # the gateway and engines.forced_call compile every grammar before a request runs
                 raise InvalidRequestError(f"output constraint (response_format or a forced tool call): "
                                           f"{self.matcher.get_error()}")
+        # where the request's bans leave a row no token at all (allowed_token_ids outside what the constraint
+        # permits, min_tokens past a constraint's end), the reply ends: the ending tokens get logit 0 on that row,
+        # a function of the row's own history, so every engine ends it at the same token. Only a request with
+        # such bans can meet one (built for those alone: a vocabulary-wide row)
+        bans = (self.never is not None or bool(self.bad_sequences) or self.early_ban is not None
+                or self.matcher is not None or self.thinking is not None)
+        self.dead_end = _dead_end_row(params, tokenizer, vocab) if bans else None
 
     @property
     def active(self) -> bool:
@@ -259,9 +262,7 @@ class TargetProcessor:
                 logits = mx.where(mx.array(only), logits, -mx.inf)
         if self.matcher is not None:
             logits = mx.where(mx.array(self._allowed(paths)), logits, -mx.inf)
-        if dead_end and self.dead_end is not None and (self.never is not None or bool(self.bad_sequences)
-                                                       or self.early_ban is not None or self.matcher is not None
-                                                       or self.thinking is not None):
+        if dead_end and self.dead_end is not None:
             dead = mx.isneginf(mx.max(logits, axis=-1, keepdims=True))   # (R, 1): nothing left on that row
             logits = mx.where(dead & self.dead_end[None], 0.0, logits)
         return logits
