@@ -73,33 +73,30 @@ def _never_row(params: SamplingParams, tokenizer: Any, vocab: int) -> tuple[mx.a
 
 
 class ThinkingBudget:
-    """A cap on the thinking block the generation prompt opened: once `budget` tokens were thought, the tokens
-    that close the block are forced one by one (every other logit -inf); a block the model closes itself
-    ends the cap. A state is (tokens thought, closing tokens forced so far, closed); `after` is a pure
-    function of the tokens, so each verified row gets the state its own path leads to."""
+    """A cap on the thinking block the generation prompt opened: once `budget` tokens were thought, the token
+    that closes the block is forced (every other logit -inf); a block the model closes itself ends the cap. A
+    state is (tokens thought, closed); `after` is a pure function of the tokens, so each verified row gets the
+    state its own path leads to."""
 
-    def __init__(self, budget: int, end: Sequence[int]):
+    start_state = (0, False)
+
+    def __init__(self, budget: int, end: int):
         self.budget = budget
-        self.end = tuple(end)   # the closing marker's tokens (Qwen's </think>: one added token)
-        self.start_state = (0, 0, False)
+        self.end = end   # the closing marker's token (Qwen's </think>: one added token)
 
-    def after(self, state: tuple[int, int, bool], tokens: Sequence[int]) -> tuple[int, int, bool]:
-        thought, forced, closed = state
+    def after(self, state: tuple[int, bool], tokens: Sequence[int]) -> tuple[int, bool]:
+        thought, closed = state
         for token in tokens:
             if closed:
                 break
-            if thought >= self.budget:   # forcing: this token is the next closing token
-                forced += 1
-                closed = forced == len(self.end)
-            else:
-                thought += 1
-                closed = token == self.end[-1] and len(self.end) == 1   # the model closed it itself
-        return thought, forced, closed
+            closed = token == self.end   # forced past the budget, or the model's own
+            thought += not closed
+        return thought, closed
 
-    def forced(self, state: tuple[int, int, bool]) -> int | None:
+    def forced(self, state: tuple[int, bool]) -> int | None:
         """The token the next position must be, or None (free)."""
-        thought, forced, closed = state
-        return self.end[forced] if not closed and thought >= self.budget else None
+        thought, closed = state
+        return self.end if not closed and thought >= self.budget else None
 
 
 def thinking_budget(params: SamplingParams, tokenizer: Any) -> ThinkingBudget | None:
@@ -108,7 +105,7 @@ def thinking_budget(params: SamplingParams, tokenizer: Any) -> ThinkingBudget | 
     if params.thinking_budget is None or not params.opens_in_reasoning or not getattr(tokenizer, "has_thinking", False):
         return None
     end = list(tokenizer.encode(tokenizer.think_end, add_special_tokens=False))
-    return ThinkingBudget(params.thinking_budget, end) if len(end) == 1 else None
+    return ThinkingBudget(params.thinking_budget, end[0]) if len(end) == 1 else None
 
 
 def ending_tokens(eos_token_ids: Iterable[int], params: SamplingParams) -> frozenset[int]:
@@ -186,7 +183,7 @@ class TargetProcessor:
     def active(self) -> bool:
         return (self.params.penalised or self.bias is not None or self.matcher is not None or self.early_ban is not None
                 or self.never is not None or bool(self.bad_sequences)
-                or (self.think_state is not None and not self.think_state[2]))
+                or (self.think_state is not None and not self.think_state[1]))
 
     @property
     def per_token(self) -> bool:
@@ -250,7 +247,7 @@ class TargetProcessor:
             early = np.array([self.emitted + len(path) < p.min_tokens for path in paths])
             if early.any():
                 logits = mx.where(mx.array(early)[:, None] & self.early_ban[None], -mx.inf, logits)
-        if self.thinking is not None and not self.think_state[2]:   # a row past the budget: its closing token only
+        if self.thinking is not None and not self.think_state[1]:   # a row past the budget: its closing token only
             forced = [self.thinking.forced(self.thinking.after(self.think_state, path)) for path in paths]
             if any(token is not None for token in forced):
                 only = np.zeros((len(paths), self.vocab), dtype=bool)

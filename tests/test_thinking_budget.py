@@ -30,16 +30,15 @@ def thinker(tmp_path_factory):
     return load_runtime(str(target), draft_dir=str(drafter))
 
 
-def test_the_budget_forces_the_closing_tokens_once_spent():
-    budget = ThinkingBudget(3, [9, 10])
+def test_the_budget_forces_the_closing_token_once_spent():
+    budget = ThinkingBudget(3, 9)
     state = budget.after(budget.start_state, [1, 2])
     assert budget.forced(state) is None
     state = budget.after(state, [3])
     assert budget.forced(state) == 9
-    assert budget.forced(budget.after(state, [9])) == 10
-    assert budget.after(state, [9, 10])[2] and budget.forced(budget.after(state, [9, 10, 4])) is None
-    closed_early = ThinkingBudget(3, [9])
-    assert closed_early.after(closed_early.start_state, [1, 9])[2]   # the model closed it itself: no cap left
+    assert budget.after(state, [9])[1] and budget.forced(budget.after(state, [9, 4])) is None
+    assert budget.after(budget.start_state, [1, 9])[1]   # the model closed it itself: no cap left
+    assert budget.forced(budget.after(budget.start_state, [1, 9, 2, 3, 4])) is None
 
 
 def test_each_verified_row_is_capped_by_its_own_path(thinker):
