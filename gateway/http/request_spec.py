@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import replace
 from typing import Any
 
 from contracts.names import forces_tool_call
@@ -263,7 +262,7 @@ def grammar_for(response_format: ResponseFormat | None) -> str | None:
 
 
 def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, logprobs: bool = False,
-              top_logprobs: int = 0, grammar: str | None = None) -> SamplingParams:
+              top_logprobs: int = 0, grammar: str | None = None, thinking_budget: int | None = None) -> SamplingParams:
     return SamplingParams(
         temperature=req.temperature,
         top_p=req.top_p,
@@ -286,6 +285,7 @@ def _sampling(req: _SamplingFields, max_tokens: int, config: GatewayConfig, *, l
         skip_special_tokens=req.skip_special_tokens is not False,
         allowed_token_ids=tuple(req.allowed_token_ids or ()),
         bad_words=tuple(req.bad_words or ()),
+        thinking_budget=thinking_budget,
     )
 
 
@@ -473,8 +473,8 @@ def chat_spec(req: ChatCompletionRequest, forced_engine: str | None, config: Gat
                           "tool_choice (each decides the whole reply).", param="response_format" if grammar else
                           "tool_choice", code="conflicting_constraints")
     grammar = grammar if guided is None else guided
-    params = replace(_sampling(req, max_tokens, config, logprobs=logprobs, top_logprobs=req.top_logprobs or 0,
-                               grammar=None if forcing else grammar), thinking_budget=req.thinking_token_budget)
+    params = _sampling(req, max_tokens, config, logprobs=logprobs, top_logprobs=req.top_logprobs or 0,
+                       grammar=None if forcing else grammar, thinking_budget=req.thinking_token_budget)
     # tools the model may call beside a JSON answer: the reply is that JSON or a call, a grammar the engine
     # writes in the template's call syntax (params.grammar, the JSON alone, stays for a syntax it cannot)
     answer = _answer_schema(req.response_format)
