@@ -64,6 +64,12 @@ def test_options_reach_the_sampler(server):
     same = oai.chat.completions.create(model="default", messages=SHORT, temperature=0, max_tokens=40, extra_body={
         "repetition_penalty": 1.5, "repeat_last_n": 8, "engine": "raw"})
     assert windowed.message.content == same.choices[0].message.content
+    # the window left out is Ollama's default, 64 tokens (not the whole context)
+    default = raw_engine.chat(model=runtime.model_id, messages=SHORT, stream=False, options={
+        "temperature": 0, "num_predict": 40, "repeat_penalty": 1.5})
+    sixty_four = oai.chat.completions.create(model="default", messages=SHORT, temperature=0, max_tokens=40, extra_body={
+        "repetition_penalty": 1.5, "repeat_last_n": 64, "engine": "raw"})
+    assert default.message.content == sixty_four.choices[0].message.content
     with pytest.raises(ollama.ResponseError) as caught:
         client.chat(model=runtime.model_id, messages=SHORT, options={"mirostat": 2}, stream=False)
     assert caught.value.status_code == 400 and "mirostat" in caught.value.error
@@ -192,6 +198,7 @@ def test_options_on_openai_chat_and_completions():
         params = backend.calls[-1]["params"]
         assert (params.temperature, params.top_k, params.max_tokens, params.seed, params.repetition_penalty,
                 params.stop, params.top_p) == (0.3, 7, 3, 11, 1.2, ("zzz",), 0.5)
+        assert params.repetition_window == 64   # Ollama's repeat_last_n where the options leave it out
         assert reply.usage.completion_tokens == 3
         client.completions.create(model="default", prompt="Hi", temperature=0.9,
                                   extra_body={"options": {"temperature": 0.1, "num_predict": 2}})

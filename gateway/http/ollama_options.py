@@ -11,6 +11,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from .errors import bad_request
 from .schemas import INT32_MAX, Int, _whole_number
 
+# Ollama's window of the repeat penalty where the options set the penalty but not the window (its documented default)
+REPEAT_LAST_N = 64
 # Ollama's sampling options with no sampler here, each with the value that leaves sampling as it is
 NEUTRAL_OPTIONS = {"typical_p": 1.0, "tfs_z": 1.0, "mirostat": 0}
 
@@ -26,7 +28,7 @@ class OllamaOptions(BaseModel):
     num_predict: Int | None = None        # -1: no limit, -2: fill the context (both: the server's default)
     stop: list[str] | str | None = None
     repeat_penalty: float | None = None
-    # the penalty's window: the last n tokens, -1 the whole context, 0 off
+    # the penalty's window: the last n tokens (absent: Ollama's 64), -1 the whole context, 0 off
     repeat_last_n: Annotated[int, Field(ge=-1, le=INT32_MAX), BeforeValidator(_whole_number)] | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
@@ -70,8 +72,9 @@ def option_fields(o: OllamaOptions) -> dict[str, Any]:
         body["stop"] = o.stop
     if o.repeat_penalty is not None and o.repeat_penalty != 1.0 and o.repeat_last_n != 0:
         body["repetition_penalty"] = o.repeat_penalty
-        if o.repeat_last_n is not None and o.repeat_last_n > 0:   # -1 (and absent): the whole context
-            body["repeat_last_n"] = o.repeat_last_n
+        window = REPEAT_LAST_N if o.repeat_last_n is None else o.repeat_last_n
+        if window > 0:   # -1: the whole context
+            body["repeat_last_n"] = window
     for name, neutral in NEUTRAL_OPTIONS.items():
         value = getattr(o, name)
         if value is not None and value != neutral:
