@@ -4,12 +4,12 @@ Ollama send it too (a field given beside it at the top level wins)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from .errors import bad_request
-from .schemas import INT32_MAX, Int, _whole_number
+from .schemas import Int, RepeatLastN
 
 # Ollama's window of the repeat penalty where the options set the penalty but not the window (its documented default)
 REPEAT_LAST_N = 64
@@ -29,7 +29,7 @@ class OllamaOptions(BaseModel):
     stop: list[str] | str | None = None
     repeat_penalty: float | None = None
     # the penalty's window: the last n tokens (absent: Ollama's 64), -1 the whole context, 0 off
-    repeat_last_n: Annotated[int, Field(ge=-1, le=INT32_MAX), BeforeValidator(_whole_number)] | None = None
+    repeat_last_n: RepeatLastN | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     typical_p: float | None = None

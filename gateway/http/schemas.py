@@ -23,6 +23,8 @@ Int = Annotated[int, BeforeValidator(_whole_number)]
 # constraints before the validator, or pydantic writes them into the JSON schema as "ge"/"le"
 PositiveInt32 = Annotated[int, Field(ge=1, le=INT32_MAX), BeforeValidator(_whole_number)]
 NonNegativeInt = Annotated[int, Field(ge=0, le=INT32_MAX), BeforeValidator(_whole_number)]
+# llama.cpp's and Ollama's repeat_last_n: the repetition penalty's window in tokens, -1 all of them, 0 off
+RepeatLastN = Annotated[int, Field(ge=-1, le=INT32_MAX), BeforeValidator(_whole_number)]
 
 
 def _null_is_false(value: bool | None) -> bool:
@@ -612,7 +614,7 @@ class _SamplingFields(_Strict):
     ignore_eos: bool | None = None
     # llama.cpp's (and Ollama's): the repetition penalty reads the last this many tokens of prompt + reply only;
     # -1: all of them, 0: no repetition penalty
-    repeat_last_n: Annotated[int, Field(ge=-1, le=INT32_MAX), BeforeValidator(_whole_number)] | None = None
+    repeat_last_n: RepeatLastN | None = None
     # vLLM's: only these token ids may be sampled; these words are never written
     allowed_token_ids: Annotated[list[NonNegativeInt], Field(min_length=1)] | None = None
     bad_words: Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_LOGIT_BIAS)] | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -22,17 +22,10 @@ from contracts.errors import InvalidRequestError
 from .errors import bad_request, from_exception
 from .generate import check_model, parse, read_json_object
 from .request_spec import chat_spec
-from .schemas import INT32_MAX, ChatCompletionRequest, ChatMessage, ChatTool
+from .schemas import ChatCompletionRequest, ChatMessage, ChatTool, _Strict
 from .state import GatewayState
 
-TokenId = Field(ge=0, le=INT32_MAX)
-
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class TokenizeTextRequest(_Body):
+class TokenizeTextRequest(_Strict):
     """vLLM's completion form: a text prompt."""
 
     model: str | None = None
@@ -42,7 +35,7 @@ class TokenizeTextRequest(_Body):
     return_token_strs: bool | None = None
 
 
-class TokenizeChatRequest(_Body):
+class TokenizeChatRequest(_Strict):
     """vLLM's chat form: a conversation through the model's chat template."""
 
     model: str | None = None
@@ -55,7 +48,7 @@ class TokenizeChatRequest(_Body):
     return_token_strs: bool | None = None
 
 
-class TokenizeContentRequest(_Body):
+class TokenizeContentRequest(_Strict):
     """llama.cpp's form: `content`, answered in its shape."""
 
     content: str
@@ -79,7 +72,7 @@ class TokenizedContent(BaseModel):
     tokens: list[int] | list[TokenPiece]
 
 
-class DetokenizeRequest(_Body):
+class DetokenizeRequest(_Strict):
     model: str | None = None
     tokens: list[int]
 
