@@ -15,7 +15,7 @@ from pydantic.json_schema import models_json_schema
 from gateway.config import GatewayConfig
 
 from . import anthropic_schemas, ollama_schemas, responses_schemas, schemas, tokenize
-from .ollama_options import NEUTRAL_OPTIONS
+from .ollama_options import NEUTRAL_OPTIONS, OllamaOptions
 
 REF = "#/components/schemas/{model}"
 API_KEY_SCHEME = "ApiKey"
@@ -65,6 +65,8 @@ SEMANTIC_RULES = (
     "on /v1/messages, a tool_result that answers no tool_use of the message before "
     "it (unmatched_tool_result) and a final assistant message (prefill) ending in whitespace (invalid_prefix)."
 )
+# what an endpoint that reads a body but queues nothing can answer (token counting, Ollama's show, /tokenize)
+_BODY_ERRORS = {k: v for k, v in _GENERATION_ERRORS.items() if k in ("400", "401", "404", "408", "413", "415")}
 _READ_ERRORS = {"401": "Missing or wrong API key"}
 _ADMIN_ERRORS = {"401": "Missing or wrong API key", "403": "Not a loopback client and no API key",
                  "404": "No adaptive router / no policy file"}
@@ -283,7 +285,7 @@ def _honoured_ollama(defs: dict[str, Any], chat: dict[str, Any], common: dict[st
     for name, neutral in NEUTRAL_OPTIONS.items():
         options[name] = _one_of_values(None, neutral)
     for name in ("ChatCompletionRequest", "CompletionRequest"):   # clients that speak Ollama send it here too
-        defs[name]["properties"]["options"] = _nullable(_ref_schema("OllamaOptions"))
+        defs[name]["properties"]["options"] = _nullable(_ref(OllamaOptions))
     # a model's name, or Ollama's default tag on it
     named = _nullable({"type": "string", "enum": sorted({*models, *(f"{name}:latest" for name in models)})})
     for name in ("OllamaChatRequest", "OllamaGenerateRequest"):
@@ -325,9 +327,7 @@ def _ollama_paths(engine_header: dict[str, Any]) -> dict[str, Any]:
             "requestBody": {"required": True, "content": {"application/json": {
                 "schema": _ref(ollama.OllamaShowRequest)}}},
             "responses": {"200": _json(ollama.OllamaShow, "The model"),
-                          **_errors({**_READ_ERRORS, "400": "Invalid request", "404": "Unknown model",
-                                     "408": "Request body not received in time", "413": "Request body too large",
-                                     "415": "Body is not JSON"}, ollama.OllamaError)}}},
+                          **_errors(_BODY_ERRORS, ollama.OllamaError)}}},
         "/api/version": {"get": {"summary": "Ollama: the API version this server follows",
                                  "responses": {"200": _json(ollama.OllamaVersion, "Version"), **read_errors}}},
         "/": {"get": {"summary": "Ollama's liveness text, \"Ollama is running\" (needs no key)", "security": [],
@@ -338,10 +338,7 @@ def _ollama_paths(engine_header: dict[str, Any]) -> dict[str, Any]:
 
 def _tokenizer_paths() -> dict[str, Any]:
     """vLLM's (and llama.cpp's) tokenizer endpoints (gateway.http.tokenize)."""
-    errors = _errors({"400": "Invalid request (validation, a token id past the vocabulary, a conversation the "
-                             "template cannot render)", "401": "Missing or wrong API key", "404": "Unknown model",
-                      "408": "Request body not received in time", "413": "Request body too large",
-                      "415": "Body is not JSON"})
+    errors = _errors(_BODY_ERRORS)
 
     def post(summary: str, requests: tuple[type[BaseModel], ...], replies: tuple[type[BaseModel], ...]) -> dict:
         def one_of(models: tuple[type[BaseModel], ...]) -> dict[str, Any]:
@@ -358,10 +355,6 @@ def _tokenizer_paths() -> dict[str, Any]:
                           (tokenize.Tokenized, tokenize.TokenizedContent)),
         "/detokenize": post("Token ids back to text", (tokenize.DetokenizeRequest,), (tokenize.Detokenized,)),
     }
-
-
-def _ref_schema(name: str) -> dict[str, str]:
-    return {"$ref": REF.format(model=name)}
 
 
 def build_openapi(
