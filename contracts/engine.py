@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
+
+import numpy as np
 
 from .chat import ChatPrompt, PromptLogprobs, ReplyFormat, TokenLogprob, ToolCall
 from .errors import InvalidRequestError
@@ -235,6 +237,7 @@ class Backend(Protocol):
     engine_names: tuple[str, ...]   # engines loaded, always including "raw"
     context_length: int
     default_temperature: float      # what a request that leaves `temperature` unset decodes with
+    embedding_size: int             # length of an embedding (the target's hidden size)
 
     def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
                     template_kwargs: dict[str, Any] | None = None, continue_final: bool = False, *,
@@ -268,6 +271,12 @@ class Backend(Protocol):
     def prompt_logprobs(self, prompt_ids: Sequence[int], top: int) -> PromptLogprobs:
         """The prompt's own tokens scored (a text completion's echo with logprobs): each after the first under
         the target given those before it, with `top` alternatives. One more forward over the prompt."""
+        ...
+
+    def embed(self, prompt_ids: Sequence[int]) -> Generator[Pause, None, np.ndarray]:
+        """The text's embedding: the float32 mean of the target's final hidden states over its token ids
+        (non-empty, within the context), not normalised. One prefill on a fresh cache, yielding a Pause between
+        its pieces as a long prompt's prefill does."""
         ...
 
     def generate(

@@ -6,15 +6,16 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
 from contracts.chat import ChatPrompt, PromptLogprobs, ReplyFormat
-from contracts.engine import (CancelToken, Engine, GenerationChunk, PrefixHint, StepResult, SwitchRule,
+from contracts.engine import (CancelToken, Engine, GenerationChunk, Pause, PrefixHint, StepResult, SwitchRule,
                               checked_token_ids)
 from contracts.names import SAMPLED_SUFFIX
 from contracts.errors import (
@@ -32,6 +33,7 @@ from .chat import chat_prompt
 from .checkpoint import default_model_dir, has_mtp_tensors, mtp_layer_count, serving_hints
 from .ddtree import DDTreeEngine
 from .dflash import load_drafter
+from .embed import mean_hidden
 from .mtp import MTPEngine
 from .mtp_head import load_mtp_head
 from .prefill import PrefixPlan
@@ -73,6 +75,10 @@ class Runtime:
                 raise ValueError("tree budget must be >= 1")
             log.info("ddtree budget %d -> %d", ddtree.budget, budget)
             ddtree.budget = budget
+
+    @property
+    def embedding_size(self) -> int:
+        return self.bundle.hidden_size
 
     @property
     def engine_names(self) -> tuple[str, ...]:
@@ -125,6 +131,15 @@ class Runtime:
             raise
         except Exception as exc:  # a model failure must not take the server down
             log.exception("scoring the prompt failed")
+            raise EngineFailure("raw", exc) from exc
+
+    def embed(self, prompt_ids: Sequence[int]) -> Generator[Pause, None, np.ndarray]:
+        try:
+            return (yield from mean_hidden(self.bundle, prompt_ids))
+        except SwitchyardError:
+            raise
+        except Exception as exc:  # a model failure must not take the server down
+            log.exception("embedding failed")
             raise EngineFailure("raw", exc) from exc
 
     def generate(

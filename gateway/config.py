@@ -31,6 +31,7 @@ class GatewayConfig(BaseModel):
     max_tokens_limit: int | None = Field(None, ge=1)  # largest max_tokens accepted; None: the model's context length
     max_choices: int = Field(8, ge=1)                 # largest `n` (choices are generated one after another)
     max_prompts: int = Field(32, ge=1)                # prompts in one /v1/completions request (LangChain batches 20)
+    max_embedding_inputs: int = Field(2048, ge=1)     # texts in one embeddings request (OpenAI's own limit)
     # Origins allowed to call the API from a browser (CORS); empty = no CORS headers, ["*"] = any.
     allowed_origins: tuple[str, ...] = ()
     max_messages: int = Field(4096, ge=1)            # chat messages per request

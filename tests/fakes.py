@@ -15,10 +15,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import uvicorn
 
 from contracts.chat import ChatPrompt, PromptLogprobs, ReplyFormat, TokenLogprob, TopLogprob
-from contracts.engine import CancelToken, GenerationChunk, PrefixHint, StepResult, SwitchRule, checked_token_ids
+from contracts.engine import CancelToken, GenerationChunk, Pause, PrefixHint, StepResult, SwitchRule, checked_token_ids
 from contracts.errors import EngineFailure, InvalidRequestError
 from contracts.sampling import SamplingParams
 from gateway.routing.interface import RouteDecision, RouteRequest
@@ -42,6 +43,7 @@ class FakeBackend:
     engine_names: tuple[str, ...] = ("raw", "mtp")
     context_length: int = 4096
     default_temperature: float = 1.0
+    embedding_size: int = 16
     reply: str = DEFAULT_REPLY           # one word per token, one token per step
     step_seconds: float = 0.0
     # (engine, prompt tokens) -> seconds each step sleeps, instead of step_seconds (an engine whose cost
@@ -66,6 +68,7 @@ class FakeBackend:
     chats: list[dict] = field(default_factory=list)
     prefixes: list = field(default_factory=list)
     scored: list = field(default_factory=list)   # the prompts prompt_logprobs scored
+    embedded: list = field(default_factory=list)   # the inputs embed embedded
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
         self.threads.add(threading.get_ident())
@@ -111,6 +114,21 @@ class FakeBackend:
         return PromptLogprobs(chr(prompt_ids[0]), b"", tuple(
             TokenLogprob(chr(t), t, -1.0, tuple(TopLogprob(chr(t), t, -1.0) for _ in range(min(top, 1))), rank=1)
             for t in prompt_ids[1:]))
+
+    def embed(self, prompt_ids: Sequence[int]) -> Iterator[Pause]:
+        """Each token a one-hot row of `embedding_size` (by id modulo it), averaged: texts with the same letters
+        in any order embed alike; one Pause per 4 tokens after the first 4 (a long input's pieces)."""
+        self.embedded.append(list(prompt_ids))
+        self.threads.add(threading.get_ident())
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
+        for done in range(4, len(prompt_ids), 4):
+            time.sleep(self.step_seconds)
+            yield Pause(done, len(prompt_ids))
+        if self.fail_after_steps is not None:
+            raise EngineFailure("raw", RuntimeError("embedding failed"))
+        return np.bincount([t % self.embedding_size for t in prompt_ids],
+                           minlength=self.embedding_size).astype(np.float32) / len(prompt_ids)
 
     def _encode(self, text: str) -> list[int]:
         if len(text) > self.context_length:

@@ -137,10 +137,10 @@ def test_routes_of_other_apis_say_what_to_use_instead(srv):
     /api/tags and /api/version, and RAG features POST /v1/embeddings: each was a bare 404 "Unknown route",
     which reads as a wrong URL. The 404 now says which API the route belongs to is not served and what to
     connect to instead (an OpenAI-compatible connection at /v1); other unknown routes are as before."""
-    # (Ollama's chat, generate, tags, show, ps and version are served now: tests/test_ollama_api.py)
+    # (Ollama's chat, generate, tags, show, ps and version are served now: tests/test_ollama_api.py; and
+    # embeddings, OpenAI's and Ollama's: tests/test_embeddings.py)
     for method, path, words in (("POST", "/api/pull", "Ollama's /api/chat"),
-                                ("POST", "/api/embed", "not Ollama's model management or embeddings"),
-                                ("POST", "/v1/embeddings", "no embeddings"), ("POST", "/embeddings", "no embeddings")):
+                                ("POST", "/api/delete", "not Ollama's model management")):
         response = httpx.request(method, srv.base_url + path, json={"model": "default"})
         assert response.status_code == 404, (path, response.text)
         error = response.json()["error"]

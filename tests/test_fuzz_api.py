@@ -53,7 +53,7 @@ def test_openapi_document_covers_every_route():
                                  "/v1/models", "/v1/models/{model}",
                                  "/health", "/metrics", "/v1/router/stats", "/admin/reload",
                                  "/api/chat", "/api/generate", "/api/tags", "/api/ps", "/api/show", "/api/version", "/",
-                                 "/tokenize", "/detokenize"}
+                                 "/tokenize", "/detokenize", "/v1/embeddings", "/api/embed", "/api/embeddings"}
     chat = doc["paths"]["/v1/chat/completions"]["post"]
     assert chat["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("ChatCompletionRequest")
     assert {"400", "401", "413", "429", "503", "504"} <= set(chat["responses"])

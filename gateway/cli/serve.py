@@ -62,6 +62,8 @@ def _register_limits_and_auth(p: argparse.ArgumentParser) -> None:
                    help="largest `n` a request may ask for (default: %(default)s)")
     g.add_argument("--max-prompts", type=int, default=d.max_prompts, metavar="N",
                    help="prompts one /v1/completions request may batch (default: %(default)s)")
+    g.add_argument("--max-embedding-inputs", type=int, default=d.max_embedding_inputs, metavar="N",
+                   help="texts in one embeddings request (default: %(default)s, OpenAI's limit)")
     g.add_argument("--allowed-origins", default="", metavar="LIST",
                    help="comma-separated origins browsers may call the API from (CORS), e.g. "
                         "http://localhost:3000; '*' allows any (default: none)")
@@ -96,7 +98,7 @@ def _config_from_args(args: argparse.Namespace) -> GatewayConfig:
         max_body_bytes=args.max_body_bytes,
         max_tokens_limit=args.max_tokens_limit, default_max_tokens=args.default_max_tokens,
         max_stop_sequences=args.max_stop_sequences, max_messages=args.max_messages, max_choices=args.max_choices,
-        max_prompts=args.max_prompts,
+        max_prompts=args.max_prompts, max_embedding_inputs=args.max_embedding_inputs,
         allowed_origins=tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip()),
         request_timeout_seconds=args.request_timeout or None, stream_keepalive_seconds=args.stream_keepalive or None,
         api_keys=keys,

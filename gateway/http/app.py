@@ -24,6 +24,7 @@ from .admission import BodyBudget, body_slots
 from .anthropic import count_tokens, messages
 from .anthropic_errors import error_response_for
 from .auth import ApiKeyMiddleware
+from .embeddings import embeddings, ollama_embed, ollama_embeddings
 from .errors import APIError, from_exception
 from .generate import chat_completions, completions
 from .ollama import chat as ollama_chat
@@ -55,13 +56,10 @@ async def _worker_error(request: Request, exc: Exception) -> Response:
 
 
 # Routes of APIs this server does not speak that clients try on it, and what to use instead: Ollama's model
-# management (pull, push, create, copy, delete) and embeddings (its chat, generate, tags, show, ps and version
-# are served), and RAG features ask for embeddings, which a generative model here does not serve
+# management (pull, push, create, copy, delete; its chat, generate, embed, tags, show, ps and version are served)
 _OTHER_APIS = (
-    (("/api/",), "this server serves Ollama's /api/chat, /api/generate, /api/tags, /api/show, /api/ps and "
-              "/api/version for its one model, not Ollama's model management or embeddings"),
-    (("/v1/embeddings", "/embeddings"),
-     "this server serves one generative model and computes no embeddings; use an embedding model's server for them"),
+    (("/api/",), "this server serves Ollama's /api/chat, /api/generate, /api/embed, /api/embeddings, /api/tags, "
+              "/api/show, /api/ps and /api/version for its one model, not Ollama's model management"),
 )
 
 
@@ -136,6 +134,7 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/responses/input_tokens", input_tokens, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
@@ -146,6 +145,8 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         # Ollama's native API (gateway.http.ollama), for clients that speak only it
         Route("/api/chat", ollama_chat, methods=["POST"]),
         Route("/api/generate", ollama_generate, methods=["POST"]),
+        Route("/api/embed", ollama_embed, methods=["POST"]),
+        Route("/api/embeddings", ollama_embeddings, methods=["POST"]),
         Route("/api/tags", ollama_tags, methods=["GET"]),
         Route("/api/show", ollama_show, methods=["POST"]),
         Route("/api/ps", ollama_ps, methods=["GET"]),
@@ -164,7 +165,7 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
     app.state.gateway = state
     app.state.body_budget = BodyBudget(body_slots(config.max_queue), config.retry_after_seconds)
     app.state.openapi = build_openapi(config, tuple(backend.engine_names), tuple(state.model_names),
-                                      backend.fills_in_middle)
+                                      backend.fills_in_middle, backend.embedding_size)
     if config.api_keys:  # a request without a valid key never reaches a handler
         app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, protect_metrics=config.protect_metrics,
                            protect_admin=config.protect_admin)

@@ -54,7 +54,7 @@ OLLAMA_RUNNING = "Ollama is running"
 # NDJSON has no comment line to keep an idle stream open with
 NDJSON_LINES = StreamFormat("application/x-ndjson", keeps_alive=False)
 
-def _model(name: str | None, state: GatewayState) -> str | None:
+def served_model(name: str | None, state: GatewayState) -> str | None:
     """The model asked for, with Ollama's default tag read as the name itself (`name:latest`)."""
     if name and name not in state.model_names and name.endswith(":latest") and name[:-7] in state.model_names:
         name = name[:-7]
@@ -190,7 +190,7 @@ class OllamaRenderer:
 
 def _translate_chat(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
     req = parse(OllamaChatRequest, data)
-    model = _model(req.model, state)
+    model = served_model(req.model, state)
     body = {"model": model, "messages": _chat_messages(req.messages or []), **_sampling(req)}
     if req.tools:
         body["tools"] = _tools(req.tools)
@@ -202,7 +202,7 @@ def _translate_chat(data: dict[str, Any], request: Request, state: GatewayState)
 
 def _translate_generate(data: dict[str, Any], request: Request, state: GatewayState) -> Admitted:
     req = parse(OllamaGenerateRequest, data)
-    model = _model(req.model, state)
+    model = served_model(req.model, state)
     sampling = _sampling(req)
     if req.raw or req.suffix:
         if "response_format" in sampling or "chat_template_kwargs" in sampling or "reasoning_effort" in sampling:
@@ -315,7 +315,7 @@ async def show(request: Request) -> Response:
         asked = parse(OllamaShowRequest, body)
         for name in (asked.model, asked.name):   # each, where given, names the served model
             if name is not None:
-                _model(name, state)
+                served_model(name, state)
     except APIError as err:
         state.metrics.count_request("models", None, None, err.status)
         return error_response(err)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from .ollama_options import OllamaOptions
-from .schemas import ChatTool, _Strict
+from .schemas import ChatTool, PositiveInt32, _Strict
 
 
 class OllamaFunction(_Strict):
@@ -75,6 +75,26 @@ class OllamaGenerateRequest(OllamaRequest):
             raise ValueError(f"{info.field_name} is not supported here (the model's own chat template renders the "
                              "prompt; send the conversation to /api/chat, or the raw text with raw: true)")
         return value
+
+
+class OllamaEmbedRequest(_Strict):
+    """/api/embed: one text or several (none, "" or []: the load call)."""
+
+    model: str | None = None
+    input: str | list[str] | None = None
+    truncate: bool | None = None          # true (the default): cut an input to the context; false: a 400
+    dimensions: PositiveInt32 | None = None   # the first d components, renormalised
+    options: dict[str, Any] | None = None   # Ollama's runner options: none changes an embedding (not read)
+    keep_alive: str | int | float | None = None
+
+
+class OllamaEmbeddingsRequest(_Strict):
+    """/api/embeddings, Ollama's older call: one text (none or "": the load call)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    options: dict[str, Any] | None = None   # as /api/embed's
+    keep_alive: str | int | float | None = None
 
 
 # ---- replies (what the handlers send; documented in /openapi.json, checked there by the schema fuzzer)
@@ -178,6 +198,18 @@ class OllamaShow(BaseModel):
 
 class OllamaVersion(BaseModel):
     version: str
+
+
+class OllamaEmbedResponse(BaseModel):
+    model: str
+    embeddings: list[list[float]]   # unit vectors, one per input in order
+    total_duration: int
+    load_duration: int
+    prompt_eval_count: int
+
+
+class OllamaEmbeddingsResponse(BaseModel):
+    embedding: list[float]          # not normalised, as Ollama's older call returns it ([] for the load call)
 
 
 class OllamaError(BaseModel):

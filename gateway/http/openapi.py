@@ -14,7 +14,7 @@ from pydantic.json_schema import models_json_schema
 
 from gateway.config import GatewayConfig
 
-from . import anthropic_schemas, ollama_schemas, responses_schemas, schemas, tokenize
+from . import anthropic_schemas, embeddings, ollama_schemas, responses_schemas, schemas, tokenize
 from .ollama_options import NEUTRAL_OPTIONS, OllamaOptions
 
 REF = "#/components/schemas/{model}"
@@ -26,13 +26,15 @@ _REQUESTS: tuple[type[BaseModel], ...] = (schemas.ChatCompletionRequest, schemas
                                            ollama_schemas.OllamaChatRequest, ollama_schemas.OllamaGenerateRequest,
                                            ollama_schemas.OllamaShowRequest, tokenize.TokenizeTextRequest,
                                            tokenize.TokenizeChatRequest, tokenize.TokenizeContentRequest,
-                                           tokenize.DetokenizeRequest)
+                                           tokenize.DetokenizeRequest, embeddings.EmbeddingRequest,
+                                           ollama_schemas.OllamaEmbedRequest, ollama_schemas.OllamaEmbeddingsRequest)
 _RESPONSES: tuple[type[BaseModel], ...] = (
     schemas.ChatCompletion, schemas.Completion, schemas.ModelList, schemas.ModelCard, schemas.ErrorResponse,
     schemas.Health, anthropic_schemas.AnthropicErrorResponse, anthropic_schemas.TokenCount,
     responses_schemas.InputTokenCount, ollama_schemas.OllamaChatResponse, ollama_schemas.OllamaGenerateResponse,
     ollama_schemas.OllamaTags, ollama_schemas.OllamaRunning, ollama_schemas.OllamaShow, ollama_schemas.OllamaVersion,
     ollama_schemas.OllamaError, tokenize.Tokenized, tokenize.TokenizedContent, tokenize.Detokenized,
+    embeddings.EmbeddingList, ollama_schemas.OllamaEmbedResponse, ollama_schemas.OllamaEmbeddingsResponse,
 )
 
 # Statuses each kind of operation can answer with an error object.
@@ -119,6 +121,22 @@ def _generation(summary: str, request: type[BaseModel], response: type[BaseModel
     }
 
 
+def _embedding(summary: str, request: type[BaseModel], response: type[BaseModel],
+               error: type[BaseModel] = schemas.ErrorResponse) -> dict[str, Any]:
+    """An embeddings operation: queued as a generation is (priority header, queue, timeout), no engine to pick."""
+    return {"post": {
+        "summary": summary,
+        "description": "Beyond the schema, a 400 answers an input's token id past the model's vocabulary "
+                       "(invalid_token_id) and an input over the model's context (context_length_exceeded; Ollama's "
+                       "/api/embed cuts it to the context unless `truncate` is false).",
+        "parameters": [{"name": "X-Switchyard-Priority", "in": "header", "required": False,
+                        "description": "Queue priority, -1000..1000 (higher leaves the queue first)",
+                        "schema": {"type": "integer", "minimum": -1000, "maximum": 1000}}],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(request)}}},
+        "responses": {"200": _json(response, "The embeddings"), **_errors(_GENERATION_ERRORS, error)},
+    }}
+
+
 def _get(summary: str, response: dict[str, Any], errors: dict[str, str], **extra: Any) -> dict[str, Any]:
     return {"get": {"summary": summary, "responses": {"200": response, **_errors(errors)}, **extra}}
 
@@ -138,7 +156,7 @@ def _engine_pattern(engines: tuple[str, ...]) -> str:
 
 
 def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, ...], models: tuple[str, ...],
-              fills_in_middle: bool = False) -> None:
+              fills_in_middle: bool = False, embedding_size: int = schemas.INT32_MAX) -> None:
     """Narrow the request schemas from "what parses" to "what this server serves": OpenAI fields it
     only accepts at their neutral value, its limits, its model names and engines. The handlers
     reject everything else with a 400/404, so the document describes the accepted inputs exactly."""
@@ -203,6 +221,7 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
     # at least n (a 400 otherwise); above n: the n likeliest of best_of, not streamed
     completion["best_of"] = _nullable({"type": "integer", "minimum": 1, "maximum": config.max_choices})
     _honoured_ollama(defs, chat, common, models, fills_in_middle)
+    _honoured_embeddings(defs, common, config, embedding_size)
     for name in ("TokenizeTextRequest", "TokenizeChatRequest", "DetokenizeRequest"):
         defs[name]["properties"]["model"] = common["model"]
     tokenizing = defs["TokenizeChatRequest"]["properties"]
@@ -210,6 +229,25 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
     tokenizing["tools"] = chat["tools"]
     # as on chat: add_generation_prompt false only to continue the last message
     defs["TokenizeChatRequest"]["allOf"] = defs["ChatCompletionRequest"]["allOf"][1:]
+
+
+def _honoured_embeddings(defs: dict[str, Any], common: dict[str, Any], config: GatewayConfig,
+                         embedding_size: int) -> None:
+    """The embeddings bodies (gateway.http.embeddings): a text to embed is not empty (Ollama's "" alone is its
+    load call), a request holds at most max_embedding_inputs of them, `dimensions` at most the embedding's."""
+    text = {"type": "string", "minLength": 1}
+    ids = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": schemas.INT32_MAX}, "minItems": 1}
+    batch = {"minItems": 1, "maxItems": config.max_embedding_inputs}
+    dimensions = _nullable({"type": "integer", "minimum": 1, "maximum": embedding_size})
+    openai = defs["EmbeddingRequest"]["properties"]
+    openai["model"] = common["model"]
+    openai["input"] = {"anyOf": [text, ids, {"type": "array", "items": text, **batch},
+                                 {"type": "array", "items": ids, **batch}]}
+    openai["dimensions"] = dimensions
+    ollama = defs["OllamaEmbedRequest"]["properties"]
+    ollama["input"] = _nullable({"anyOf": [{"type": "string"}, {"type": "array", "items": text,
+                                                                  "maxItems": config.max_embedding_inputs}]})
+    ollama["dimensions"] = dimensions
 
 
 def _forcing_needs_tools(forced: dict[str, Any]) -> list[dict[str, Any]]:
@@ -303,6 +341,8 @@ def _honoured_ollama(defs: dict[str, Any], chat: dict[str, Any], common: dict[st
         generate[name] = _nullable({"type": "array", "maxItems": 0})
     if not fills_in_middle:
         generate["suffix"] = _one_of_values(None, "")
+    for name in ("OllamaEmbedRequest", "OllamaEmbeddingsRequest"):
+        defs[name]["properties"]["model"] = named
     defs["OllamaShowRequest"]["properties"]["model"] = named
     defs["OllamaShowRequest"]["properties"]["name"] = named
 
@@ -318,6 +358,12 @@ def _ollama_paths(engine_header: dict[str, Any]) -> dict[str, Any]:
         "/api/generate": _generation("Ollama generate (the prompt through the chat template, or `raw`; an empty "
                                      "prompt is the load call)", ollama.OllamaGenerateRequest,
                                      ollama.OllamaGenerateResponse, engine_header, ollama.OllamaError, ndjson=True),
+        "/api/embed": _embedding("Ollama embeddings: per input the unit-length mean of the model's final hidden "
+                                 "states over its tokens (no input, \"\" or []: the load call)",
+                                 ollama.OllamaEmbedRequest, ollama.OllamaEmbedResponse, ollama.OllamaError),
+        "/api/embeddings": _embedding("Ollama's older embeddings call: one prompt's mean final hidden state, not "
+                                      "normalised (no prompt or \"\": the load call)", ollama.OllamaEmbeddingsRequest,
+                                      ollama.OllamaEmbeddingsResponse, ollama.OllamaError),
         "/api/tags": {"get": {"summary": "Ollama: the local models (the one model and its aliases)",
                               "responses": {"200": _json(ollama.OllamaTags, "Models"), **read_errors}}},
         "/api/ps": {"get": {"summary": "Ollama: the loaded models (the one model)",
@@ -362,12 +408,13 @@ def build_openapi(
     engines: tuple[str, ...] = ("raw",),
     models: tuple[str, ...] = ("default",),
     fills_in_middle: bool = False,
+    embedding_size: int = schemas.INT32_MAX,
     title: str = "Switchyard",
     version: str = "0.1.0",
 ) -> dict[str, Any]:
     inputs = [(m, "validation") for m in _REQUESTS] + [(m, "serialization") for m in _RESPONSES]
     _, defs = models_json_schema(inputs, ref_template=REF)
-    _honoured(defs["$defs"], config, engines, models, fills_in_middle)
+    _honoured(defs["$defs"], config, engines, models, fills_in_middle, embedding_size)
     model_param = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
     engine_header = {"type": "string", "pattern": _engine_pattern(engines)}
     health_503 = _json(schemas.Health, "Model not loaded, worker crashed, or draining for shutdown")
@@ -409,6 +456,9 @@ def build_openapi(
                           **_errors(_ADMIN_ERRORS)},
         }},
     }
+    paths["/v1/embeddings"] = _embedding("OpenAI embeddings: per input the unit-length mean of the model's final "
+                                         "hidden states over its tokens", embeddings.EmbeddingRequest,
+                                         embeddings.EmbeddingList)
     paths.update(_ollama_paths(engine_header))
     paths.update(_tokenizer_paths())
     paths["/health"]["get"]["responses"]["503"] = health_503

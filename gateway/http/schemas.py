@@ -4,6 +4,7 @@ are strict (no "5" for 5, no 1 for true), so what is accepted is exactly what /o
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationError,
@@ -717,29 +718,32 @@ def _token_ids(value: Any) -> list[int] | None:
     return None
 
 
-def _prompt_shape(value: Any) -> Any:
-    """OpenAI's four prompt shapes, checked here so that a malformed one is one 400 in words (the union's
-    own error names whichever branch failed last): a string, strings, token ids, lists of token ids."""
-    if isinstance(value, str) or not isinstance(value, list):
-        return value
-    if not value:
-        raise ValueError("prompt must not be an empty list")
-    if all(isinstance(item, str) for item in value):
-        return value
-    ids = _token_ids(value)
-    if ids is not None:
-        return ids
-    batch = [_token_ids(item) for item in value]
-    if all(item is not None for item in batch):
-        return batch
-    raise ValueError("prompt must be a string, a list of strings, a list of token ids (non-negative integers) "
-                     "or a list of non-empty lists of token ids")
+def texts_or_token_ids(name: str) -> Callable[[Any], Any]:
+    """OpenAI's four shapes of a prompt (or an embedding's input), checked here so that a malformed one is one
+    400 in words (the union's own error names whichever branch failed last): a string, strings, token ids,
+    lists of token ids."""
+    def check(value: Any) -> Any:
+        if isinstance(value, str) or not isinstance(value, list):
+            return value
+        if not value:
+            raise ValueError(f"{name} must not be an empty list")
+        if all(isinstance(item, str) for item in value):
+            return value
+        ids = _token_ids(value)
+        if ids is not None:
+            return ids
+        batch = [_token_ids(item) for item in value]
+        if all(item is not None for item in batch):
+            return batch
+        raise ValueError(f"{name} must be a string, a list of strings, a list of token ids (non-negative integers) "
+                         "or a list of non-empty lists of token ids")
+    return check
 
 
 class CompletionRequest(_SamplingFields):
     # several prompts (a list of strings or of token-id lists, as LangChain's batch sends them): one choice
     # per prompt (times n), in order; a list of ints is one prompt, already tokenized
-    prompt: Annotated[str | list[str] | TokenIds | list[TokenIds], BeforeValidator(_prompt_shape)]
+    prompt: Annotated[str | list[str] | TokenIds | list[TokenIds], BeforeValidator(texts_or_token_ids("prompt"))]
     logprobs: Annotated[int, Field(ge=0, le=5), BeforeValidator(_whole_number)] | None = None  # legacy: top-N
     # 0 generates nothing: with echo, to read the prompt back scored (OpenAI's legacy scoring call)
     max_tokens: NonNegativeInt | None = None

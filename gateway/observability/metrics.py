@@ -32,7 +32,7 @@ from .router_collector import RouterCollector
 disable_created_metrics()  # no *_created series: they double the series count and no panel uses them
 
 GENERATION_ENDPOINTS: tuple[str, ...] = ("chat_completions", "completions", "messages", "responses", "ollama")
-ENDPOINTS: tuple[str, ...] = (*GENERATION_ENDPOINTS, "models", "health", "metrics", "other")
+ENDPOINTS: tuple[str, ...] = (*GENERATION_ENDPOINTS, "embeddings", "models", "health", "metrics", "other")
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "tool_calls", "cancelled", "error")
 NONE = "none"      # engine/class before a route was chosen
 OTHER = "other"    # any value outside the enum
