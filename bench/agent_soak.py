@@ -11,7 +11,7 @@ Each client runs one conversation shape (they take turns), its context growing w
 - `responses`: the Responses API with function tools (function_call / function_call_output items).
 - `ollama`: Ollama's /api/chat through its client, tools, thinking on and off, options, format json.
 - `misc`: n > 1, completions with logprobs, a prompt past the model's window (a 400 that names the
-  context), a stream the client hangs up on, a JSON schema beside tools.
+  context), a stream the client hangs up on, a JSON schema beside tools, documents embedded (a RAG indexer).
 A 5xx, a connection error or a malformed reply is a failure; 400s and 429s are counted (a client's
 mistake, a full queue under more clients than `--max-batch` + `--max-queue`), not failed. Prints a JSON summary; exit 1 on any failure. Found, on its first run: a forced
 call or JSON answer with top_logprobs was a 500 (-inf alternatives), and its stream sent -Infinity.
@@ -267,7 +267,7 @@ class Soak:
         rng = random.Random(self.seed * 1000 + client)
         api = self.openai()
         for number in range(turns):
-            kind = rng.choice(["n", "completion", "window", "hang_up", "json_beside_tools"])
+            kind = rng.choice(["n", "completion", "window", "hang_up", "json_beside_tools", "embed"])
             self.turn("misc", client, number, lambda: getattr(self, "_" + kind)(api))
 
     def _n(self, api: openai.OpenAI) -> None:
@@ -297,6 +297,20 @@ class Soak:
             for index, _ in enumerate(response.iter_lines()):
                 if index > 3:
                     break
+
+    def _embed(self, api: openai.OpenAI) -> None:
+        """A RAG indexer beside the chats: a batch of documents through the openai SDK (base64), one through Ollama's."""
+        documents = [FILLER[:400], *ASKS[:3]]
+        reply = api.embeddings.create(model="default", input=documents)
+        assert [d.index for d in reply.data] == list(range(len(documents)))
+        assert all(abs(sum(x * x for x in d.embedding) - 1) < 1e-3 for d in reply.data)
+        try:
+            vectors = ollama.Client(host=self.url, timeout=300).embed(model="default", input=ASKS[0]).embeddings
+        except ollama.ResponseError as exc:
+            if 400 <= exc.status_code < 500:
+                raise OllamaClientError(exc.status_code) from exc
+            raise
+        assert len(vectors) == 1 and len(vectors[0]) == len(reply.data[0].embedding)
 
     def _json_beside_tools(self, api: openai.OpenAI) -> None:
         schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
