@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -273,10 +273,11 @@ class Backend(Protocol):
         the target given those before it, with `top` alternatives. One more forward over the prompt."""
         ...
 
-    def embed(self, prompt_ids: Sequence[int]) -> Generator[Pause, None, np.ndarray]:
-        """The text's embedding: the float32 mean of the target's final hidden states over its token ids
-        (non-empty, within the context), not normalised. One prefill on a fresh cache, yielding a Pause between
-        its pieces as a long prompt's prefill does."""
+    def embed(self, inputs: Sequence[Sequence[int]]) -> Iterator[Pause | dict[int, np.ndarray]]:
+        """Texts' embeddings: for each (token ids, non-empty, within the context) the float32 mean of the target's
+        final hidden states over them, not normalised, keyed by its index in `inputs`, a forward at a time (short
+        texts share one; a long one runs in prefill pieces). A Pause follows each forward (and separates a long
+        text's pieces), so a round that computes posts nothing and the next posts that forward's vectors."""
         ...
 
     def generate(

@@ -1,15 +1,20 @@
-"""A text's embedding from the target itself: the mean of its final-norm hidden states over the text's tokens.
+"""Texts' embeddings from the target itself: the mean of each text's final-norm hidden states over its tokens.
 
 The one model is generative; clients that index documents (RAG in chat UIs, coding agents' codebase search,
 LangChain / LlamaIndex pointed at one base URL) ask it for embeddings as they ask Ollama or llama.cpp for a
 generative model's. Mean pooling is what reads best from a model not trained to embed (its last token only
-predicts the next one). The text runs through the one prefill on a fresh cache, pausing between pieces as a
-generation's prompt does; nothing is cached (the prefix cache holds chat prompts, which embeddings never are).
+predicts the next one). Nothing is cached (the prefix cache holds chat prompts, which embeddings never are).
+
+Short texts share one forward: right-padded to the longest of them, which changes none of their rows (attention
+and the GatedDeltaNet recurrence are causal; the padding rows come after and are left out of the mean). A query
+or a sentence is a handful of tokens, and one forward of a few rows reads every weight as one of many rows does,
+so a batch of them costs about one text's forward where the model's weights bound the step (a large model on a
+GPU or Apple silicon). A text longer than a batch's budget runs alone through the one prefill, in its pieces.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -17,15 +22,56 @@ import numpy as np
 from contracts.engine import Pause
 
 from .bundle import ModelBundle
-from .prefill import prefill_stepwise
+from .prefill import PREFILL_CHUNK, prefill_stepwise
+
+BATCH_ROWS = PREFILL_CHUNK   # padded rows (texts x longest) one batched forward holds at most
+PAD = 0                      # any id: padding rows come after a text's own and are not read
 
 
 def mean_hidden(bundle: ModelBundle, ids: Sequence[int]) -> Generator[Pause, None, np.ndarray]:
-    """The float32 mean over `ids` (non-empty) of the target's final hidden states, not normalised (the APIs
-    differ: OpenAI's and Ollama's /api/embed are unit vectors, Ollama's older /api/embeddings is not)."""
+    """One text's float32 mean final hidden state (not normalised: OpenAI's and Ollama's /api/embed return
+    unit vectors, Ollama's older /api/embeddings the mean as it is), through the one prefill on a fresh cache,
+    pausing between its pieces as a long prompt's prefill does."""
     if not ids:
         raise ValueError("nothing to embed")
     out, _, _ = yield from prefill_stepwise(bundle, bundle.make_cache(), ids)
     pooled = out.hidden.astype(mx.float32).mean(axis=0)
     mx.eval(pooled)
     return np.array(pooled, dtype=np.float32)
+
+
+def _batched_means(bundle: ModelBundle, texts: list[Sequence[int]]) -> list[np.ndarray]:
+    """Each text's mean final hidden state from one forward of them all, right-padded."""
+    width = max(len(t) for t in texts)
+    tokens = mx.array([list(t) + [PAD] * (width - len(t)) for t in texts], dtype=mx.uint32)
+    hidden = bundle.decoder(tokens).astype(mx.float32)   # (texts, width, H), final norm applied; no cache
+    lengths = mx.array([len(t) for t in texts])
+    kept = (mx.arange(width)[None, :] < lengths[:, None]).astype(mx.float32)
+    means = (hidden * kept[..., None]).sum(axis=1) / lengths[:, None].astype(mx.float32)
+    mx.eval(means)
+    return list(np.array(means, dtype=np.float32))
+
+
+def _batches(inputs: Sequence[Sequence[int]], rows: int) -> list[list[int]]:
+    """Input indices grouped shortest first, each group's texts x longest within `rows` (a longer text alone)."""
+    groups: list[list[int]] = []
+    for index in sorted(range(len(inputs)), key=lambda i: len(inputs[i])):
+        # ascending lengths: this text is the group's longest once added
+        if groups and (len(groups[-1]) + 1) * len(inputs[index]) <= rows:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    return groups
+
+
+def embeddings(bundle: ModelBundle, inputs: Sequence[Sequence[int]]) -> Iterator[Pause | dict[int, np.ndarray]]:
+    """Every input's mean final hidden state (each non-empty), by its index, a batch at a time: after each
+    forward a Pause (the round did a prefill's work, which the worker keeps out of the decode latency it
+    measures), then that forward's vectors."""
+    for group in _batches(inputs, BATCH_ROWS):
+        if len(group) == 1:
+            vectors = [(yield from mean_hidden(bundle, inputs[group[0]]))]
+        else:
+            vectors = _batched_means(bundle, [inputs[i] for i in group])
+        yield Pause(len(group), len(inputs))
+        yield dict(zip(group, vectors))

@@ -6,7 +6,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from .chat import chat_prompt
 from .checkpoint import default_model_dir, has_mtp_tensors, mtp_layer_count, serving_hints
 from .ddtree import DDTreeEngine
 from .dflash import load_drafter
-from .embed import mean_hidden
+from .embed import embeddings
 from .mtp import MTPEngine
 from .mtp_head import load_mtp_head
 from .prefill import PrefixPlan
@@ -133,9 +133,9 @@ class Runtime:
             log.exception("scoring the prompt failed")
             raise EngineFailure("raw", exc) from exc
 
-    def embed(self, prompt_ids: Sequence[int]) -> Generator[Pause, None, np.ndarray]:
+    def embed(self, inputs: Sequence[Sequence[int]]) -> Iterator[Pause | dict[int, np.ndarray]]:
         try:
-            return (yield from mean_hidden(self.bundle, prompt_ids))
+            yield from embeddings(self.bundle, inputs)
         except SwitchyardError:
             raise
         except Exception as exc:  # a model failure must not take the server down

@@ -115,20 +115,22 @@ class FakeBackend:
             TokenLogprob(chr(t), t, -1.0, tuple(TopLogprob(chr(t), t, -1.0) for _ in range(min(top, 1))), rank=1)
             for t in prompt_ids[1:]))
 
-    def embed(self, prompt_ids: Sequence[int]) -> Iterator[Pause]:
+    def embed(self, inputs: Sequence[Sequence[int]]) -> Iterator[Pause | dict[int, np.ndarray]]:
         """Each token a one-hot row of `embedding_size` (by id modulo it), averaged: texts with the same letters
-        in any order embed alike; one Pause per 4 tokens after the first 4 (a long input's pieces)."""
-        self.embedded.append(list(prompt_ids))
+        in any order embed alike. One input per forward, which pauses every 4 tokens (a long input's pieces)."""
         self.threads.add(threading.get_ident())
         if self.gate is not None:
             self.gate.wait(timeout=30)
-        for done in range(4, len(prompt_ids), 4):
-            time.sleep(self.step_seconds)
-            yield Pause(done, len(prompt_ids))
-        if self.fail_after_steps is not None:
-            raise EngineFailure("raw", RuntimeError("embedding failed"))
-        return np.bincount([t % self.embedding_size for t in prompt_ids],
-                           minlength=self.embedding_size).astype(np.float32) / len(prompt_ids)
+        for index, ids in enumerate(inputs):
+            self.embedded.append(list(ids))
+            for done in range(4, len(ids), 4):
+                time.sleep(self.step_seconds)
+                yield Pause(done, len(ids))
+            if self.fail_after_steps is not None:
+                raise EngineFailure("raw", RuntimeError("embedding failed"))
+            yield Pause(len(ids), len(ids))
+            yield {index: np.bincount([t % self.embedding_size for t in ids],
+                                      minlength=self.embedding_size).astype(np.float32) / len(ids)}
 
     def _encode(self, text: str) -> list[int]:
         if len(text) > self.context_length:

@@ -185,25 +185,56 @@ def test_demo_vectors_are_the_targets_mean_hidden_state(demo):
     assert float(np.dot(got.data[0].embedding, got.data[1].embedding)) < 0.999
 
 
+def _run(steps) -> tuple[dict[int, np.ndarray], list]:
+    """A Backend.embed generator run to its end: the vectors by index, and every item in order."""
+    items = list(steps)
+    vectors = {}
+    for item in items:
+        if isinstance(item, dict):
+            vectors.update(item)
+    return vectors, items
+
+
 def test_demo_long_input_in_pieces_equals_one_forward(demo, monkeypatch):
-    """An input longer than a prefill piece runs in pieces, pausing between them (the worker steps the others);
-    its mean equals one forward over the whole input."""
+    """An input longer than a prefill piece runs alone in pieces, pausing between them (the worker steps the
+    others); its mean equals one forward over the whole input."""
     from contracts.engine import Pause
 
     srv, runtime = demo
     monkeypatch.setattr("engines.prefill.PREFILL_CHUNK", 32)   # pieces of 32 rows: the demo's 2,048 take a minute here
+    monkeypatch.setattr("engines.embed.BATCH_ROWS", 32)
     ids = [(i * 37) % 1000 + 10 for i in range(100)]
-    steps = runtime.embed(ids)
-    pauses = 0
-    while True:
-        try:
-            assert isinstance(next(steps), Pause)
-            pauses += 1
-        except StopIteration as done:
-            vector = done.value
-            break
-    assert pauses == 3 and vector.dtype == np.float32
-    np.testing.assert_allclose(vector, _mean_hidden_at_once(runtime, ids), rtol=1e-4, atol=1e-5)
+    vectors, items = _run(runtime.embed([ids]))
+    # three pauses between the four pieces, one after the forward, then the vector
+    assert [type(item) for item in items] == [Pause] * 4 + [dict] and vectors[0].dtype == np.float32
+    np.testing.assert_allclose(vectors[0], _mean_hidden_at_once(runtime, ids), rtol=1e-4, atol=1e-5)
+
+
+def test_demo_short_texts_share_a_forward_and_embed_as_alone(demo, monkeypatch):
+    """Short texts run right-padded in one forward (shortest first, within BATCH_ROWS padded rows); each comes
+    back as its own forward gives it, under its own index, the padding read nowhere."""
+    from contracts.engine import Pause
+    from engines.embed import _batches
+
+    srv, runtime = demo
+    texts = ["Hello.", "def f(x):\n    return x * 2", "A longer sentence about the weather in the hills today.",
+             "{\"a\": 1}", "ok"]
+    inputs = [runtime.encode_prompt(t) for t in texts]
+    vectors, items = _run(runtime.embed(inputs))
+    assert [type(item) for item in items] == [Pause, dict]   # one forward for all five
+    assert sorted(vectors) == list(range(len(texts)))
+    for index, ids in enumerate(inputs):
+        np.testing.assert_allclose(vectors[index], _mean_hidden_at_once(runtime, ids), rtol=1e-4, atol=1e-5)
+    # grouping: ascending length, each group's texts x longest within the budget, a text over it alone
+    lengths = [3, 10, 1, 4, 40, 2]
+    groups = _batches([[7] * n for n in lengths], rows=12)
+    assert groups == [[2, 5, 0], [3], [1], [4]]
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    monkeypatch.setattr("engines.embed.BATCH_ROWS", 1)   # no sharing: one forward each, the same vectors
+    alone, items = _run(runtime.embed(inputs))
+    assert [type(item) for item in items] == [Pause, dict] * len(texts)
+    for index in range(len(texts)):
+        np.testing.assert_allclose(alone[index], vectors[index], rtol=1e-4, atol=1e-5)
 
 
 def test_demo_over_the_context_ollama_truncates_or_refuses(demo, monkeypatch):

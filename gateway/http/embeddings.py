@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -24,7 +25,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from contracts.errors import InvalidRequestError
-from gateway.worker.embedding import Embedded, embed_inputs
 from gateway.worker.errors import QueueFull, WorkerUnavailable
 
 from .disconnect import DisconnectWatcher
@@ -99,31 +99,39 @@ def _tokens(texts: Sequence[str | Sequence[int]], truncate: bool, state: Gateway
     return inputs
 
 
+@dataclass(frozen=True)
+class _Embedded:
+    """The inputs' mean hidden states (not normalised), in input order, and the tokens they held."""
+
+    vectors: list[np.ndarray]
+    tokens: int
+
+
 async def _embedded(request: Request, state: GatewayState, texts: Sequence[str | Sequence[int]], *,
-                    truncate: bool = False, dimensions: int | None = None) -> list[Embedded]:
-    """Every input embedded on the worker, in order (raises APIError, QueueFull, WorkerUnavailable, ...)."""
+                    truncate: bool = False, dimensions: int | None = None) -> _Embedded:
+    """Every input embedded on the worker (raises APIError, QueueFull, WorkerUnavailable, ...)."""
     # checked for a load call too (nothing to embed), as the same request with inputs would be
     priority = header_priority(request.headers.get("x-switchyard-priority")) or 0
     if dimensions is not None and dimensions > state.backend.embedding_size:
         raise bad_request(f"dimensions {dimensions} is more than this model's embeddings have "
                           f"({state.backend.embedding_size})", param="dimensions")
     if not texts:
-        return []
+        return _Embedded([], 0)
     inputs = await run_in_threadpool(_tokens, texts, truncate, state)
     backend = state.backend
-    ticket = state.scheduler.submit(lambda t: embed_inputs(backend, inputs), priority=priority)
+    ticket = state.scheduler.submit(lambda t: backend.embed(inputs), priority=priority)
     watcher = DisconnectWatcher(request.receive, ticket.cancel)
-    done: list[Embedded] = []
+    done: dict[int, np.ndarray] = {}
     try:
-        async for item in ticket:
-            done.append(item)
+        async for vectors in ticket:
+            done.update(vectors)
     finally:
         watcher.stop()
     if watcher.disconnected:
         raise _Gone()
     if len(done) < len(inputs):   # dropped from the queue without a disconnect: the server is stopping
         raise WorkerUnavailable("The server is shutting down.")
-    return done
+    return _Embedded([done[i] for i in range(len(inputs))], sum(map(len, inputs)))
 
 
 def unit(vector: np.ndarray, dimensions: int | None = None) -> np.ndarray:
@@ -164,11 +172,10 @@ async def _openai(data: dict[str, Any], state: GatewayState, request: Request) -
     check_model(req.model, state)
     one = isinstance(req.input, str) or isinstance(req.input[0], int)   # a text, or one text's token ids
     done = await _embedded(request, state, [req.input] if one else req.input, dimensions=req.dimensions)
-    tokens = sum(e.tokens for e in done)
     return EmbeddingList(
-        data=[EmbeddingData(index=e.index, embedding=_encoded(unit(e.vector, req.dimensions), req.encoding_format))
-              for e in done],
-        model=state.backend.model_id, usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens))
+        data=[EmbeddingData(index=i, embedding=_encoded(unit(vector, req.dimensions), req.encoding_format))
+              for i, vector in enumerate(done.vectors)],
+        model=state.backend.model_id, usage=EmbeddingUsage(prompt_tokens=done.tokens, total_tokens=done.tokens))
 
 
 async def _ollama_embed(data: dict[str, Any], state: GatewayState, request: Request) -> OllamaEmbedResponse:
@@ -178,9 +185,9 @@ async def _ollama_embed(data: dict[str, Any], state: GatewayState, request: Requ
     # none, [] or "" (the ollama client's default input): the load call
     texts = ([req.input] if req.input else []) if isinstance(req.input, str) else list(req.input or ())
     done = await _embedded(request, state, texts, truncate=req.truncate is not False, dimensions=req.dimensions)
-    return OllamaEmbedResponse(model=name, embeddings=[unit(e.vector, req.dimensions).tolist() for e in done],
+    return OllamaEmbedResponse(model=name, embeddings=[unit(v, req.dimensions).tolist() for v in done.vectors],
                                total_duration=time.perf_counter_ns() - started, load_duration=0,
-                               prompt_eval_count=sum(e.tokens for e in done))
+                               prompt_eval_count=done.tokens)
 
 
 async def _ollama_embeddings(data: dict[str, Any], state: GatewayState, request: Request) -> OllamaEmbeddingsResponse:
@@ -188,7 +195,7 @@ async def _ollama_embeddings(data: dict[str, Any], state: GatewayState, request:
     served_model(req.model, state)
     # Ollama's older call cuts a long prompt to the context too, and returns the vector as it is
     done = await _embedded(request, state, [req.prompt] if req.prompt else [], truncate=True)
-    return OllamaEmbeddingsResponse(embedding=done[0].vector.tolist() if done else [])
+    return OllamaEmbeddingsResponse(embedding=done.vectors[0].tolist() if done.vectors else [])
 
 
 async def embeddings(request: Request) -> Response:

@@ -1,0 +1,93 @@
+"""Embeddings throughput: short texts sharing a right-padded forward against one forward each, side by side.
+
+    python -m bench.embeddings_throughput [--model DIR] [--texts 64] [--rounds 3] [--json]
+
+The texts are real prompts of the classifier's shipped set, cut to two shapes a RAG client sends: queries
+(the first 12 words) and passages (the first 120 words). Each round embeds the same texts both ways through
+`Runtime.embed` (the batched path, and BATCH_ROWS = 1: every text its own forward), alternating which goes
+first, and checks that both give the same vectors. Prints texts/s and tokens/s of each and their ratio
+(median over rounds). On the CPU the weights of the demo model are cheap to read and a forward of many rows
+costs about its rows; where a step is bound by reading the weights (a large model on a GPU or Apple silicon),
+a batch of short texts costs about one forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+
+import numpy as np
+
+import engines.embed as embed
+from bench.environment import as_served, describe_environment
+from classifier.dataset_io import DEFAULT_DATASET
+from engines.runtime import Runtime, load_runtime
+
+SHAPES = {"query": 12, "passage": 120}   # words kept of each prompt
+
+
+def texts_of(shape_words: int, count: int, seed: int = 0) -> list[str]:
+    prompts = [json.loads(line).get("text") or "" for line in DEFAULT_DATASET.open()]
+    long_enough = [p for p in prompts if len(p.split()) >= shape_words]
+    return [" ".join(p.split()[:shape_words]) for p in random.Random(seed).sample(long_enough, count)]
+
+
+def _timed(runtime: Runtime, inputs: list[list[int]], rows: int) -> tuple[float, dict[int, np.ndarray]]:
+    saved, embed.BATCH_ROWS = embed.BATCH_ROWS, rows
+    try:
+        start = time.perf_counter()
+        vectors: dict[int, np.ndarray] = {}
+        for item in runtime.embed(inputs):
+            if isinstance(item, dict):
+                vectors.update(item)
+        return time.perf_counter() - start, vectors
+    finally:
+        embed.BATCH_ROWS = saved
+
+
+def measure(runtime: Runtime, texts: list[str], rounds: int) -> dict:
+    inputs = [runtime.encode_prompt(t) for t in texts]
+    tokens = sum(map(len, inputs))
+    _timed(runtime, inputs[:4], embed.BATCH_ROWS)   # warm-up: compiled shapes, caches
+    alone, batched, gap = [], [], 0.0
+    for r in range(rounds):
+        order = [("alone", 1), ("batched", embed.BATCH_ROWS)]
+        for name, rows in order if r % 2 == 0 else order[::-1]:
+            seconds, vectors = _timed(runtime, inputs, rows)
+            (alone if name == "alone" else batched).append((seconds, vectors))
+        gap = max(gap, max(float(np.abs(alone[-1][1][i] - batched[-1][1][i]).max()) for i in range(len(inputs))))
+    a = statistics.median(s for s, _ in alone)
+    b = statistics.median(s for s, _ in batched)
+    return {"texts": len(texts), "tokens": tokens, "alone_texts_per_s": len(texts) / a,
+            "batched_texts_per_s": len(texts) / b, "alone_tokens_per_s": tokens / a, "batched_tokens_per_s": tokens / b,
+            "speedup": a / b, "max_abs_difference": gap}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="model directory (default: the embedded demo)")
+    parser.add_argument("--texts", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    runtime = load_runtime(args.model, mtp=False)
+    results = {shape: measure(runtime, texts_of(words, args.texts), args.rounds) for shape, words in SHAPES.items()}
+    results["environment"] = describe_environment()
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print("| texts | tokens | one forward each: texts/s | shared forwards: texts/s | speedup | max |diff| |")
+    print("|---|---|---|---|---|---|")
+    for shape in SHAPES:
+        row = results[shape]
+        print(f"| {args.texts} {shape} | {row['tokens']} | {row['alone_texts_per_s']:.1f} | "
+              f"{row['batched_texts_per_s']:.1f} | {row['speedup']:.2f}x | {row['max_abs_difference']:.1e} |")
+    return 0
+
+
+if __name__ == "__main__":
+    as_served()
+    raise SystemExit(main())
