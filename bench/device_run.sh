@@ -10,6 +10,7 @@
 #   bash bench/device_run.sh consumer [profile_consumer options] # the gateway's per-step work vs the engine alone
 #   bash bench/device_run.sh multiturn                           # prefix cache: TTFT per turn vs mlx_lm.server
 #   bash bench/device_run.sh clients                             # 1/2/4/8 concurrent clients: serial, batched, mlx_lm
+#   bash bench/device_run.sh embed                               # embeddings: shared forwards vs one each
 # SWITCHYARD_PIPELINED=0 before any of them runs the host cycle instead of the pipelined one (A/B).
 # Logs and results go to $OUT (what the device tool brings back).
 set -uo pipefail
@@ -43,6 +44,13 @@ case "$task" in
     rm -rf /tmp/mt
     python3 -m gateway.cli bench --workload multiturn --out /tmp/mt "$@" 2>&1 | quiet | tee "$OUT/multiturn.log"
     cp /tmp/mt/multiturn.md /tmp/mt/multiturn.json "$OUT/" 2>/dev/null
+    ;;
+  embed)
+    # embeddings: short texts sharing a right-padded forward vs one forward each (demo, Qwen3.5-0.8B shapes)
+    for model in demo random-0.8b; do
+      timeout 240 python3 -m bench.embeddings_throughput --model "$model" --texts 64 --rounds 3 \
+        --json "$OUT/embed_$model.json" 2>&1 | quiet | tee "$OUT/embed_$model.txt"
+    done
     ;;
   verify)
     timeout 60 python3 -m bench.check_gdn_kernel 2>&1 | quiet | tee "$OUT/kernel_check.txt"

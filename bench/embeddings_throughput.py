@@ -1,11 +1,12 @@
 """Embeddings throughput: short texts sharing a right-padded forward against one forward each, side by side.
 
-    python -m bench.embeddings_throughput [--model DIR] [--texts 64] [--rounds 3] [--json]
+    python -m bench.embeddings_throughput [--model demo|random-0.8b|DIR] [--dtype D] [--texts 64] [--rounds 3] [--json FILE]
 
 The texts are real prompts of the classifier's shipped set, cut to two shapes a RAG client sends: queries
-(the first 12 words) and passages (the first 120 words). Each round embeds the same texts both ways through
-`Runtime.embed` (the batched path, and BATCH_ROWS = 1: every text its own forward), alternating which goes
-first, and checks that both give the same vectors. Prints texts/s and tokens/s of each and their ratio
+(the first 12 words) and passages (the first 120 words), tokenized by the demo's tokenizer (a random model's
+vocabulary holds its ids). Each round embeds the same texts both ways through `engines.embed.embeddings` (the
+shared forwards, and BATCH_ROWS = 1: every text its own forward), alternating which goes first, and checks
+that both give the same vectors. Prints texts/s and tokens/s of each and their ratio
 (median over rounds). On the CPU the weights of the demo model are cheap to read and a forward of many rows
 costs about its rows; where a step is bound by reading the weights (a large model on a GPU or Apple silicon),
 a batch of short texts costs about one forward.
@@ -18,13 +19,17 @@ import json
 import random
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
+from mlx_lm.tokenizer_utils import load as load_tokenizer
 
 import engines.embed as embed
 from bench.environment import as_served, describe_environment
+from bench.profile_verify import RANDOM_MODELS, load_model
 from classifier.dataset_io import DEFAULT_DATASET
-from engines.runtime import Runtime, load_runtime
+from engines.bundle import ModelBundle
+from engines.checkpoint import DEMO_FAMILY
 
 SHAPES = {"query": 12, "passage": 120}   # words kept of each prompt
 
@@ -35,12 +40,12 @@ def texts_of(shape_words: int, count: int, seed: int = 0) -> list[str]:
     return [" ".join(p.split()[:shape_words]) for p in random.Random(seed).sample(long_enough, count)]
 
 
-def _timed(runtime: Runtime, inputs: list[list[int]], rows: int) -> tuple[float, dict[int, np.ndarray]]:
+def _timed(bundle: ModelBundle, inputs: list[list[int]], rows: int) -> tuple[float, dict[int, np.ndarray]]:
     saved, embed.BATCH_ROWS = embed.BATCH_ROWS, rows
     try:
         start = time.perf_counter()
         vectors: dict[int, np.ndarray] = {}
-        for item in runtime.embed(inputs):
+        for item in embed.embeddings(bundle, inputs):
             if isinstance(item, dict):
                 vectors.update(item)
         return time.perf_counter() - start, vectors
@@ -48,15 +53,15 @@ def _timed(runtime: Runtime, inputs: list[list[int]], rows: int) -> tuple[float,
         embed.BATCH_ROWS = saved
 
 
-def measure(runtime: Runtime, texts: list[str], rounds: int) -> dict:
-    inputs = [runtime.encode_prompt(t) for t in texts]
+def measure(bundle: ModelBundle, tokenizer, texts: list[str], rounds: int) -> dict:
+    inputs = [list(tokenizer.encode(t, add_special_tokens=False)) for t in texts]
     tokens = sum(map(len, inputs))
-    _timed(runtime, inputs[:4], embed.BATCH_ROWS)   # warm-up: compiled shapes, caches
+    _timed(bundle, inputs[:4], embed.BATCH_ROWS)   # warm-up: compiled shapes, caches
     alone, batched, gap = [], [], 0.0
     for r in range(rounds):
         order = [("alone", 1), ("batched", embed.BATCH_ROWS)]
         for name, rows in order if r % 2 == 0 else order[::-1]:
-            seconds, vectors = _timed(runtime, inputs, rows)
+            seconds, vectors = _timed(bundle, inputs, rows)
             (alone if name == "alone" else batched).append((seconds, vectors))
         gap = max(gap, max(float(np.abs(alone[-1][1][i] - batched[-1][1][i]).max()) for i in range(len(inputs))))
     a = statistics.median(s for s, _ in alone)
@@ -68,17 +73,21 @@ def measure(runtime: Runtime, texts: list[str], rounds: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="model directory (default: the embedded demo)")
+    parser.add_argument("--model", default="demo", help="demo, random-0.8b (Qwen3.5-0.8B shapes) or a target dir")
+    parser.add_argument("--dtype", default=None,
+                        help="e.g. float32 (default: as `switchyard serve` loads it, float32 on the CPU; random: bfloat16)")
     parser.add_argument("--texts", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     args = parser.parse_args(argv)
-    runtime = load_runtime(args.model, mtp=False)
-    results = {shape: measure(runtime, texts_of(words, args.texts), args.rounds) for shape, words in SHAPES.items()}
+    bundle = load_model(args.model, args.dtype or (None if args.model in RANDOM_MODELS else "auto"))
+    tokenizer = load_tokenizer(DEMO_FAMILY / "target")
+    results = {shape: measure(bundle, tokenizer, texts_of(words, args.texts), args.rounds) for shape, words in SHAPES.items()}
+    results["model"] = args.model
     results["environment"] = describe_environment()
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"{args.model}, {results['environment'].get('device', '')}")
     print("| texts | tokens | one forward each: texts/s | shared forwards: texts/s | speedup | max |diff| |")
     print("|---|---|---|---|---|---|")
     for shape in SHAPES:
