@@ -7,9 +7,9 @@ The texts are real prompts of the classifier's shipped set, cut to two shapes a 
 vocabulary holds its ids). Each round embeds the same texts both ways through `engines.embed.embeddings` (the
 shared forwards, and BATCH_ROWS = 1: every text its own forward), alternating which goes first, and checks
 that both give the same vectors. Prints texts/s and tokens/s of each and their ratio
-(median over rounds). On the CPU the weights of the demo model are cheap to read and a forward of many rows
-costs about its rows; where a step is bound by reading the weights (a large model on a GPU or Apple silicon),
-a batch of short texts costs about one forward.
+(median over rounds). Where a forward is bound by reading the weights and launching kernels (a GPU), a batch
+of short texts costs about one forward; on the CPU a forward costs its rows, padding ones included, which is
+why the server shares forwards on a GPU only (engines.embed.shared_rows).
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ from bench.profile_verify import RANDOM_MODELS, load_model
 from classifier.dataset_io import DEFAULT_DATASET
 from engines.bundle import ModelBundle
 from engines.checkpoint import DEMO_FAMILY
+from engines.prefill import PREFILL_CHUNK
 
 SHAPES = {"query": 12, "passage": 120}   # words kept of each prompt
+SHARED = PREFILL_CHUNK   # the GPU's sharing, forced here on any device (the CPU serves each text alone)
 
 
 def texts_of(shape_words: int, count: int, seed: int = 0) -> list[str]:
@@ -56,10 +58,10 @@ def _timed(bundle: ModelBundle, inputs: list[list[int]], rows: int) -> tuple[flo
 def measure(bundle: ModelBundle, tokenizer, texts: list[str], rounds: int) -> dict:
     inputs = [list(tokenizer.encode(t, add_special_tokens=False)) for t in texts]
     tokens = sum(map(len, inputs))
-    _timed(bundle, inputs[:4], embed.BATCH_ROWS)   # warm-up: compiled shapes, caches
+    _timed(bundle, inputs[:4], SHARED)   # warm-up: compiled shapes, caches
     alone, batched, gap = [], [], 0.0
     for r in range(rounds):
-        order = [("alone", 1), ("batched", embed.BATCH_ROWS)]
+        order = [("alone", 1), ("batched", SHARED)]
         for name, rows in order if r % 2 == 0 else order[::-1]:
             seconds, vectors = _timed(bundle, inputs, rows)
             (alone if name == "alone" else batched).append((seconds, vectors))

@@ -5,11 +5,11 @@ LangChain / LlamaIndex pointed at one base URL) ask it for embeddings as they as
 generative model's. Mean pooling is what reads best from a model not trained to embed (its last token only
 predicts the next one). Nothing is cached (the prefix cache holds chat prompts, which embeddings never are).
 
-Short texts share one forward: right-padded to the longest of them, which changes none of their rows (attention
-and the GatedDeltaNet recurrence are causal; the padding rows come after and are left out of the mean). A query
-or a sentence is a handful of tokens, and one forward of a few rows reads every weight as one of many rows does,
-so a batch of them costs about one text's forward where the model's weights bound the step (a large model on a
-GPU or Apple silicon). A text longer than a batch's budget runs alone through the one prefill, in its pieces.
+On a GPU short texts share one forward: right-padded to the longest of them, which changes none of their rows
+(attention and the GatedDeltaNet recurrence are causal; the padding rows come after and are left out of the
+mean). A forward of a few rows there costs about what one of many rows does (reading the weights, launching the
+kernels), so a batch of texts costs about one text's forward. A text longer than a batch's budget, and every
+text on the CPU, runs alone through the one prefill, in its pieces.
 """
 
 from __future__ import annotations
@@ -24,8 +24,18 @@ from contracts.engine import Pause
 from .bundle import ModelBundle
 from .prefill import PREFILL_CHUNK, prefill_stepwise
 
-BATCH_ROWS = PREFILL_CHUNK   # padded rows (texts x longest) one batched forward holds at most
-PAD = 0                      # any id: padding rows come after a text's own and are not read
+# padded rows (texts x longest) one shared forward holds at most; None: PREFILL_CHUNK on a GPU (Metal, CUDA),
+# where a forward of a few rows is bound by reading the weights and a batch costs about one text's forward
+# (H200: 6.6-9.5x the texts per second, bench.embeddings_throughput), and 1 on the CPU, where a forward costs
+# its rows and the padding is pure loss (0.81x for queries, 1.15x for passages on this 2-core box)
+BATCH_ROWS: int | None = None
+PAD = 0   # any id: padding rows come after a text's own and are not read
+
+
+def shared_rows() -> int:
+    if BATCH_ROWS is not None:
+        return BATCH_ROWS
+    return PREFILL_CHUNK if mx.default_device().type == mx.gpu else 1
 
 
 def mean_hidden(bundle: ModelBundle, ids: Sequence[int]) -> Generator[Pause, None, np.ndarray]:
@@ -68,7 +78,7 @@ def embeddings(bundle: ModelBundle, inputs: Sequence[Sequence[int]]) -> Iterator
     """Every input's mean final hidden state (each non-empty), by its index, a batch at a time: after each
     forward a Pause (the round did a prefill's work, which the worker keeps out of the decode latency it
     measures), then that forward's vectors."""
-    for group in _batches(inputs, BATCH_ROWS):
+    for group in _batches(inputs, shared_rows()):
         if len(group) == 1:
             vectors = [(yield from mean_hidden(bundle, inputs[group[0]]))]
         else:

@@ -211,12 +211,14 @@ def test_demo_long_input_in_pieces_equals_one_forward(demo, monkeypatch):
 
 
 def test_demo_short_texts_share_a_forward_and_embed_as_alone(demo, monkeypatch):
-    """Short texts run right-padded in one forward (shortest first, within BATCH_ROWS padded rows); each comes
-    back as its own forward gives it, under its own index, the padding read nowhere."""
+    """On a GPU short texts run right-padded in one forward (shortest first, within BATCH_ROWS padded rows); each
+    comes back as its own forward gives it, under its own index, the padding read nowhere. The CPU serves each
+    text alone (a forward there costs its rows: padding is loss)."""
     from contracts.engine import Pause
     from engines.embed import _batches
 
     srv, runtime = demo
+    monkeypatch.setattr("engines.embed.BATCH_ROWS", 2048)   # as on a GPU (the CPU serves each text alone)
     texts = ["Hello.", "def f(x):\n    return x * 2", "A longer sentence about the weather in the hills today.",
              "{\"a\": 1}", "ok"]
     inputs = [runtime.encode_prompt(t) for t in texts]
@@ -230,7 +232,12 @@ def test_demo_short_texts_share_a_forward_and_embed_as_alone(demo, monkeypatch):
     groups = _batches([[7] * n for n in lengths], rows=12)
     assert groups == [[2, 5, 0], [3], [1], [4]]
     assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
-    monkeypatch.setattr("engines.embed.BATCH_ROWS", 1)   # no sharing: one forward each, the same vectors
+    from engines.embed import shared_rows
+    from engines.prefill import PREFILL_CHUNK
+
+    monkeypatch.setattr("engines.embed.BATCH_ROWS", None)   # the default: shared on a GPU only
+    assert shared_rows() == (PREFILL_CHUNK if mx.default_device().type == mx.gpu else 1)
+    monkeypatch.setattr("engines.embed.BATCH_ROWS", 1)   # as on the CPU: one forward each, the same vectors
     alone, items = _run(runtime.embed(inputs))
     assert [type(item) for item in items] == [Pause, dict] * len(texts)
     for index in range(len(texts)):
