@@ -260,3 +260,16 @@ def test_demo_over_the_context_ollama_truncates_or_refuses(demo, monkeypatch):
     assert refused.status_code == 400 and "maximum context length" in refused.json()["error"]
     openai_refused = httpx.post(srv.base_url + "/v1/embeddings", json={"input": text})
     assert openai_refused.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_embeddings_need_the_api_key_in_each_apis_error_shape():
+    backend = FakeBackend()
+    with live_server(create_app(backend, config=GatewayConfig(api_keys=("sk-test",)))) as srv:
+        refused = httpx.post(srv.base_url + "/v1/embeddings", json={"input": "a"})
+        assert refused.status_code == 401 and refused.json()["error"]["type"], refused.text
+        with pytest.raises(ollama.ResponseError) as ollama_refused:
+            ollama.Client(host=srv.base_url).embed(model=backend.model_id, input="a")
+        assert ollama_refused.value.status_code == 401
+        keyed = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="sk-test", max_retries=0)
+        assert len(keyed.embeddings.create(model=backend.model_id, input=["a", "b"]).data) == 2
+    assert not backend.embedded[:-2]   # only the keyed request reached the worker
