@@ -33,6 +33,7 @@ PAD = 0   # any id: padding rows come after a text's own and are not read
 
 
 def shared_rows() -> int:
+    """Padded rows one shared forward may hold on this device (1: every text alone)."""
     if BATCH_ROWS is not None:
         return BATCH_ROWS
     return PREFILL_CHUNK if mx.default_device().type == mx.gpu else 1

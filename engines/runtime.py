@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -50,6 +51,19 @@ def default_draft_dir(model_dir: Path) -> Path | None:
     """A drafter shipped beside the target (`<family>/drafter`), if any."""
     candidate = model_dir.parent / "drafter"
     return candidate if (candidate / "config.json").exists() else None
+
+
+@contextlib.contextmanager
+def _fails_request(what: str, engine: str = "raw") -> Iterator[None]:
+    """A model failure (an engine's, or a forward of the target outside them: scoring, embedding) fails the
+    request as EngineFailure; it must never take the server down."""
+    try:
+        yield
+    except SwitchyardError:
+        raise
+    except Exception as exc:
+        log.exception("%s failed", what)
+        raise EngineFailure(engine, exc) from exc
 
 
 class Runtime:
@@ -125,22 +139,12 @@ class Runtime:
     def prompt_logprobs(self, prompt_ids: Sequence[int], top: int) -> PromptLogprobs:
         if not prompt_ids:
             raise InvalidRequestError("the prompt is empty", param="prompt")
-        try:
+        with _fails_request("scoring the prompt"):
             return prompt_logprobs(self.bundle, prompt_ids, top)
-        except SwitchyardError:
-            raise
-        except Exception as exc:  # a model failure must not take the server down
-            log.exception("scoring the prompt failed")
-            raise EngineFailure("raw", exc) from exc
 
     def embed(self, inputs: Sequence[Sequence[int]]) -> Iterator[Pause | dict[int, np.ndarray]]:
-        try:
+        with _fails_request("embedding"):
             yield from embeddings(self.bundle, inputs)
-        except SwitchyardError:
-            raise
-        except Exception as exc:  # a model failure must not take the server down
-            log.exception("embedding failed")
-            raise EngineFailure("raw", exc) from exc
 
     def generate(
         self,
@@ -176,13 +180,8 @@ class Runtime:
         )
         if reply is not None:
             chunks = split_reply(chunks, ReplySplitter(self.bundle.tokenizer, reply))
-        try:
+        with _fails_request(f"engine {engine}", engine):
             yield from chunks
-        except SwitchyardError:
-            raise
-        except Exception as exc:  # an engine bug must not take the server down
-            log.exception("engine %s failed", engine)
-            raise EngineFailure(engine, exc) from exc
 
     @functools.cached_property
     def _special_ids(self) -> frozenset[int]:

@@ -7,7 +7,7 @@ a model not trained to embed gives best; an embedding model serves retrieval bet
 
 Each input is tokenized as /v1/completions tokenizes a prompt (token ids are taken as given), checked against
 the context, and embedded on the model's worker, queued as any request (priority header, queue limit, timeout,
-a client that hangs up), one input per round beside the running streams.
+a client that hangs up), one forward per round beside the running streams (Backend.embed).
 """
 
 from __future__ import annotations
