@@ -15,6 +15,7 @@ from mlx.utils import tree_flatten
 
 from contracts.errors import ModelLoadError
 
+from . import gdn_prefill
 from .checkpoint import read_config, text_config
 from .cycle_modes import CycleModes
 
@@ -70,6 +71,7 @@ class ModelBundle:
     """The target model, its tokenizer and the pieces the engines share by reference."""
 
     def __init__(self, path: Path, model: nn.Module, tokenizer: Any, config: dict[str, Any]):
+        gdn_prefill.install()   # a prompt's GatedDeltaNet in chunks where mlx-lm would loop per token
         self.path = path
         self.model = model
         self.tokenizer = tokenizer

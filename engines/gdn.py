@@ -111,8 +111,9 @@ def recurrence_chunked(q, k, v, g, beta, root_state, tree: TreeLayout) -> tuple[
     return recurrence_masked(q, k, v, g, beta, root_state, *_path_masks(tree))
 
 
-def recurrence_masked(q, k, v, g, beta, root_state, inclusive, strict) -> tuple[mx.array, mx.array]:
-    """The same recurrence as `recurrence_reference`, for every slot at once (no loop over levels).
+def _solved(q, k, v, g, beta, s0, inclusive, strict):
+    """What `recurrence_masked` and `recurrence_chain` share: per head (Hv first) the queries and keys, each
+    slot's G_t, the decays G_t / G_j along root paths, and the d_t solved.
 
     Unrolled along a slot's root path P(t) (its ancestors and itself), with G_t = prod of the
     gates on P(t) and S0 the root state:
@@ -129,19 +130,72 @@ def recurrence_masked(q, k, v, g, beta, root_state, inclusive, strict) -> tuple[
     gap = L[:, :, None] - L[:, None, :]                        # (Hv, T, T): log G_t / G_j
     decay = mx.exp(mx.minimum(gap, 0.0)) * inclusive            # j in P(t): G_t / G_j <= 1, else 0
     kh, qh, vh = k.transpose(1, 0, 2), q.transpose(1, 0, 2), v.transpose(1, 0, 2)   # (Hv, T, D)
-    s0 = root_state[0]                                          # (Hv, Dv, Dk)
     G = mx.exp(L)[:, :, None]                                   # (Hv, T, 1)
     bt = beta.T[:, :, None]                                     # (Hv, T, 1)
     A = bt * (decay * strict) * (kh @ kh.transpose(0, 2, 1))   # (Hv, T, T), strictly lower
     rhs = bt * (vh - G * (kh @ s0.transpose(0, 2, 1)))          # (Hv, T, Dv)
+    if T > _DOUBLING_ROWS:   # a prefill's chunk: the powers of A would grow past float32 (see _unit_lower_inverse)
+        return qh, kh, G, decay, _unit_lower_inverse(A) @ rhs
     d, power = rhs - A @ rhs, A
     for _ in range(max(0, (T - 1).bit_length() - 1)):           # (I - A)(I + A^2)(I + A^4)... applied to rhs
         power = power @ power
         d = d + power @ d
+    return qh, kh, G, decay, d
+
+
+# Up to this many rows the doubling product is exact to float32 rounding even for near-parallel keys (1e-6 at 8,
+# 2e-4 at 16, 0.4 at 32 and overflow at 64 on keys 0.01 apart: the powers of A grow, though (I + A)^-1 stays
+# bounded, being built from the delta rule's contractions)
+_DOUBLING_ROWS = 8
+
+
+def _unit_lower_inverse(A: mx.array) -> mx.array:
+    """(I + A)^-1 for strictly lower A (..., n, n), by halves: [[X11, 0], [-X22 A21 X11, X22]], each diagonal
+    block of at most _DOUBLING_ROWS rows by the doubling product. Every intermediate is a block of the inverse
+    itself, so nothing grows."""
+    n = A.shape[-1]
+    if n <= _DOUBLING_ROWS:
+        X, power = mx.eye(n, dtype=A.dtype) - A, A
+        for _ in range(max(0, (n - 1).bit_length() - 1)):
+            power = power @ power
+            X = X + power @ X
+        return X
+    h = n // 2
+    X11, X22 = _unit_lower_inverse(A[..., :h, :h]), _unit_lower_inverse(A[..., h:, h:])
+    X21 = -(X22 @ A[..., h:, :h]) @ X11
+    top = mx.concatenate([X11, mx.zeros((*A.shape[:-2], h, n - h), dtype=A.dtype)], axis=-1)
+    return mx.concatenate([top, mx.concatenate([X21, X22], axis=-1)], axis=-2)
+
+
+def _outputs(qh, kh, G, decay, d, s0):
+    """y_t = G_t S0 q_t + sum_j decay[t, j] (q_t . k_j) d_j, as (T, Hv, Dv)."""
     y = G * (qh @ s0.transpose(0, 2, 1)) + (decay * (qh @ kh.transpose(0, 2, 1))) @ d      # (Hv, T, Dv)
+    return y.transpose(1, 0, 2)
+
+
+def recurrence_masked(q, k, v, g, beta, root_state, inclusive, strict) -> tuple[mx.array, mx.array]:
+    """The same recurrence as `recurrence_reference`, for every slot at once (no loop over levels); every
+    slot's state too (what a commit picks from). See `_solved`."""
+    s0 = root_state[0]                                          # (Hv, Dv, Dk)
+    qh, kh, G, decay, d = _solved(q, k, v, g, beta, s0, inclusive, strict)
     # every slot's state: G_t S0 + sum_j decay[t, j] d_j k_j^T
     states = G[..., None] * s0[:, None] + (decay[..., None] * d[:, None, :, :]).transpose(0, 1, 3, 2) @ kh[:, None]
-    return y.transpose(1, 0, 2), states.transpose(1, 0, 2, 3)
+    return _outputs(qh, kh, G, decay, d, s0), states.transpose(1, 0, 2, 3)
+
+
+@lru_cache(maxsize=8)
+def _chain_masks(T: int) -> tuple[mx.array, mx.array]:
+    inclusive = mx.tril(mx.ones((T, T), dtype=mx.float32))
+    return inclusive, inclusive - mx.eye(T, dtype=mx.float32)
+
+
+def recurrence_chain(q, k, v, g, beta, s0) -> tuple[mx.array, mx.array]:
+    """A causal run of T tokens at once (a prefill's chunk): q, k (T, Hv, Dk), v (T, Hv, Dv), g, beta (T, Hv),
+    s0 (Hv, Dv, Dk). Returns y (T, Hv, Dv) and the state after the last token only (Hv, Dv, Dk), which is
+    all a prefill carries on: S_T = G_T S0 + sum_j (G_T / G_j) d_j k_j^T."""
+    qh, kh, G, decay, d = _solved(q, k, v, g, beta, s0, *_chain_masks(q.shape[0]))
+    last = G[:, -1, :, None] * s0 + (decay[:, -1, :, None] * d).transpose(0, 2, 1) @ kh
+    return _outputs(qh, kh, G, decay, d, s0), last
 
 
 def _prepare(shape: GdnShape, qkv, b, a, conv_state, windows, conv_weight, A_log, dt_bias):
