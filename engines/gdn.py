@@ -143,9 +143,9 @@ def _solved(q, k, v, g, beta, s0, inclusive, strict):
     return qh, kh, G, decay, d
 
 
-# Up to this many rows the doubling product is exact to float32 rounding even for near-parallel keys (1e-6 at 8,
-# 2e-4 at 16, 0.4 at 32 and overflow at 64 on keys 0.01 apart: the powers of A grow, though (I + A)^-1 stays
-# bounded, being built from the delta rule's contractions)
+# Up to this many rows the doubling product is exact to float32 rounding even for near-parallel keys (1e-6 at 8
+# rows; up to 2e-4 at 16, ~1 at 32 and overflow at 64 on keys 0.01-0.3 apart: the powers of A grow, though
+# (I + A)^-1 stays bounded, being built from the delta rule's contractions)
 _DOUBLING_ROWS = 8
 
 

@@ -1,7 +1,8 @@
 """A prompt's GatedDeltaNet recurrence in chunks, wherever mlx-lm's Metal kernel does not run (CPU, CUDA).
 
 Off Metal, mlx-lm's `gated_delta_update` falls back to `gated_delta_ops`, a Python loop with one step per
-token: 85 % of a 2,048-token prefill of the demo on this CPU, and ~0.3 s for 205 tokens on the H200. Here a
+token: most of a long prefill on the CPU (3.19 of 3.76 s of a 2,048-token prefill of the demo, timed with an
+evaluation at each call), launch-bound on CUDA (one 205-token text took ~0.3 s on the H200). Here a
 run of at least MIN_TOKENS tokens goes CHUNK at a time through `engines.gdn.recurrence_chain` (the verify's
 unrolled form, keeping only the last state): a few matmuls per chunk instead of a step per token, equal to the
 loop up to float32 rounding. Shorter runs (decode steps), a padding mask (batched decoding) and per-key gates
