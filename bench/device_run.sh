@@ -11,6 +11,7 @@
 #   bash bench/device_run.sh multiturn                           # prefix cache: TTFT per turn vs mlx_lm.server
 #   bash bench/device_run.sh clients                             # 1/2/4/8 concurrent clients: serial, batched, mlx_lm
 #   bash bench/device_run.sh embed                               # embeddings: shared forwards vs one each
+#   bash bench/device_run.sh prefill                             # prefill: GDN in chunks vs the per-token loop
 # SWITCHYARD_PIPELINED=0 before any of them runs the host cycle instead of the pipelined one (A/B).
 # Logs and results go to $OUT (what the device tool brings back).
 set -uo pipefail
@@ -44,6 +45,13 @@ case "$task" in
     rm -rf /tmp/mt
     python3 -m gateway.cli bench --workload multiturn --out /tmp/mt "$@" 2>&1 | quiet | tee "$OUT/multiturn.log"
     cp /tmp/mt/multiturn.md /tmp/mt/multiturn.json "$OUT/" 2>/dev/null
+    ;;
+  prefill)
+    # a prompt's GatedDeltaNet recurrence in chunks vs mlx-lm's per-token loop (demo, Qwen3.5-0.8B shapes)
+    for model in demo random-0.8b; do
+      timeout 200 python3 -m bench.prefill_gdn --model "$model" --tokens 512,2048 --rounds 3 \
+        --json "$OUT/prefill_$model.json" 2>&1 | quiet | tee "$OUT/prefill_$model.txt"
+    done
     ;;
   embed)
     # embeddings: short texts sharing a right-padded forward vs one forward each (demo, Qwen3.5-0.8B shapes)
