@@ -25,8 +25,8 @@ import numpy as np
 from mlx_lm.tokenizer_utils import load as load_tokenizer
 
 import engines.embed as embed
-from bench.environment import as_served, describe_environment
-from bench.profile_verify import RANDOM_MODELS, load_model
+from bench.environment import as_served, describe_environment, record
+from bench.profile_verify import add_served_model_arguments, served_model
 from classifier.dataset_io import DEFAULT_DATASET
 from engines.bundle import ModelBundle
 from engines.checkpoint import DEMO_FAMILY
@@ -75,21 +75,17 @@ def measure(bundle: ModelBundle, tokenizer, texts: list[str], rounds: int) -> di
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="demo", help="demo, random-0.8b (Qwen3.5-0.8B shapes) or a target dir")
-    parser.add_argument("--dtype", default=None,
-                        help="e.g. float32 (default: as `switchyard serve` loads it, float32 on the CPU; random: bfloat16)")
+    add_served_model_arguments(parser)
     parser.add_argument("--texts", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     args = parser.parse_args(argv)
-    bundle = load_model(args.model, args.dtype or (None if args.model in RANDOM_MODELS else "auto"))
+    bundle = served_model(args)
     tokenizer = load_tokenizer(DEMO_FAMILY / "target")
     results = {shape: measure(bundle, tokenizer, texts_of(words, args.texts), args.rounds) for shape, words in SHAPES.items()}
     results["model"] = args.model
     results["environment"] = describe_environment()
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"{args.model}, {results['environment'].get('device', '')}")
+    record(results, args.json)
     print("| texts | tokens | one forward each: texts/s | shared forwards: texts/s | speedup | max |diff| |")
     print("|---|---|---|---|---|---|")
     for shape in SHAPES:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -76,3 +77,10 @@ def describe_environment() -> dict:
         "commit": git_commit(),
         "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
+
+
+def record(results: dict, json_path: Path | None) -> None:
+    """Write a bench's results as JSON (where asked) and print which model ran on which device, before its table."""
+    if json_path is not None:
+        json_path.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"{results.get('model', '')}, {results['environment'].get('device', '')}")

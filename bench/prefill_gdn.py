@@ -10,7 +10,6 @@ and the ratio. On Metal mlx-lm's kernel runs instead of either, so this measures
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
@@ -19,8 +18,8 @@ import mlx.core as mx
 import mlx_lm.models.gated_delta as mlx_gdn
 
 import engines.gdn_prefill as gdn_prefill
-from bench.environment import as_served, describe_environment
-from bench.profile_verify import RANDOM_MODELS, load_model
+from bench.environment import as_served, describe_environment, record
+from bench.profile_verify import add_served_model_arguments, served_model
 from engines.bundle import ModelBundle
 from engines.prefill import prefill
 
@@ -58,19 +57,15 @@ def measure(bundle: ModelBundle, tokens: int, rounds: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="demo", help="demo, random-0.8b (Qwen3.5-0.8B shapes) or a target dir")
-    parser.add_argument("--dtype", default=None,
-                        help="e.g. float32 (default: as `switchyard serve` loads it, float32 on the CPU; random: bfloat16)")
+    add_served_model_arguments(parser)
     parser.add_argument("--tokens", default="512,2048")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     args = parser.parse_args(argv)
-    bundle = load_model(args.model, args.dtype or (None if args.model in RANDOM_MODELS else "auto"))
+    bundle = served_model(args)
     rows = [measure(bundle, int(n), args.rounds) for n in args.tokens.split(",")]
     results = {"model": args.model, "rows": rows, "environment": describe_environment()}
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"{args.model}, {results['environment'].get('device', '')}")
+    record(results, args.json)
     print("| prompt | per-token loop | chunked | speedup | max |diff| of the last row |")
     print("|---|---|---|---|---|")
     for row in rows:

@@ -71,6 +71,18 @@ def load_model(name: str, dtype: str | None):
     return load_bundle(DEMO_FAMILY / "target" if name == "demo" else name, dtype=dtype)
 
 
+def add_served_model_arguments(parser) -> None:
+    """--model and --dtype for a bench that loads the model as `switchyard serve` does (`served_model`)."""
+    parser.add_argument("--model", default="demo", help="demo, random-0.8b (Qwen3.5-0.8B shapes) or a target dir")
+    parser.add_argument("--dtype", default=None,
+                        help="e.g. float32 (default: as `switchyard serve` loads it, float32 on the CPU; random: bfloat16)")
+
+
+def served_model(args):
+    """The model `add_served_model_arguments` names, in the dtype asked for, else as serve loads it ("auto")."""
+    return load_model(args.model, args.dtype or (None if args.model in RANDOM_MODELS else "auto"))
+
+
 def _snapshot(cache) -> list:
     return [c.offset if hasattr(c, "offset") and not hasattr(c, "cache") else (c[0], c[1]) for c in cache]
 
