@@ -136,11 +136,16 @@ def _solved(q, k, v, g, beta, s0, inclusive, strict):
     rhs = bt * (vh - G * (kh @ s0.transpose(0, 2, 1)))          # (Hv, T, Dv)
     if T > _DOUBLING_ROWS:   # a prefill's chunk: the powers of A would grow past float32 (see _unit_lower_inverse)
         return qh, kh, G, decay, _unit_lower_inverse(A) @ rhs
+    return qh, kh, G, decay, _doubling(A, rhs)
+
+
+def _doubling(A: mx.array, rhs: mx.array) -> mx.array:
+    """(I + A)^-1 rhs for strictly lower (nilpotent) A of n rows: (I - A)(I + A^2)(I + A^4)... applied to rhs."""
     d, power = rhs - A @ rhs, A
-    for _ in range(max(0, (T - 1).bit_length() - 1)):           # (I - A)(I + A^2)(I + A^4)... applied to rhs
+    for _ in range(max(0, (A.shape[-1] - 1).bit_length() - 1)):
         power = power @ power
         d = d + power @ d
-    return qh, kh, G, decay, d
+    return d
 
 
 # Up to this many rows the doubling product is exact to float32 rounding even for near-parallel keys (1e-6 at 8
@@ -155,11 +160,7 @@ def _unit_lower_inverse(A: mx.array) -> mx.array:
     itself, so nothing grows."""
     n = A.shape[-1]
     if n <= _DOUBLING_ROWS:
-        X, power = mx.eye(n, dtype=A.dtype) - A, A
-        for _ in range(max(0, (n - 1).bit_length() - 1)):
-            power = power @ power
-            X = X + power @ X
-        return X
+        return _doubling(A, mx.eye(n, dtype=A.dtype))
     h = n // 2
     X11, X22 = _unit_lower_inverse(A[..., :h, :h]), _unit_lower_inverse(A[..., h:, h:])
     X21 = -(X22 @ A[..., h:, :h]) @ X11
