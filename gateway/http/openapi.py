@@ -208,13 +208,9 @@ def _honoured(defs: dict[str, Any], config: GatewayConfig, engines: tuple[str, .
         "if": {"properties": {"max_tokens": {"const": 0}}, "required": ["max_tokens"]},
         "then": {"properties": {"echo": {"const": True}}, "required": ["echo"]},
     }]
-    text = {"type": "string"}   # "" too: generated from the start of a text
-    # one prompt (text or token ids) or a batch of them (one choice each, times n); an id past the model's
-    # vocabulary is a 400 the model's size decides
-    ids = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": schemas.INT32_MAX}, "minItems": 1}
-    batch = {"minItems": 1, "maxItems": config.max_prompts}
-    completion["prompt"] = {"anyOf": [text, ids, {"type": "array", "items": text, **batch},
-                                      {"type": "array", "items": ids, **batch}]}
+    # one prompt (text or token ids) or a batch of them (one choice each, times n); "" too: generated from the
+    # start of a text
+    completion["prompt"] = _texts_or_token_ids({"type": "string"}, config.max_prompts)
     # fill in the middle: a model whose tokenizer has no FIM tokens takes no suffix (a 400 naming why)
     if not fills_in_middle:
         completion["suffix"] = _one_of_values(None, "")
@@ -236,18 +232,23 @@ def _honoured_embeddings(defs: dict[str, Any], common: dict[str, Any], config: G
     """The embeddings bodies (gateway.http.embeddings): a text to embed is not empty (Ollama's "" alone is its
     load call), a request holds at most max_embedding_inputs of them, `dimensions` at most the embedding's."""
     text = {"type": "string", "minLength": 1}
-    ids = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": schemas.INT32_MAX}, "minItems": 1}
-    batch = {"minItems": 1, "maxItems": config.max_embedding_inputs}
     dimensions = _nullable({"type": "integer", "minimum": 1, "maximum": embedding_size})
     openai = defs["EmbeddingRequest"]["properties"]
     openai["model"] = common["model"]
-    openai["input"] = {"anyOf": [text, ids, {"type": "array", "items": text, **batch},
-                                 {"type": "array", "items": ids, **batch}]}
+    openai["input"] = _texts_or_token_ids(text, config.max_embedding_inputs)
     openai["dimensions"] = dimensions
     ollama = defs["OllamaEmbedRequest"]["properties"]
     ollama["input"] = _nullable({"anyOf": [{"type": "string"}, {"type": "array", "items": text,
                                                                   "maxItems": config.max_embedding_inputs}]})
     ollama["dimensions"] = dimensions
+
+
+def _texts_or_token_ids(text: dict[str, Any], most: int) -> dict[str, Any]:
+    """OpenAI's four shapes of a prompt or an embedding's input (schemas.texts_or_token_ids): a text, token ids, or
+    up to `most` of either. An id past the model's vocabulary is a 400 the model's size decides."""
+    ids = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": schemas.INT32_MAX}, "minItems": 1}
+    batch = {"minItems": 1, "maxItems": most}
+    return {"anyOf": [text, ids, {"type": "array", "items": text, **batch}, {"type": "array", "items": ids, **batch}]}
 
 
 def _forcing_needs_tools(forced: dict[str, Any]) -> list[dict[str, Any]]:
