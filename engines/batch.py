@@ -11,6 +11,11 @@ arrive mid-request from a speculative engine with its caches already filled (no 
 
 The worker thread interleaves requests one item at a time (gateway/worker/scheduler.py): the first
 row to ask for a token in a round runs the step for every row, the others take what it produced.
+
+Left padding makes a batch's attention caches rows × its longest row: an agent's 100k-token context
+beside seven short chats would hold (and read at every step) eight copies of its length. So streams
+batch in groups of like lengths (`padding_fits`): short chats in one, long agent contexts in another,
+each group one forward per step; a stream no group fits decodes alone, interleaved with them.
 """
 
 from __future__ import annotations
@@ -29,6 +34,17 @@ from .bundle import ModelBundle
 from .processing import TargetProcessor
 from .sampling import Rng, SamplerConfig, choose
 
+# A batch may pad its rows by PAD_FREE_TOKENS in all (short chats always share a step: that little KV
+# costs less than the forwards they save), or by up to PAD_SHARE of the KV its rows really hold.
+PAD_FREE_TOKENS = 4096
+PAD_SHARE = 0.5
+
+
+def padding_fits(lengths: list[int]) -> bool:
+    """Rows of these lengths (tokens in their caches) may share left-padded caches."""
+    padding = len(lengths) * max(lengths) - sum(lengths)
+    return padding <= max(PAD_FREE_TOKENS, PAD_SHARE * sum(lengths))
+
 
 @dataclass(frozen=True)
 class BatchToken:
@@ -42,12 +58,14 @@ class BatchToken:
 
 @dataclass(eq=False)
 class BatchRow:
-    """One request in the batch: the token it feeds next and what the steps produced for it."""
+    """One request in a group: the token it feeds next and what the steps produced for it."""
 
     pending: int
     cfg: SamplerConfig
     rng: Rng
     processor: TargetProcessor | None
+    length: int = 0         # tokens in its caches (its rows of the group's, padding aside)
+    group: "Group | None" = None
     ready: deque[BatchToken] = field(default_factory=deque)
 
     @property
@@ -56,52 +74,29 @@ class BatchRow:
         return self.processor is not None and self.processor.per_token
 
 
-class DecodeBatch:
-    """The raw decoding batch of one loaded target. Used from the worker thread only."""
+@dataclass(eq=False)
+class RawStream:
+    """A request decoding raw: alone on its own caches, or a row of a group."""
 
-    def __init__(self, bundle: ModelBundle, max_rows: int = 8):
-        self.bundle = bundle
-        self.max_rows = max_rows
+    cache: list             # its own caches while alone
+    row: BatchRow | None = None
+
+
+class Group:
+    """Rows sharing left-padded caches and one forward per step."""
+
+    def __init__(self, owner: "DecodeBatch"):
+        self.owner = owner
         self.rows: list[BatchRow] = []
         self.cache: list | None = None
-        self.streams = 0        # requests decoding raw now, batched or alone
-        self.active = 0         # requests being generated now (prefilling, speculative or raw)
-        self.steps = 0          # batched steps run (for metrics)
-        self.row_steps = 0      # tokens produced by batched steps
         self._queued: mx.array | None = None   # the next step's tokens, in flight (pipelining)
         self._last: float | None = None         # when the previous step's tokens landed
 
-    # -- who is here ---------------------------------------------------------------------------
-    @contextmanager
-    def generating(self) -> Iterator[None]:
-        """Counts a request while the runtime generates it (what the speculative hand-over weighs)."""
-        self.active += 1
-        try:
-            yield
-        finally:
-            self.active -= 1
+    def fits(self, length: int) -> bool:
+        """A row of `length` tokens may join (room, and padding that fits)."""
+        return len(self.rows) < self.owner.max_rows and padding_fits([*(r.length for r in self.rows), length])
 
-    @contextmanager
-    def stream(self) -> Iterator[None]:
-        """Counts a raw decoder while it runs (alone or batched)."""
-        self.streams += 1
-        try:
-            yield
-        finally:
-            self.streams -= 1
-
-    @property
-    def enabled(self) -> bool:
-        return self.max_rows >= 2
-
-    def wants(self) -> bool:
-        """A lone stream should join: another raw stream runs and there is room."""
-        return self.enabled and self.streams >= 2 and len(self.rows) < self.max_rows
-
-    # -- joining and leaving -------------------------------------------------------------------
-    def join(self, cache: list, pending: int, cfg: SamplerConfig, rng: Rng,
-             processor: TargetProcessor | None = None) -> BatchRow:
-        """Adds a request whose `cache` holds everything before `pending` (not yet fed)."""
+    def join(self, cache: list, row: BatchRow) -> None:
         self.drain()
         single = [type(layer).merge([layer]) for layer in cache]
         if self.cache is None:
@@ -109,17 +104,15 @@ class DecodeBatch:
         else:
             for mine, theirs in zip(self.cache, single):
                 mine.extend(theirs)
-        row = BatchRow(pending, cfg, rng, processor)
         self.rows.append(row)
+        row.group = self
         self._last = None   # the next step's time includes the join: not a step cost
-        return row
 
     def leave(self, row: BatchRow) -> None:
-        if row not in self.rows:
-            return
         self.drain()
         index = self.rows.index(row)
         self.rows.pop(index)
+        row.group = None
         if not self.rows:
             self.cache = None
             self._last = None
@@ -128,21 +121,11 @@ class DecodeBatch:
         for layer in self.cache:
             layer.filter(keep)
 
-    def alone(self, row: BatchRow) -> bool:
-        """The row is the only raw stream left and has nothing buffered: it decodes faster on its own
-        caches, pipelined (a queued step is drained first; its token is buffered, so not yet)."""
-        if self.streams > 1 or self.rows != [row]:
-            return False
-        self.drain()
-        return not row.ready
-
-    def split_off(self, row: BatchRow) -> tuple[list, int]:
-        """Takes the row out with caches of its own (to decode alone): (cache, pending)."""
+    def extract(self, row: BatchRow) -> list:
+        """The row's caches of its own."""
         self.drain()
         index = self.rows.index(row)
-        cache = [layer.extract(index) for layer in self.cache]
-        self.leave(row)
-        return cache, row.pending
+        return [layer.extract(index) for layer in self.cache]
 
     # -- stepping ------------------------------------------------------------------------------
     def take(self, row: BatchRow) -> list[BatchToken]:
@@ -184,7 +167,7 @@ class DecodeBatch:
         self._distribute(current.tolist(), [[] for _ in self.rows])
 
     def _forward(self, inputs: mx.array) -> mx.array:
-        return self.bundle.model(inputs, cache=self.cache)[:, -1, :]
+        return self.owner.bundle.model(inputs, cache=self.cache)[:, -1, :]
 
     def _distribute(self, tokens: list[int], logprobs: list[list[TokenLogprob]]) -> None:
         now = time.perf_counter()
@@ -192,9 +175,10 @@ class DecodeBatch:
         self._last = now
         for row, token, lp in zip(self.rows, tokens, logprobs):
             row.pending = int(token)
+            row.length += 1   # the token it fed
             row.ready.append(BatchToken(int(token), seconds, len(self.rows), lp))
-        self.steps += 1
-        self.row_steps += len(self.rows)
+        self.owner.steps += 1
+        self.owner.row_steps += len(self.rows)
 
     def _sample(self, logits: mx.array) -> mx.array:
         """(B,) tokens, lazily: one argmax when every row is greedy, else each row with its sampler
@@ -218,3 +202,121 @@ class DecodeBatch:
             else:
                 out.append((int(token), []))
         return out
+
+
+class DecodeBatch:
+    """The raw decoding groups of one loaded target. Used from the worker thread only."""
+
+    def __init__(self, bundle: ModelBundle, max_rows: int = 8):
+        self.bundle = bundle
+        self.max_rows = max_rows   # rows per group
+        self.groups: list[Group] = []
+        self.raw_streams: list[RawStream] = []   # requests decoding raw now, batched or alone
+        self.active = 0         # requests being generated now (prefilling, speculative or raw)
+        self.steps = 0          # batched steps run (for metrics)
+        self.row_steps = 0      # tokens produced by batched steps
+
+    # -- who is here ---------------------------------------------------------------------------
+    @contextmanager
+    def generating(self) -> Iterator[None]:
+        """Counts a request while the runtime generates it (what the speculative hand-over weighs)."""
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+    @contextmanager
+    def stream(self, cache: list) -> Iterator[RawStream]:
+        """Registers a raw decoder while it runs (alone or batched); `cache` is its own while alone."""
+        stream = RawStream(cache)
+        self.raw_streams.append(stream)
+        try:
+            yield stream
+        finally:
+            self.raw_streams.remove(stream)
+
+    @property
+    def streams(self) -> int:
+        return len(self.raw_streams)
+
+    @property
+    def rows(self) -> list[BatchRow]:
+        return [row for group in self.groups for row in group.rows]
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_rows >= 2
+
+    def length(self, cache: list) -> int:
+        """Tokens in a request's own caches."""
+        return int(cache[self.bundle.decoder.fa_idx].offset)
+
+    def _lone_lengths(self, other_than: RawStream | None = None) -> list[int]:
+        return [self.length(s.cache) for s in self.raw_streams if s.row is None and s is not other_than]
+
+    def _group_for(self, stream: RawStream) -> Group | None:
+        """The group the lone stream should join: the one its length pads least, or a new one where another
+        lone stream could join it; None: it decodes alone."""
+        if not self.enabled:
+            return None
+        mine = self.length(stream.cache)
+        fitting = [g for g in self.groups if g.fits(mine)]
+        if fitting:
+            return min(fitting, key=lambda g: abs(max(r.length for r in g.rows) - mine))
+        if any(padding_fits([mine, other]) for other in self._lone_lengths(stream)):
+            return Group(self)
+        return None
+
+    def wants(self, stream: RawStream) -> bool:
+        """The lone stream should join a group (one that fits its length, or a new one for it and another
+        lone stream of like length)."""
+        return self._group_for(stream) is not None
+
+    def shares_with(self, length: int) -> int:
+        """Other requests a request of `length` tokens could share a step with: those generating, less the
+        rows of groups too far from its length to take it."""
+        apart = sum(len(g.rows) for g in self.groups if not padding_fits([*(r.length for r in g.rows), length]))
+        return self.active - 1 - apart
+
+    # -- joining and leaving -------------------------------------------------------------------
+    def join(self, stream: RawStream, pending: int, cfg: SamplerConfig, rng: Rng,
+             processor: TargetProcessor | None = None) -> BatchRow:
+        """Adds a lone stream whose cache holds everything before `pending` (not yet fed) to its group."""
+        group = self._group_for(stream) or Group(self)
+        if group not in self.groups:
+            self.groups.append(group)
+        row = BatchRow(pending, cfg, rng, processor, length=self.length(stream.cache))
+        group.join(stream.cache, row)
+        stream.row = row
+        return row
+
+    def leave(self, row: BatchRow) -> None:
+        group = row.group
+        if group is None:
+            return
+        group.leave(row)
+        if not group.rows:
+            self.groups.remove(group)
+
+    def alone(self, row: BatchRow) -> bool:
+        """The row is its group's only one, no lone stream could join it, and it has nothing buffered: it
+        decodes faster on its own caches, pipelined (a queued step is drained first; its token is
+        buffered, so not yet)."""
+        group = row.group
+        if group is None or group.rows != [row] or any(padding_fits([row.length, other])
+                                                       for other in self._lone_lengths()):
+            return False
+        group.drain()
+        return not row.ready
+
+    def split_off(self, stream: RawStream) -> int:
+        """Takes the stream's row out with caches of its own (to decode alone); returns its pending token."""
+        row = stream.row
+        stream.cache = row.group.extract(row)
+        self.leave(row)
+        stream.row = None
+        return row.pending
+
+    def take(self, row: BatchRow) -> list[BatchToken]:
+        return row.group.take(row)

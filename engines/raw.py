@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 
 import mlx.core as mx
 
@@ -36,15 +37,16 @@ def decode(
     if batch is None or not batch.enabled:
         yield from decode_alone(bundle, cache, pending, cfg, rng, cancel, engine, processor)
         return
-    with batch.stream():
+    with batch.stream(cache) as stream:
+        joins = partial(batch.wants, stream)
         while not cancel.cancelled:
-            if not batch.wants():
-                pending = yield from decode_alone(bundle, cache, pending, cfg, rng, cancel, engine, processor,
-                                                  until=batch.wants)
+            if not joins():
+                pending = yield from decode_alone(bundle, stream.cache, pending, cfg, rng, cancel, engine, processor,
+                                                  until=joins)
                 if pending is None:
                     return
                 continue
-            row = batch.join(cache, pending, cfg, rng, processor)
+            row = batch.join(stream, pending, cfg, rng, processor)
             try:
                 while not cancel.cancelled and (row.ready or not batch.alone(row)):
                     outs = batch.take(row)
@@ -54,7 +56,7 @@ def decode(
                                      batch_rows=outs[-1].rows, interleaved=len(outs) > 1)
                 if cancel.cancelled:
                     return
-                cache, pending = batch.split_off(row)
+                pending = batch.split_off(stream)
             finally:
                 batch.leave(row)
 

@@ -221,7 +221,7 @@ class Runtime:
         batch = self.bundle.decode_batch
         if batch is None:
             return None
-        return {"rows": len(batch.rows), "streams": batch.streams, "generating": batch.active,
+        return {"rows": len(batch.rows), "groups": len(batch.groups), "streams": batch.streams, "generating": batch.active,
                 "steps": batch.steps, "row_steps": batch.row_steps, "max_rows": batch.max_rows}
 
     def cycle_mode_stats(self) -> dict[str, dict[str, float]]:

@@ -308,7 +308,8 @@ def speculative_generate(
             started = time.perf_counter()
             yield report
             if switch is not None and bundle.decode_batch is not None:   # under load raw is priced as a batch row
-                watch.rule = switch.batched(bundle.decode_batch.active - 1)
+                batch = bundle.decode_batch
+                watch.rule = switch.batched(batch.shares_with(batch.length(cache)))
             target = watch.choice(None if probing else ("raw",))
             if target is not None:
                 if flight is not None:   # the queued cycle ran past the hand-off: undo it

@@ -81,7 +81,7 @@ def alone(runtime, job: Job) -> Job:
 
 def _assert_batch_empty(runtime):
     batch = runtime.bundle.decode_batch
-    assert batch.rows == [] and batch.cache is None and batch.streams == 0 and batch.active == 0
+    assert batch.rows == [] and batch.groups == [] and batch.streams == 0 and batch.active == 0
 
 
 def test_greedy_batched_requests_equal_their_unbatched_outputs(runtime):
@@ -249,4 +249,124 @@ def test_joins_and_leaves_leave_no_backlog_to_step_past_a_requests_end(runtime):
     wasted = batch.row_steps - before - batched_tokens
     assert max(max(j.rows) for j in jobs) >= 4
     assert wasted <= 2 * len(jobs), wasted
+    _assert_batch_empty(runtime)
+
+
+def test_padding_rule_lets_short_rows_share_and_keeps_a_long_context_apart():
+    from engines.batch import PAD_FREE_TOKENS, padding_fits
+
+    assert padding_fits([10, 3000])                               # short chats: padding under the free amount
+    assert padding_fits([100_000, 80_000, 90_000])                # long agents of like lengths share
+    assert not padding_fits([100_000, 2_000])                     # an agent's context beside a chat does not
+    assert not padding_fits([100_000, *[500] * 7])
+    assert padding_fits([PAD_FREE_TOKENS + 10, 10])                # the padding is exactly the free amount
+    assert not padding_fits([PAD_FREE_TOKENS + 11, 10])
+
+
+def test_the_batch_prices_raw_by_the_rows_it_could_join():
+    """A speculative request's hand-off prices raw as a batch row only where a group could take it."""
+    from engines.batch import BatchRow, DecodeBatch, Group
+
+    batch = DecodeBatch(bundle=None)
+    batch.active = 4
+    assert batch.shares_with(50_000) == 3                          # no groups: anyone generating may pair
+    group = Group(batch)
+    group.rows = [BatchRow(0, None, None, None, length=40), BatchRow(0, None, None, None, length=90)]
+    batch.groups = [group]
+    assert batch.shares_with(300) == 3
+    assert batch.shares_with(50_000) == 1                          # not with these rows, only with the fourth
+
+
+def test_a_long_context_decodes_apart_while_short_streams_share_steps(runtime, monkeypatch):
+    """An agent's long context beside short chats: the chats share steps, the long one decodes alone, so
+    the batch's caches never hold copies of its length (and every answer is its unbatched one)."""
+    import engines.batch as batching
+
+    monkeypatch.setattr(batching, "PAD_FREE_TOKENS", 128)
+    runtime.set_batching(8)
+    fa = runtime.bundle.decoder.fa_idx
+    widths: list[int] = []
+    step = batching.Group._step
+
+    def watched_step(group):
+        step(group)
+        widths.append(group.cache[fa].keys.shape[2])   # attention rows the group holds, padding included
+
+    monkeypatch.setattr(batching.Group, "_step", watched_step)
+    greedy = SamplingParams(max_tokens=30, temperature=0.0)
+    long_prompt = " ".join(["rivers and mountains and the long road home"] * 80)
+    long_tokens = len(runtime.encode_prompt(long_prompt))
+    assert long_tokens > 600
+    jobs = [Job(long_prompt, greedy), Job(PROMPTS[0], greedy, start=1), Job(PROMPTS[1], greedy, start=1),
+            Job(PROMPTS[2], greedy, start=2)]
+    interleave(runtime, jobs)
+    assert set(jobs[0].rows) == {1}                                 # never in a batch with the chats
+    assert max(max(j.rows) for j in jobs[1:]) == 3                  # the chats share steps
+    assert widths and max(widths) < long_tokens                     # no row padded to the long context
+    for job in jobs:
+        assert job.tokens == alone(runtime, job).tokens
+    _assert_batch_empty(runtime)
+
+
+def test_long_contexts_of_like_lengths_share_steps_apart_from_short_ones(runtime, monkeypatch):
+    import engines.batch as batching
+
+    monkeypatch.setattr(batching, "PAD_FREE_TOKENS", 128)
+    runtime.set_batching(8)
+    greedy = SamplingParams(max_tokens=30, temperature=0.0)
+    text = "rivers and mountains and the long road home"
+    jobs = [Job(" ".join([text] * 80), greedy), Job(PROMPTS[0], greedy), Job(" ".join([text] * 70), greedy),
+            Job(PROMPTS[1], greedy)]
+    interleave(runtime, jobs)
+    assert [max(j.rows) for j in jobs] == [2, 2, 2, 2]               # two pairs, never three rows
+    for job in jobs:
+        assert job.tokens == alone(runtime, job).tokens
+    _assert_batch_empty(runtime)
+
+
+def test_openai_clients_with_a_long_agent_context_beside_short_chats(tiny_agree_target, tiny_agree_drafter,
+                                                                     monkeypatch):
+    """A real server, an agent's long prompt and two short chats at once: the chats share steps, the long
+    context never joins them (no step of three rows), and every answer is its unbatched one."""
+    import threading
+
+    import httpx
+    import openai
+
+    import engines.batch as batching
+    from engines.runtime import load_runtime
+    from gateway.config import GatewayConfig
+    from gateway.http.app import create_app
+    from tests.fakes import live_server
+
+    monkeypatch.setattr(batching, "PAD_FREE_TOKENS", 128)
+    runtime = load_runtime(tiny_agree_target, draft_dir=tiny_agree_drafter, dtype="float32")
+    prompts = [" ".join(["rivers and mountains and the long road home"] * 80), PROMPTS[0], PROMPTS[1]]
+
+    def ask(client, prompt: str) -> str:
+        stream = client.completions.create(model="default", prompt=prompt, max_tokens=48, temperature=0,
+                                           stream=True, extra_body={"engine": "raw"})
+        return "".join(chunk.choices[0].text for chunk in stream)
+
+    runtime.set_batching(1)
+    with live_server(create_app(runtime)) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        want = [ask(client, p) for p in prompts]
+
+    runtime.set_batching(4)
+    with live_server(create_app(runtime, config=GatewayConfig(max_running=4))) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        got: dict[int, str] = {}
+        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, ask(client, prompts[i]))) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        metrics = httpx.get(server.base_url + "/metrics").text
+    assert [got[i] for i in range(3)] == want
+    value = lambda name: float(next(line.split()[-1] for line in metrics.splitlines()  # noqa: E731
+                                    if line.startswith(name + " ")))
+    steps, rows = value("switchyard_batch_steps_total"), value("switchyard_batch_row_steps_total")
+    assert steps > 0 and 1.5 < rows / steps <= 2.0   # two rows a step, never three
+    assert value("switchyard_batch_groups") == 0.0
     _assert_batch_empty(runtime)

@@ -32,9 +32,10 @@ PREFIX_GAUGES = (("bytes", "Bytes held by the prefix cache"), ("entries", "Prefi
 # Backend.batch_stats() keys: the raw decoding batch (continuous batching)
 BATCH_COUNTERS = (("steps", "Batched raw decode steps (one forward shared by every row)"),
                   ("row_steps", "Tokens produced by batched raw decode steps (rows summed over steps)"))
-BATCH_GAUGES = (("rows", "Requests in the raw decoding batch now"),
+BATCH_GAUGES = (("rows", "Requests in the raw decoding batches now"),
+                ("groups", "Raw decoding batches now: rows of like context lengths share one (padding bound)"),
                 ("generating", "Requests the model is generating now (prefill, speculative or raw)"),
-                ("max_rows", "Most requests the raw decoding batch holds (0: batching off)"))
+                ("max_rows", "Most requests one raw decoding batch holds (0: batching off)"))
 EXPLORATION_KINDS: tuple[str, ...] = ("none", "epsilon", "thompson")
 
 
