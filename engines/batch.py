@@ -34,16 +34,22 @@ from .bundle import ModelBundle
 from .processing import TargetProcessor
 from .sampling import Rng, SamplerConfig, choose
 
-# A batch may pad its rows by PAD_FREE_TOKENS in all (short chats always share a step: that little KV
-# costs less than the forwards they save), or by up to PAD_SHARE of the KV its rows really hold.
-PAD_FREE_TOKENS = 4096
+# A group may pad its rows by KV of up to PAD_WEIGHT_SHARE of the weights' bytes in all (a join saves a
+# forward, which reads every weight; padding is read at every step and held), or by up to PAD_SHARE of
+# the KV its rows really hold.
+PAD_WEIGHT_SHARE = 0.25
 PAD_SHARE = 0.5
 
 
-def padding_fits(lengths: list[int]) -> bool:
+def free_padding_tokens(bundle: ModelBundle) -> int:
+    """Tokens of padding a group may hold whatever its rows' lengths: PAD_WEIGHT_SHARE of the weights."""
+    return int(bundle.parameter_bytes() * PAD_WEIGHT_SHARE) // bundle.kv_bytes_per_token()
+
+
+def padding_fits(lengths: list[int], free_tokens: int) -> bool:
     """Rows of these lengths (tokens in their caches) may share left-padded caches."""
     padding = len(lengths) * max(lengths) - sum(lengths)
-    return padding <= max(PAD_FREE_TOKENS, PAD_SHARE * sum(lengths))
+    return padding <= max(free_tokens, PAD_SHARE * sum(lengths))
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,7 @@ class Group:
 
     def fits(self, length: int) -> bool:
         """A row of `length` tokens may join (room, and padding that fits)."""
-        return len(self.rows) < self.owner.max_rows and padding_fits([*(r.length for r in self.rows), length])
+        return len(self.rows) < self.owner.max_rows and self.owner.pads([*(r.length for r in self.rows), length])
 
     def join(self, cache: list, row: BatchRow) -> None:
         self.drain()
@@ -210,6 +216,7 @@ class DecodeBatch:
     def __init__(self, bundle: ModelBundle, max_rows: int = 8):
         self.bundle = bundle
         self.max_rows = max_rows   # rows per group
+        self.free_padding = free_padding_tokens(bundle) if bundle is not None else 0
         self.groups: list[Group] = []
         self.raw_streams: list[RawStream] = []   # requests decoding raw now, batched or alone
         self.active = 0         # requests being generated now (prefilling, speculative or raw)
@@ -248,6 +255,10 @@ class DecodeBatch:
     def enabled(self) -> bool:
         return self.max_rows >= 2
 
+    def pads(self, lengths: list[int]) -> bool:
+        """Rows of these lengths may share a group (`padding_fits` with this model's free padding)."""
+        return padding_fits(lengths, self.free_padding)
+
     def length(self, cache: list) -> int:
         """Tokens in a request's own caches."""
         return int(cache[self.bundle.decoder.fa_idx].offset)
@@ -264,7 +275,7 @@ class DecodeBatch:
         fitting = [g for g in self.groups if g.fits(mine)]
         if fitting:
             return min(fitting, key=lambda g: abs(max(r.length for r in g.rows) - mine))
-        if any(padding_fits([mine, other]) for other in self._lone_lengths(stream)):
+        if any(self.pads([mine, other]) for other in self._lone_lengths(stream)):
             return Group(self)
         return None
 
@@ -276,7 +287,7 @@ class DecodeBatch:
     def shares_with(self, length: int) -> int:
         """Other requests a request of `length` tokens could share a step with: those generating, less the
         rows of groups too far from its length to take it."""
-        apart = sum(len(g.rows) for g in self.groups if not padding_fits([*(r.length for r in g.rows), length]))
+        apart = sum(len(g.rows) for g in self.groups if not self.pads([*(r.length for r in g.rows), length]))
         return self.active - 1 - apart
 
     # -- joining and leaving -------------------------------------------------------------------
@@ -304,8 +315,7 @@ class DecodeBatch:
         decodes faster on its own caches, pipelined (a queued step is drained first; its token is
         buffered, so not yet)."""
         group = row.group
-        if group is None or group.rows != [row] or any(padding_fits([row.length, other])
-                                                       for other in self._lone_lengths()):
+        if group is None or group.rows != [row] or any(self.pads([row.length, other]) for other in self._lone_lengths()):
             return False
         group.drain()
         return not row.ready

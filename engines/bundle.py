@@ -130,6 +130,15 @@ class ModelBundle:
     def parameter_bytes(self) -> int:
         return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
 
+    def kv_bytes_per_token(self) -> int:
+        """Attention-cache bytes one token of context adds (keys and values of every full-attention layer;
+        the GatedDeltaNet layers' state does not grow with the context)."""
+        cfg = self.text_config
+        heads = int(cfg.get("num_key_value_heads", 1))
+        head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+        full = sum(1 for layer in self.layers if not layer.is_linear)
+        return 2 * full * heads * head_dim * self.dtype.size
+
 
 def _physical_memory_bytes() -> int:
     try:

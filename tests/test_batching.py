@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache
+
 from contracts.engine import CancelToken, Pause, SwitchRule
 from contracts.sampling import SamplingParams
 
@@ -253,14 +256,27 @@ def test_joins_and_leaves_leave_no_backlog_to_step_past_a_requests_end(runtime):
 
 
 def test_padding_rule_lets_short_rows_share_and_keeps_a_long_context_apart():
-    from engines.batch import PAD_FREE_TOKENS, padding_fits
+    from engines.batch import padding_fits
 
-    assert padding_fits([10, 3000])                               # short chats: padding under the free amount
-    assert padding_fits([100_000, 80_000, 90_000])                # long agents of like lengths share
-    assert not padding_fits([100_000, 2_000])                     # an agent's context beside a chat does not
-    assert not padding_fits([100_000, *[500] * 7])
-    assert padding_fits([PAD_FREE_TOKENS + 10, 10])                # the padding is exactly the free amount
-    assert not padding_fits([PAD_FREE_TOKENS + 11, 10])
+    free = 60_000   # a Qwen3.6-27B-class model in 4 bits: a quarter of 15.5 GB of weights in 64 KiB KV rows
+    assert padding_fits([10, 3000], free)                           # short chats: little padding
+    assert padding_fits([100_000, 80_000, 90_000], free)            # long agents of like lengths share
+    assert padding_fits([100_000, 50_000], free)                    # padding half the rows' own KV
+    assert not padding_fits([100_000, 2_000], free)                 # an agent's context beside a chat does not
+    assert not padding_fits([30_000, *[500] * 7], free)             # nor beside seven
+    assert padding_fits([free + 10, 10], free) and not padding_fits([free + 11, 10], free)
+
+
+def test_the_free_padding_is_a_quarter_of_the_weights_in_kv_rows(runtime):
+    from engines.batch import free_padding_tokens
+
+    bundle = runtime.bundle
+    per_token = bundle.kv_bytes_per_token()
+    cache = bundle.make_cache()
+    bundle.model(mx.zeros((1, 256), dtype=mx.uint32), cache=cache)   # 256 rows: one step of mlx-lm's KVCache
+    attention = [c for c in cache if isinstance(c, KVCache)]
+    assert sum(c.keys.nbytes + c.values.nbytes for c in attention) == 256 * per_token
+    assert free_padding_tokens(bundle) == bundle.parameter_bytes() // 4 // per_token
 
 
 def test_the_batch_prices_raw_by_the_rows_it_could_join():
@@ -268,7 +284,7 @@ def test_the_batch_prices_raw_by_the_rows_it_could_join():
     from engines.batch import BatchRow, DecodeBatch, Group
 
     batch = DecodeBatch(bundle=None)
-    batch.active = 4
+    batch.active, batch.free_padding = 4, 1_000
     assert batch.shares_with(50_000) == 3                          # no groups: anyone generating may pair
     group = Group(batch)
     group.rows = [BatchRow(0, None, None, None, length=40), BatchRow(0, None, None, None, length=90)]
@@ -282,8 +298,8 @@ def test_a_long_context_decodes_apart_while_short_streams_share_steps(runtime, m
     the batch's caches never hold copies of its length (and every answer is its unbatched one)."""
     import engines.batch as batching
 
-    monkeypatch.setattr(batching, "PAD_FREE_TOKENS", 128)
     runtime.set_batching(8)
+    runtime.bundle.decode_batch.free_padding = 128   # the tiny model's quarter of its weights is its whole context
     fa = runtime.bundle.decoder.fa_idx
     widths: list[int] = []
     step = batching.Group._step
@@ -308,11 +324,9 @@ def test_a_long_context_decodes_apart_while_short_streams_share_steps(runtime, m
     _assert_batch_empty(runtime)
 
 
-def test_long_contexts_of_like_lengths_share_steps_apart_from_short_ones(runtime, monkeypatch):
-    import engines.batch as batching
-
-    monkeypatch.setattr(batching, "PAD_FREE_TOKENS", 128)
+def test_long_contexts_of_like_lengths_share_steps_apart_from_short_ones(runtime):
     runtime.set_batching(8)
+    runtime.bundle.decode_batch.free_padding = 128
     greedy = SamplingParams(max_tokens=30, temperature=0.0)
     text = "rivers and mountains and the long road home"
     jobs = [Job(" ".join([text] * 80), greedy), Job(PROMPTS[0], greedy), Job(" ".join([text] * 70), greedy),
@@ -324,8 +338,7 @@ def test_long_contexts_of_like_lengths_share_steps_apart_from_short_ones(runtime
     _assert_batch_empty(runtime)
 
 
-def test_openai_clients_with_a_long_agent_context_beside_short_chats(tiny_agree_target, tiny_agree_drafter,
-                                                                     monkeypatch):
+def test_openai_clients_with_a_long_agent_context_beside_short_chats(tiny_agree_target, tiny_agree_drafter):
     """A real server, an agent's long prompt and two short chats at once: the chats share steps, the long
     context never joins them (no step of three rows), and every answer is its unbatched one."""
     import threading
@@ -333,13 +346,11 @@ def test_openai_clients_with_a_long_agent_context_beside_short_chats(tiny_agree_
     import httpx
     import openai
 
-    import engines.batch as batching
     from engines.runtime import load_runtime
     from gateway.config import GatewayConfig
     from gateway.http.app import create_app
     from tests.fakes import live_server
 
-    monkeypatch.setattr(batching, "PAD_FREE_TOKENS", 128)
     runtime = load_runtime(tiny_agree_target, draft_dir=tiny_agree_drafter, dtype="float32")
     prompts = [" ".join(["rivers and mountains and the long road home"] * 80), PROMPTS[0], PROMPTS[1]]
 
@@ -354,6 +365,7 @@ def test_openai_clients_with_a_long_agent_context_beside_short_chats(tiny_agree_
         want = [ask(client, p) for p in prompts]
 
     runtime.set_batching(4)
+    runtime.bundle.decode_batch.free_padding = 128
     with live_server(create_app(runtime, config=GatewayConfig(max_running=4))) as server:
         client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
         got: dict[int, str] = {}
