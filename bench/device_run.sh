@@ -12,6 +12,7 @@
 #   bash bench/device_run.sh clients                             # 1/2/4/8 concurrent clients: serial, batched, mlx_lm
 #   bash bench/device_run.sh embed                               # embeddings: shared forwards vs one each
 #   bash bench/device_run.sh prefill                             # prefill: GDN in chunks vs the per-token loop
+#   bash bench/device_run.sh groups                              # a long context beside short streams: groups vs one batch
 # SWITCHYARD_PIPELINED=0 before any of them runs the host cycle instead of the pipelined one (A/B).
 # Logs and results go to $OUT (what the device tool brings back).
 set -uo pipefail
@@ -51,6 +52,15 @@ case "$task" in
     for model in demo random-0.8b; do
       timeout 200 python3 -m bench.prefill_gdn --model "$model" --tokens 512,2048 --rounds 3 \
         --json "$OUT/prefill_$model.json" 2>&1 | quiet | tee "$OUT/prefill_$model.txt"
+    done
+    ;;
+  groups)
+    # batching in groups of like context lengths vs one padded batch (demo; Qwen3.5-0.8B shapes at 24k tokens)
+    timeout 150 python3 -m bench.batch_groups --model demo --long 7000 --short 7 --tokens 64 --rounds 3 \
+      --json "$OUT/groups_demo.json" 2>&1 | quiet | tee "$OUT/groups_demo.txt"
+    for short in 7 1; do
+      timeout 200 python3 -m bench.batch_groups --model random-0.8b --long 24000 --short "$short" --tokens 64 \
+        --rounds 3 --json "$OUT/groups_08b_short$short.json" 2>&1 | quiet | tee "$OUT/groups_08b_short$short.txt"
     done
     ;;
   embed)

@@ -20,7 +20,7 @@ import mlx.core as mx
 
 from contracts.engine import CancelToken, Pause
 from contracts.sampling import SamplingParams
-from engines.batch import DecodeBatch
+from engines.batch import DecodeBatch, RawStream
 from engines.prefill import prefill
 from engines.runtime import load_runtime
 from engines.sampling import Rng, SamplerConfig
@@ -39,7 +39,7 @@ def step_cost(runtime, rows: int, steps: int = 48) -> float:
     for _ in range(rows):
         cache = bundle.make_cache()
         prefill(bundle, cache, ids[:-1])
-        members.append(batch.join(cache, ids[-1], GREEDY, Rng(0)))
+        members.append(batch.join(RawStream(cache), ids[-1], GREEDY, Rng(0)))
     for _ in range(8):   # warm: first-use compiles, the pipeline filled
         for row in members:
             batch.take(row)

@@ -299,6 +299,9 @@ class DecodeBatch:
             self.groups.append(group)
         row = BatchRow(pending, cfg, rng, processor, length=self.length(stream.cache))
         group.join(stream.cache, row)
+        # the group holds a copy of its rows: emptying the request's own list (which its engine holds
+        # too) frees its caches, else a batched request would hold its whole context twice
+        stream.cache.clear()
         stream.row = row
         return row
 

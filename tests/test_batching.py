@@ -382,3 +382,36 @@ def test_openai_clients_with_a_long_agent_context_beside_short_chats(tiny_agree_
     assert steps > 0 and 1.5 < rows / steps <= 2.0   # two rows a step, never three
     assert value("switchyard_batch_groups") == 0.0
     _assert_batch_empty(runtime)
+
+
+def test_a_batched_request_does_not_keep_its_own_copy_of_its_context(runtime, monkeypatch):
+    """Joining copies a request's caches into its group's; its own are freed then, not held beside them."""
+    import gc
+    import weakref
+
+    import engines.batch as batching
+
+    runtime.set_batching(8)
+    own: list[weakref.ref] = []
+    join = batching.Group.join
+
+    def watched_join(group, cache, row):
+        own.extend(weakref.ref(c) for c in cache)
+        join(group, cache, row)
+
+    monkeypatch.setattr(batching.Group, "join", watched_join)
+    alive_while_batched: list[int] = []
+    step = batching.Group._step
+
+    def watched_step(group):
+        gc.collect()
+        alive_while_batched.append(sum(r() is not None for r in own))
+        step(group)
+
+    monkeypatch.setattr(batching.Group, "_step", watched_step)
+    greedy = SamplingParams(max_tokens=20, temperature=0.0)
+    jobs = interleave(runtime, [Job(PROMPTS[0], greedy), Job(PROMPTS[1], greedy), Job(PROMPTS[2], greedy)])
+    assert own and alive_while_batched and max(alive_while_batched) == 0
+    for job in jobs:
+        assert job.tokens == alone(runtime, job).tokens
+    _assert_batch_empty(runtime)
