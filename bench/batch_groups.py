@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         order = list(ways) if r % 2 == 0 else list(ways)[::-1]
         for way in order:
             measured[way].append(run(bundle, ids, args.tokens, ways[way]))
+            print(f"round {r + 1}, {way}: {measured[way][-1]['tokens_per_s']:.1f} tokens/s", flush=True)
     same = all(a["tokens"] == b["tokens"] for a, b in zip(measured["groups"], measured["one batch"]))
     keys = ("tokens_per_s", "long_tokens_per_s", "group_cache_mib", "peak_over_start_mib")
     results = {way: {k: statistics.median(m[k] for m in runs) for k in keys} for way, runs in measured.items()}
