@@ -297,6 +297,11 @@ class Backend(Protocol):
 
     def memory_bytes(self) -> dict[str, int]: ...
 
+    def request_bytes(self, tokens: int) -> int:
+        """Bytes the caches of one request hold once its context reaches `tokens` tokens, every loaded engine's
+        included (the scheduler's memory budget reserves it). No MLX: callable from any thread."""
+        ...
+
     def batch_stats(self) -> dict[str, float] | None:
         """The raw decoding batch: rows, requests generating, steps and row-steps so far (None: off)."""
         ...

@@ -191,6 +191,7 @@ def build() -> dict[str, Any]:
     d.row("Capacity")
     d.timeseries("Queue and running", [
         (f"sum({q('switchyard_requests_waiting')})", "waiting"),
+        (f"sum({q('switchyard_requests_waiting_memory')})", "waiting for memory"),
         (f"sum({q('switchyard_requests_running')})", "running"),
         (f"max({q('switchyard_draining')})", "draining"),
     ], "short")
@@ -199,6 +200,10 @@ def build() -> dict[str, Any]:
         description="429 = queue full (Retry-After sent); 499 = client closed the connection.")
     d.timeseries("Model memory", [
         (f"max by (kind) ({q('switchyard_model_memory_bytes')})", "{{kind}}")], "bytes")
+    d.timeseries("Running requests' memory", [
+        (f"sum({q('switchyard_request_memory_reserved_bytes')})", "reserved (prompt + max_tokens each)"),
+        (f"max({q('switchyard_request_memory_budget_bytes')})", "budget (--request-memory-bytes)"),
+    ], "bytes", description="A request that would take the reserved bytes over the budget waits for memory.")
     d.timeseries("Finish reasons", [
         (f"sum by (reason) ({rate('switchyard_finish_reasons_total')})", "{{reason}}")], "short")
     d.timeseries("Client disconnects / s", [

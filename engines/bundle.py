@@ -12,6 +12,7 @@ from typing import Any
 import mlx.core as mx
 from mlx import nn
 from mlx.utils import tree_flatten
+from mlx_lm.models.cache import KVCache
 
 from contracts.errors import ModelLoadError
 
@@ -129,6 +130,15 @@ class ModelBundle:
 
     def parameter_bytes(self) -> int:
         return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
+
+    def state_bytes(self) -> int:
+        """Bytes of one request's GatedDeltaNet state (convolution and recurrence), which does not grow with
+        the context: read off a cache after one token, as mlx-lm allocates it."""
+        cache = self.make_cache()
+        self.model(mx.array([[0]], dtype=mx.uint32), cache=cache)
+        states = [c for c in cache if not isinstance(c, KVCache)]
+        mx.eval([c.state for c in states])
+        return sum(c.nbytes for c in states)
 
     def kv_bytes_per_token(self) -> int:
         """Attention-cache bytes one token of context adds (keys and values of every full-attention layer;

@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,35 @@ def _fails_request(what: str, engine: str = "raw") -> Iterator[None]:
         raise EngineFailure(engine, exc) from exc
 
 
+@dataclass(frozen=True)
+class RequestCost:
+    """What one request's caches hold, by the tokens in its context: the target's attention KV (and the MTP
+    head's one attention layer, shaped as the target's) per token, the GatedDeltaNet state once, and the
+    drafter's context K/V per token up to its sink + window. Activations of a step are not counted."""
+
+    fixed: int
+    per_token: int
+    drafter_per_token: int = 0
+    drafter_rows: int | None = None   # the drafter's context bound (None: the whole context)
+
+    @classmethod
+    def of(cls, bundle: ModelBundle, mtp: Engine | None, ddtree: Engine | None) -> "RequestCost":
+        per_token = bundle.kv_bytes_per_token()
+        if isinstance(mtp, MTPEngine):
+            per_token += bundle.kv_bytes_per_token() // sum(1 for layer in bundle.layers if not layer.is_linear)
+        if not isinstance(ddtree, DDTreeEngine):
+            return cls(bundle.state_bytes(), per_token)
+        cfg = ddtree.drafter.cfg
+        window = ddtree.context_window
+        return cls(bundle.state_bytes(), per_token,
+                   2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * bundle.dtype.size,
+                   None if window is None else ddtree.context_sink + window)
+
+    def bytes(self, tokens: int) -> int:
+        rows = tokens if self.drafter_rows is None else min(tokens, self.drafter_rows)
+        return self.fixed + tokens * self.per_token + rows * self.drafter_per_token
+
+
 class Runtime:
     """Implements contracts.engine.Backend. Everything but the properties runs on one worker thread."""
 
@@ -80,6 +109,7 @@ class Runtime:
         ddtree = engines.get("ddtree")
         self.mtp_head_bytes = mtp.head.nbytes() if isinstance(mtp, MTPEngine) else 0
         self.drafter_bytes = ddtree.drafter.nbytes() if isinstance(ddtree, DDTreeEngine) else 0
+        self._request_cost = RequestCost.of(bundle, mtp, ddtree)
 
     def set_tree_budget(self, budget: int) -> None:
         """Change the DDTree budget (from the live policy); no-op without a drafter."""
@@ -257,6 +287,9 @@ class Runtime:
         return {"lookups": s.lookups, "hits": s.hits, "cached_tokens": s.cached_tokens, "evictions": s.evictions,
                 "inserts": s.inserts, "bytes": store.bytes, "entries": len(store.entries),
                 "max_bytes": store.max_bytes}
+
+    def request_bytes(self, tokens: int) -> int:
+        return self._request_cost.bytes(tokens)
 
     def memory_bytes(self) -> dict[str, int]:
         return {

@@ -141,6 +141,9 @@ class FakeBackend:
     def memory_bytes(self) -> dict[str, int]:
         return {"active": 0, "peak": 0}
 
+    def request_bytes(self, tokens: int) -> int:
+        return 1000 + 10 * tokens   # what the memory-budget tests size their budgets by
+
     def end_thread(self) -> None:
         self.ended_threads.append(threading.get_ident())
 

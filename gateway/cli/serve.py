@@ -56,6 +56,10 @@ def _register_limits_and_auth(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prefix-cache-bytes", type=int, default=None, metavar="N",
                    help="bytes the prefix cache may hold (prompt snapshots reused across requests); 0 turns it "
                         "off (default: a quarter of the memory free after the model loads)")
+    g.add_argument("--request-memory-bytes", type=int, default=None, metavar="N",
+                   help="bytes the running requests' caches may reach together, each reserving its prompt + "
+                        "max_tokens; a request that does not fit waits for running ones to finish (one always "
+                        "runs); 0 turns the budget off (default: half the memory free after the model loads)")
     g.add_argument("--share-prefix-cache", action="store_true",
                    help="with API keys, let requests of different keys reuse each other's cached prompts")
     g.add_argument("--max-choices", type=int, default=d.max_choices, metavar="N",
@@ -107,15 +111,16 @@ def _config_from_args(args: argparse.Namespace) -> GatewayConfig:
     )
 
 
-def default_prefix_cache_bytes(model_bytes: int) -> int:
-    """A quarter of the memory free after the model loaded (Linux: available pages; elsewhere the
-    physical memory less the weights), so cached prompts never push the machine into swap."""
+def free_after_load(model_bytes: int) -> int:
+    """The memory free after the model loaded (Linux: available pages; elsewhere the physical memory less
+    the weights). By default a quarter goes to the prefix cache and half to running requests' caches
+    (--request-memory-bytes), so neither pushes the machine into swap."""
     page = os.sysconf("SC_PAGE_SIZE")
     try:
         free = os.sysconf("SC_AVPHYS_PAGES") * page
     except (ValueError, OSError):   # macOS has no SC_AVPHYS_PAGES
         free = os.sysconf("SC_PHYS_PAGES") * page - model_bytes
-    return max(0, free // 4)
+    return max(0, free)
 
 
 def _fail(message: str) -> int:
@@ -156,12 +161,17 @@ def serve(args: argparse.Namespace) -> int:
         except ModelLoadError as exc:
             return _fail(str(exc))
     console.print(f"Loaded [bold]{runtime.model_id}[/]; engines: {', '.join(runtime.engine_names)}", highlight=False)
-    cache_bytes = args.prefix_cache_bytes if args.prefix_cache_bytes is not None else default_prefix_cache_bytes(
-        runtime.memory_bytes().get("parameters", 0))
+    free = free_after_load(runtime.memory_bytes().get("parameters", 0))
+    cache_bytes = args.prefix_cache_bytes if args.prefix_cache_bytes is not None else free // 4
     runtime.set_prefix_cache(max(0, cache_bytes))
     runtime.set_batching(config.max_running)
+    budget = args.request_memory_bytes if args.request_memory_bytes is not None else free // 2
+    config = config.model_copy(update={"request_memory_bytes": budget if budget > 0 else None})
     logging.getLogger("switchyard.runtime").info(
-        "prefix cache: %s", f"up to {cache_bytes / 2**20:.0f} MiB" if cache_bytes > 0 else "off")
+        "prefix cache: %s; running requests' caches: %s",
+        f"up to {cache_bytes / 2**20:.0f} MiB" if cache_bytes > 0 else "off",
+        f"up to {budget / 2**20:.0f} MiB (a {runtime.context_length}-token context holds "
+        f"{runtime.request_bytes(runtime.context_length) / 2**20:.0f} MiB)" if budget > 0 else "no budget")
     _log_inspection(args)
     if config.api_keys:  # never the keys themselves
         console.print(f"API keys: {len(config.api_keys)}; /metrics {'needs a key' if config.protect_metrics else 'open'}; "

@@ -100,6 +100,7 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
     scheduler = Scheduler(max_queue=config.max_queue, retry_after_seconds=config.retry_after_seconds,
                           request_timeout=config.request_timeout_seconds, on_exit=backend.end_thread,
                           max_running=config.max_running,
+                          memory_budget=config.request_memory_bytes, reserve=backend.request_bytes,
                           # the adaptive router applies the policy's latency SLO (batching.max_token_latency_ms)
                           admission=getattr(router, "admission_limit", None))
     gateway_metrics = GatewayMetrics()
@@ -107,6 +108,8 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         waiting=lambda: scheduler.waiting, running=lambda: scheduler.running, up=lambda: float(scheduler.alive),
         capacity=config.max_queue, running_limit=lambda: scheduler.running_limit,
         token_latency=lambda: scheduler.token_seconds if scheduler.token_seconds is not None else math.nan,
+        waiting_memory=lambda: scheduler.waiting_for_memory, reserved=lambda: scheduler.reserved_bytes,
+        memory_budget=config.request_memory_bytes,
     )
     state = GatewayState(
         backend=backend,

@@ -158,6 +158,19 @@ class GatewayMetrics:
             "Per-token latency of the slowest decoding stream, measured by the worker (EWMA over decode rounds; "
             "NaN until measured)", registry=r,
         )
+        self.waiting_memory = Gauge(
+            "switchyard_requests_waiting_memory",
+            "Requests routed but waiting for the running ones to free memory (--request-memory-bytes); counted in "
+            "switchyard_requests_waiting too", registry=r,
+        )
+        self.memory_reserved = Gauge(
+            "switchyard_request_memory_reserved_bytes",
+            "Bytes the running requests' caches may reach together (each its prompt + max_tokens)", registry=r,
+        )
+        self.memory_budget = Gauge(
+            "switchyard_request_memory_budget_bytes",
+            "--request-memory-bytes: what the running requests' caches may reach together (0: no budget)", registry=r,
+        )
         self.draining = Gauge("switchyard_draining", "1 while the server drains for shutdown (no new requests)", registry=r)
         self.start_time = Gauge("switchyard_start_time_seconds", "Unix time the gateway started", registry=r)
         self.start_time.set(time.time())
@@ -197,7 +210,8 @@ class GatewayMetrics:
     def bind_scheduler(
         self, waiting: Callable[[], float], running: Callable[[], float], up: Callable[[], float],
         capacity: int | None = None, running_limit: Callable[[], float] | None = None,
-        token_latency: Callable[[], float] | None = None,
+        token_latency: Callable[[], float] | None = None, waiting_memory: Callable[[], float] | None = None,
+        reserved: Callable[[], float] | None = None, memory_budget: int | None = None,
     ) -> None:
         if capacity is not None:
             self.queue_capacity.set(capacity)
@@ -207,6 +221,9 @@ class GatewayMetrics:
         if running_limit is not None:
             self.running_limit.set_function(running_limit)
         self.token_latency.set_function(token_latency or (lambda: math.nan))
+        self.waiting_memory.set_function(waiting_memory or (lambda: 0.0))
+        self.memory_reserved.set_function(reserved or (lambda: 0.0))
+        self.memory_budget.set(memory_budget or 0)
 
     def bind_backend(self, backend: Backend) -> None:
         """Model memory (read at scrape time) and which engines are loaded."""

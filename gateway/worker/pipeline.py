@@ -24,6 +24,7 @@ class Routed:
 
     decision: RouteDecision
     prompt_tokens: int
+    reserve_tokens: int = 0   # the most tokens one of its contexts may reach (prompt + max_tokens): its memory
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,9 @@ def run_request(
             sampled=(params.temperature if params.temperature is not None else backend.default_temperature) > 0,
         )
     )
-    # usage counts every prompt once, as OpenAI's does (not once per choice of it)
-    yield Routed(decision, sum(map(len, prompts)))
+    # usage counts every prompt once, as OpenAI's does (not once per choice of it); choices run one after another
+    yield Routed(decision, sum(map(len, prompts)),
+                 max(len(ids) + _fitted(params, len(ids), backend.context_length, spec).max_tokens for ids in prompts))
     error: BaseException | None = None
     try:
         for at, prompt_ids in enumerate(prompts):

@@ -12,6 +12,13 @@ stream waits one round for its next tokens, so round seconds / tokens of the slo
 per-token latency the clients see; its EWMA, per running count, goes to the `admission` callable
 (the router applies the policy's batching.max_token_latency_ms), whose answer caps how many requests
 run at once. Requests already running are never stopped for it; at least one always runs.
+
+Memory budget: a request's first item (`Routed`) says how many tokens its context may reach
+(`reserve_tokens`: prompt + max_tokens), and `reserve` turns that into the bytes its caches may hold. A
+request whose bytes do not fit beside the running ones' under `memory_budget` is parked right there (its
+route taken, nothing computed yet) and resumes, ahead of every queued request, once the running ones have
+freed enough: several long agent contexts wait their turn instead of overrunning the machine's memory.
+At least one request always runs, whatever its size; a running request is never stopped for memory.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ class Ticket:
         self.decoding = False  # its last item carried tokens: the next one costs a decode step, not a prefill
         self.step_kind = ""    # what its last advance was: "start", "prefill", "decode" or "other"
         self.step_tokens = 0   # tokens its last item carried
+        self.reserved = 0      # bytes its caches may reach (known once it is routed): the memory budget's
         self._loop = loop
         self._inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._on_cancel: Callable[[Ticket], None] | None = None
@@ -98,7 +106,8 @@ class Scheduler:
     def __init__(self, max_queue: int, retry_after_seconds: int = 1, request_timeout: float | None = None,
                  on_exit: Callable[[], None] | None = None, max_running: int = 1,
                  admission: Callable[[LoadReading], AdmissionLimit] | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter,
+                 memory_budget: int | None = None, reserve: Callable[[int], int] | None = None):
         self.max_queue = max_queue
         self.max_running = max(1, max_running)   # requests interleaved on the worker (1: one at a time)
         self._admission = admission   # the latency SLO's cap, asked every round (None: max_running alone)
@@ -115,6 +124,9 @@ class Scheduler:
         self.request_timeout = request_timeout   # seconds from admission; None = unlimited
         self._waiting: collections.deque[Ticket] = collections.deque()
         self._running: list[Ticket] = []
+        self.memory_budget = memory_budget   # bytes the running requests' caches may reach together (None: no limit)
+        self._reserve = reserve              # bytes the caches of a request whose context reaches n tokens hold
+        self._parked: collections.deque[Ticket] = collections.deque()   # routed, waiting for memory
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -125,7 +137,17 @@ class Scheduler:
     # -- state --
     @property
     def waiting(self) -> int:
-        return len(self._waiting)
+        """Requests not running: queued, and routed but waiting for memory."""
+        return len(self._waiting) + len(self._parked)
+
+    @property
+    def waiting_for_memory(self) -> int:
+        return len(self._parked)
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Bytes the running requests' caches may reach together."""
+        return sum(t.reserved for t in list(self._running))
 
     @property
     def running(self) -> int:
@@ -143,7 +165,7 @@ class Scheduler:
     @property
     def full(self) -> bool:
         """A submit now would get 429 (the same rule as submit())."""
-        return len(self._waiting) >= self.max_queue + self._free_slots()
+        return self.waiting >= self.max_queue + self._free_slots()
 
     def _free_slots(self) -> int:
         """Running slots not taken (a waiting request fills one at the worker's next round); the
@@ -152,7 +174,7 @@ class Scheduler:
 
     @property
     def idle(self) -> bool:
-        return not self._running and not self._waiting
+        return not self._running and not self._waiting and not self._parked
 
     @property
     def worker_thread(self) -> threading.Thread | None:
@@ -175,7 +197,7 @@ class Scheduler:
             self._stopping = True
             pending = list(self._waiting)
             self._waiting.clear()
-            for ticket in self._running:
+            for ticket in (*self._running, *self._parked):   # the worker closes these, on its thread
                 ticket.cancel_token.cancel()
             self._cond.notify_all()
         for ticket in pending:
@@ -193,7 +215,7 @@ class Scheduler:
     def cancel_all(self) -> int:
         """Cancel the running request (it ends within one step) and every queued one. Event loop only."""
         with self._cond:
-            tickets = list(self._running) + list(self._waiting)
+            tickets = list(self._running) + list(self._parked) + list(self._waiting)
         for ticket in tickets:
             ticket.cancel()
         return len(tickets)
@@ -208,7 +230,7 @@ class Scheduler:
                 raise WorkerUnavailable()
             if self._admission_closed:
                 raise WorkerUnavailable("The server is shutting down.")
-            if len(self._waiting) >= self.max_queue + self._free_slots():  # a free slot always admits one
+            if self.waiting >= self.max_queue + self._free_slots():  # a free slot always admits one
                 raise QueueFull(self.retry_after_seconds)
             ahead = sum(1 for t in self._waiting if t.priority >= priority)
             ticket = Ticket(work, loop, admitted_depth=ahead, timeout=self.request_timeout)
@@ -219,7 +241,8 @@ class Scheduler:
         return ticket
 
     def _discard(self, ticket: Ticket) -> None:
-        """A cancelled ticket still waiting leaves the queue at once (frees its slot)."""
+        """A cancelled ticket still waiting leaves the queue at once (frees its slot). A parked one has started:
+        the worker closes it at its next round (`_unpark`)."""
         with self._cond:
             try:
                 self._waiting.remove(ticket)
@@ -232,13 +255,14 @@ class Scheduler:
         """Moves waiting requests into free running slots; blocks while there is nothing to run.
         False when the worker should stop."""
         with self._cond:
-            while not self._waiting and not self._running and not self._stopping:
+            while not self._waiting and not self._running and not self._parked and not self._stopping:
                 self._cond.wait()
             if self._stopping:
                 return False
         self._update_limit()   # outside the lock: the router takes its own
+        self._unpark()
         with self._cond:
-            while self._waiting and len(self._running) < self.max_running:
+            while self._waiting and not self._parked and len(self._running) < self.max_running:
                 head = self._waiting[0]
                 exempt = self._exempt_priority is not None and head.priority >= self._exempt_priority
                 if len(self._running) >= self.running_limit and not exempt:
@@ -247,6 +271,32 @@ class Scheduler:
                 head.concurrent = len(self._running)
                 self._running.append(head)
             return True
+
+    def _fits(self, ticket: Ticket) -> bool:
+        """The ticket's caches fit beside the running requests' under the memory budget (or nothing that
+        reserved memory runs: at least one request always runs)."""
+        others = sum(t.reserved for t in self._running if t is not ticket)
+        return self.memory_budget is None or others == 0 or others + ticket.reserved <= self.memory_budget
+
+    def _park(self, ticket: Ticket) -> None:
+        """The ticket, just routed, waits for memory: out of the running slots, first in line."""
+        with self._cond:
+            self._running.remove(ticket)
+            self._parked.append(ticket)
+
+    def _unpark(self) -> None:
+        """Parked tickets resume, oldest first, while they fit; cancelled or expired ones are closed here."""
+        with self._cond:
+            gone = [t for t in self._parked if t.cancel_token.cancelled or t.expired()]
+            for ticket in gone:
+                self._parked.remove(ticket)
+            while self._parked and self._fits(self._parked[0]) and len(self._running) < self.max_running:
+                self._running.append(self._parked.popleft())
+        for ticket in gone:
+            if not ticket.cancel_token.cancelled:
+                ticket.cancel_token.cancel()
+                ticket._post(_ERROR, RequestTimedOut(ticket.timeout or 0.0))
+            self._finish(ticket)
 
     def _update_limit(self) -> None:
         """Ask the admission callable (the latency SLO) how many may run now; never fewer than one."""
@@ -272,16 +322,18 @@ class Scheduler:
                 for ticket in tickets:
                     if not self._advance(ticket):
                         self._finish(ticket)
+                    elif ticket.step_kind == "start" and not self._fits(ticket):
+                        self._park(ticket)
                     if ticket.step_kind in ("start", "prefill"):
                         measurable = False   # a prompt's prefill is not what streams wait for per token
                     elif ticket.step_kind == "decode":
                         decode_tokens.append(ticket.step_tokens)
                 if measurable and decode_tokens:
                     self._measure((self._clock() - started) / min(decode_tokens), len(tickets))
-            for ticket in list(self._running):   # stopping: they were cancelled; close them here, on this thread
+            for ticket in (*self._running, *self._parked):   # stopping: they were cancelled; close them here
                 self._finish(ticket)
         except BaseException as exc:  # noqa: BLE001 - a dead worker must be reported, whatever killed it
-            for ticket in list(self._running):
+            for ticket in (*self._running, *self._parked):
                 ticket._post(_ERROR, WorkerUnavailable("The model worker died; the server is restarting."))
                 self._finish(ticket, post_end=False)
             self._die(exc)
@@ -312,6 +364,9 @@ class Scheduler:
             except StopIteration:
                 return False
             self._note_step(ticket, item)
+            reserve_tokens = getattr(item, "reserve_tokens", None)
+            if reserve_tokens is not None and self._reserve is not None:
+                ticket.reserved = self._reserve(reserve_tokens)
             if isinstance(item, Pause):   # the request gave the worker back mid-prefill: nothing to send
                 return not self._stop_if_expired(ticket)
             ticket._post(_ITEM, item)
@@ -366,6 +421,8 @@ class Scheduler:
             with self._cond:   # the slot is free before the client hears the end
                 if ticket in self._running:
                     self._running.remove(ticket)
+                elif ticket in self._parked:
+                    self._parked.remove(ticket)
             if post_end:
                 ticket._post(_END)
 

@@ -1,0 +1,229 @@
+"""The running requests' memory budget (--request-memory-bytes): a request whose caches (prompt + max_tokens)
+would not fit beside the running ones' waits, routed, ahead of the queue, until they have freed enough."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+
+from gateway.config import GatewayConfig
+from gateway.http.app import create_app
+from tests.fakes import FakeBackend, live_server
+from tests.test_gateway_scheduler import Background, chat, wait_until
+
+CHAT = "/v1/chat/completions"
+LONG_REPLY = " ".join(f"w{i}" for i in range(30))
+
+
+def _reserve(backend: FakeBackend, prompt: str, max_tokens: int) -> int:
+    """What the scheduler reserves for this chat on the fake (its template, then prompt + max_tokens)."""
+    from tests.fakes import fake_chat_template
+
+    tokens = len(fake_chat_template([{"role": "user", "content": prompt}])) + max_tokens
+    return backend.request_bytes(tokens)
+
+
+def _metric(text: str, name: str) -> float:
+    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+def test_a_request_that_does_not_fit_waits_for_the_running_one_and_then_runs():
+    backend = FakeBackend(step_seconds=0.03, reply=LONG_REPLY)
+    one = _reserve(backend, "first", 30)
+    app = create_app(backend, config=GatewayConfig(max_running=4, request_memory_bytes=one + one // 2))
+    scheduler = app.state.gateway.scheduler
+    with live_server(app) as server:
+        url = server.base_url + CHAT
+        first = Background(url, chat("first", max_tokens=30))
+        wait_until(lambda: scheduler.running == 1 and backend.started.is_set())
+        second = Background(url, chat("other", max_tokens=30))
+        wait_until(lambda: scheduler.waiting_for_memory == 1)
+        metrics = httpx.get(server.base_url + "/metrics").text
+        assert _metric(metrics, "switchyard_requests_waiting_memory") == 1.0
+        assert _metric(metrics, "switchyard_requests_waiting") == 1.0
+        assert _metric(metrics, "switchyard_request_memory_reserved_bytes") == one
+        assert _metric(metrics, "switchyard_request_memory_budget_bytes") == one + one // 2
+        assert len(backend.calls) == 1                     # parked before any model work
+        assert first.response().status_code == 200
+        reply = second.response()
+        assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 30
+        assert len(backend.calls) == 2 and scheduler.waiting == 0 and scheduler.reserved_bytes == 0
+
+
+def test_requests_that_fit_together_run_together():
+    backend = FakeBackend(step_seconds=0.03, reply=LONG_REPLY)
+    one = _reserve(backend, "first", 30)
+    app = create_app(backend, config=GatewayConfig(max_running=4, request_memory_bytes=3 * one))
+    scheduler = app.state.gateway.scheduler
+    with live_server(app) as server:
+        url = server.base_url + CHAT
+        requests = [Background(url, chat("first", max_tokens=30)) for _ in range(3)]
+        wait_until(lambda: scheduler.running == 3)
+        assert scheduler.waiting_for_memory == 0
+        assert all(r.response().status_code == 200 for r in requests)
+
+
+def test_one_request_larger_than_the_budget_still_runs_alone():
+    backend = FakeBackend(step_seconds=0.0, reply=LONG_REPLY)
+    app = create_app(backend, config=GatewayConfig(max_running=4, request_memory_bytes=10))
+    with live_server(app) as server:
+        reply = httpx.post(server.base_url + CHAT, json=chat("big", max_tokens=30), timeout=30)
+    assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 30
+
+
+def test_waiting_for_memory_goes_before_the_queue_and_frees_its_place_on_disconnect():
+    backend = FakeBackend(step_seconds=0.05, reply=" ".join(f"w{i}" for i in range(60)))
+    one = _reserve(backend, "first", 60)
+    app = create_app(backend, config=GatewayConfig(max_running=4, request_memory_bytes=one + one // 2))
+    scheduler = app.state.gateway.scheduler
+    with live_server(app) as server:
+        url = server.base_url + CHAT
+        first = Background(url, chat("first", max_tokens=60))
+        wait_until(lambda: backend.started.is_set())
+        # a client that gives up while its request waits for memory: it leaves without touching the model
+        gone = Background(url, chat("gone", max_tokens=60), timeout=0.4)
+        wait_until(lambda: scheduler.waiting_for_memory == 1)
+        gone.thread.join(10)
+        assert isinstance(gone.result, httpx.TimeoutException)
+        wait_until(lambda: scheduler.waiting == 0)
+        parked = Background(url, chat("parked", max_tokens=60))
+        wait_until(lambda: scheduler.waiting_for_memory == 1)
+        small = Background(url, chat("small", max_tokens=1))   # would fit, but waits behind the parked one
+        wait_until(lambda: scheduler.waiting == 2)
+        assert first.thread.is_alive()                       # all of that while the first one ran
+        assert first.response().status_code == 200
+        assert parked.response().status_code == 200 and small.response().status_code == 200
+    prompts = [call["prompt_ids"] for call in backend.calls]
+    assert len(prompts) == 3 and len(prompts[2]) < len(prompts[1])   # first, parked, then small; never "gone"
+    assert scheduler.idle
+
+
+def test_a_request_whose_deadline_passes_while_it_waits_for_memory_gets_its_timeout():
+    """Scheduler level: the running request's step outlasts the waiting one's deadline."""
+    import asyncio
+    import time
+    from types import SimpleNamespace
+
+    from gateway.worker.errors import RequestTimedOut
+    from gateway.worker.scheduler import Scheduler
+
+    def work(steps: int, seconds: float):
+        def run(ticket):
+            yield SimpleNamespace(reserve_tokens=80)
+            for i in range(steps):
+                time.sleep(seconds)
+                yield SimpleNamespace(token_ids=[i], finish_reason="length" if i == steps - 1 else None)
+        return run
+
+    async def drain(ticket) -> list:
+        return [item async for item in ticket]
+
+    async def main():
+        scheduler = Scheduler(max_queue=4, max_running=4, memory_budget=100, reserve=lambda tokens: tokens)
+        scheduler.start()
+        try:
+            running = scheduler.submit(work(10, 0.05))
+            while scheduler.running == 0:
+                await asyncio.sleep(0.005)
+            waiting = scheduler.submit(work(3, 0.0))
+            waiting.deadline, waiting.timeout = time.monotonic() + 0.15, 0.15
+            while scheduler.waiting_for_memory == 0:
+                await asyncio.sleep(0.005)
+            first = await drain(running)
+            try:
+                await drain(waiting)
+            except RequestTimedOut:
+                return first, "timed out", scheduler.waiting
+            return first, "ran", scheduler.waiting
+        finally:
+            scheduler.stop()
+
+    first, outcome, left = asyncio.run(main())
+    assert len(first) == 11 and outcome == "timed out" and left == 0
+
+
+def test_no_budget_runs_them_together():
+    backend = FakeBackend(step_seconds=0.03, reply=LONG_REPLY)
+    app = create_app(backend, config=GatewayConfig(max_running=4))
+    scheduler = app.state.gateway.scheduler
+    with live_server(app) as server:
+        url = server.base_url + CHAT
+        requests = [Background(url, chat(f"r{i}", max_tokens=30)) for i in range(2)]
+        wait_until(lambda: scheduler.running == 2)
+        assert all(r.response().status_code == 200 for r in requests)
+
+
+def test_openai_clients_with_long_contexts_take_turns_within_the_budget(tiny_agree_target, tiny_agree_drafter):
+    """A real server and the openai client: two agents with long prompts and a budget for one. The second
+    waits for the first (never both generating), both get the answers they get alone."""
+    import openai
+
+    from engines.runtime import load_runtime
+
+    runtime = load_runtime(tiny_agree_target, draft_dir=tiny_agree_drafter, dtype="float32")
+    runtime.set_batching(4)
+    prompts = [" ".join([f"agent {i} reads the long file"] * 60) for i in range(2)]
+
+    def ask(client, prompt: str) -> str:
+        reply = client.completions.create(model="default", prompt=prompt, max_tokens=32, temperature=0,
+                                          extra_body={"engine": "raw"})
+        return reply.choices[0].text
+
+    generating = {"now": 0, "most": 0}
+    generate = runtime.generate
+
+    def counted(*args, **kwargs):
+        generating["now"] += 1
+        generating["most"] = max(generating["most"], generating["now"])
+        try:
+            yield from generate(*args, **kwargs)
+        finally:
+            generating["now"] -= 1
+
+    runtime.generate = counted
+    longest = max(len(runtime.encode_prompt(p)) for p in prompts) + 32
+    budget = runtime.request_bytes(longest) * 3 // 2
+    with live_server(create_app(runtime, config=GatewayConfig(max_running=4))) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        want = [ask(client, p) for p in prompts]
+        generating["most"] = 0
+        got: dict[int, str] = {}
+        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, ask(client, prompts[i]))) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        together = generating["most"]
+    assert [got[i] for i in range(2)] == want and together == 2   # without a budget they overlap
+
+    generating["most"] = 0
+    config = GatewayConfig(max_running=4, request_memory_bytes=budget)
+    with live_server(create_app(runtime, config=config)) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        got = {}
+        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, ask(client, prompts[i]))) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    assert [got[i] for i in range(2)] == want
+    assert generating["most"] == 1
+
+
+def test_a_requests_cost_is_its_caches(tiny_agree_target):
+    """RequestCost against what mlx-lm allocates: the target's caches after n tokens (n a multiple of the
+    KV cache's 256-row step) hold exactly its bytes for n."""
+    import mlx.core as mx
+
+    from engines.runtime import RequestCost, load_runtime
+
+    runtime = load_runtime(tiny_agree_target, dtype="float32")
+    bundle = runtime.bundle
+    cost = RequestCost.of(bundle, None, None)
+    for n in (256, 512):
+        cache = bundle.make_cache()
+        bundle.model(mx.zeros((1, n), dtype=mx.uint32), cache=cache)
+        mx.eval([c.state for c in cache])
+        assert sum(c.nbytes for c in cache) == cost.bytes(n)
+    assert runtime.request_bytes(512) >= cost.bytes(512)
