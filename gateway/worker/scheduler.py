@@ -285,12 +285,13 @@ class Scheduler:
             self._parked.append(ticket)
 
     def _unpark(self) -> None:
-        """Parked tickets resume, oldest first, while they fit; cancelled or expired ones are closed here."""
+        """Parked tickets resume, oldest first, while they fit (and the latency SLO's cap allows); cancelled or
+        expired ones are closed here."""
         with self._cond:
             gone = [t for t in self._parked if t.cancel_token.cancelled or t.expired()]
             for ticket in gone:
                 self._parked.remove(ticket)
-            while self._parked and self._fits(self._parked[0]) and len(self._running) < self.max_running:
+            while self._parked and self._fits(self._parked[0]) and len(self._running) < self.running_limit:
                 self._running.append(self._parked.popleft())
         for ticket in gone:
             if not ticket.cancel_token.cancelled:
