@@ -82,6 +82,44 @@ def alone(runtime, job: Job) -> Job:
         runtime.bundle.decode_batch = batch
 
 
+def openai_answers(runtime, prompts: list[str], ask, config=None, at_once: bool = False) -> tuple[list[str], str]:
+    """Each prompt asked of a live server through the openai client (`ask(client, prompt)`), one after another
+    or all at once from threads: the answers in order, and the server's /metrics text after them."""
+    import threading
+
+    import httpx
+    import openai
+
+    from gateway.config import GatewayConfig
+    from gateway.http.app import create_app
+    from tests.fakes import live_server
+
+    with live_server(create_app(runtime, config=config or GatewayConfig())) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        if not at_once:
+            return [ask(client, p) for p in prompts], httpx.get(server.base_url + "/metrics").text
+        got: dict[int, str] = {}
+        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, ask(client, prompts[i])))
+                   for i in range(len(prompts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        return [got.get(i) for i in range(len(prompts))], httpx.get(server.base_url + "/metrics").text
+
+
+def metric(text: str, name: str) -> float:
+    """A sample's value in a /metrics text (an unlabelled one)."""
+    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+def stream_text(client, prompt: str) -> str:
+    """A greedy raw completion of 48 tokens, streamed, as its text."""
+    stream = client.completions.create(model="default", prompt=prompt, max_tokens=48, temperature=0, stream=True,
+                                       extra_body={"engine": "raw"})
+    return "".join(chunk.choices[0].text for chunk in stream)
+
+
 def _assert_batch_empty(runtime):
     batch = runtime.bundle.decode_batch
     assert batch.rows == [] and batch.groups == [] and batch.streams == 0 and batch.active == 0
@@ -193,46 +231,19 @@ def test_batching_off_never_shares_a_step(runtime):
 def test_concurrent_openai_clients_share_batched_steps_and_get_their_unbatched_answers(tiny_agree_target,
                                                                                          tiny_agree_drafter):
     """A real server with --max-batch 4 and four streaming clients at once, as chat UIs and sub-agents do."""
-    import threading
-
-    import httpx
-    import openai
-
     from engines.runtime import load_runtime
     from gateway.config import GatewayConfig
-    from gateway.http.app import create_app
-    from tests.fakes import live_server
 
     runtime = load_runtime(tiny_agree_target, draft_dir=tiny_agree_drafter, dtype="float32")
     prompts = [f"Write item {i}: {p}" for i, p in enumerate(PROMPTS[:4])]
-
-    def ask(client, prompt: str) -> str:
-        stream = client.completions.create(model="default", prompt=prompt, max_tokens=48, temperature=0,
-                                           stream=True, extra_body={"engine": "raw"})
-        return "".join(chunk.choices[0].text for chunk in stream)
-
     runtime.set_batching(1)
-    with live_server(create_app(runtime)) as server:
-        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
-        want = [ask(client, p) for p in prompts]
-
+    want, _ = openai_answers(runtime, prompts, stream_text)
     runtime.set_batching(4)
-    with live_server(create_app(runtime, config=GatewayConfig(max_running=4))) as server:
-        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
-        got: dict[int, str] = {}
-        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, ask(client, prompts[i]))) for i in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
-        metrics = httpx.get(server.base_url + "/metrics").text
-    assert [got[i] for i in range(4)] == want
-    steps = float(next(line.split()[-1] for line in metrics.splitlines()
-                       if line.startswith("switchyard_batch_steps_total")))
-    rows = float(next(line.split()[-1] for line in metrics.splitlines()
-                      if line.startswith("switchyard_batch_row_steps_total")))
+    got, metrics = openai_answers(runtime, prompts, stream_text, GatewayConfig(max_running=4), at_once=True)
+    assert got == want
+    steps, rows = metric(metrics, "switchyard_batch_steps_total"), metric(metrics, "switchyard_batch_row_steps_total")
     assert steps > 0 and rows / steps >= 2.0
-    assert "switchyard_batch_max_rows 4.0" in metrics
+    assert metric(metrics, "switchyard_batch_max_rows") == 4.0
     _assert_batch_empty(runtime)
 
 
@@ -343,46 +354,20 @@ def test_long_contexts_of_like_lengths_share_steps_apart_from_short_ones(runtime
 def test_openai_clients_with_a_long_agent_context_beside_short_chats(tiny_agree_target, tiny_agree_drafter):
     """A real server, an agent's long prompt and two short chats at once: the chats share steps, the long
     context never joins them (no step of three rows), and every answer is its unbatched one."""
-    import threading
-
-    import httpx
-    import openai
-
     from engines.runtime import load_runtime
     from gateway.config import GatewayConfig
-    from gateway.http.app import create_app
-    from tests.fakes import live_server
 
     runtime = load_runtime(tiny_agree_target, draft_dir=tiny_agree_drafter, dtype="float32")
     prompts = [" ".join(["rivers and mountains and the long road home"] * 80), PROMPTS[0], PROMPTS[1]]
-
-    def ask(client, prompt: str) -> str:
-        stream = client.completions.create(model="default", prompt=prompt, max_tokens=48, temperature=0,
-                                           stream=True, extra_body={"engine": "raw"})
-        return "".join(chunk.choices[0].text for chunk in stream)
-
     runtime.set_batching(1)
-    with live_server(create_app(runtime)) as server:
-        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
-        want = [ask(client, p) for p in prompts]
-
+    want, _ = openai_answers(runtime, prompts, stream_text)
     runtime.set_batching(4)
     runtime.bundle.decode_batch.free_padding = 128
-    with live_server(create_app(runtime, config=GatewayConfig(max_running=4))) as server:
-        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
-        got: dict[int, str] = {}
-        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, ask(client, prompts[i]))) for i in range(3)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
-        metrics = httpx.get(server.base_url + "/metrics").text
-    assert [got[i] for i in range(3)] == want
-    value = lambda name: float(next(line.split()[-1] for line in metrics.splitlines()  # noqa: E731
-                                    if line.startswith(name + " ")))
-    steps, rows = value("switchyard_batch_steps_total"), value("switchyard_batch_row_steps_total")
+    got, metrics = openai_answers(runtime, prompts, stream_text, GatewayConfig(max_running=4), at_once=True)
+    assert got == want
+    steps, rows = metric(metrics, "switchyard_batch_steps_total"), metric(metrics, "switchyard_batch_row_steps_total")
     assert steps > 0 and 1.5 < rows / steps <= 2.0   # two rows a step, never three
-    assert value("switchyard_batch_groups") == 0.0
+    assert metric(metrics, "switchyard_batch_groups") == 0.0
     _assert_batch_empty(runtime)
 
 

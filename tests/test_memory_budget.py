@@ -3,13 +3,12 @@ would not fit beside the running ones' waits, routed, ahead of the queue, until 
 
 from __future__ import annotations
 
-import threading
-
 import httpx
 
 from gateway.config import GatewayConfig
 from gateway.http.app import create_app
 from tests.fakes import FakeBackend, live_server
+from tests.test_batching import metric, openai_answers
 from tests.test_gateway_scheduler import Background, chat, wait_until
 
 CHAT = "/v1/chat/completions"
@@ -24,10 +23,6 @@ def _reserve(backend: FakeBackend, prompt: str, max_tokens: int) -> int:
     return backend.request_bytes(tokens)
 
 
-def _metric(text: str, name: str) -> float:
-    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
-
-
 def test_a_request_that_does_not_fit_waits_for_the_running_one_and_then_runs():
     backend = FakeBackend(step_seconds=0.03, reply=LONG_REPLY)
     one = _reserve(backend, "first", 30)
@@ -40,10 +35,10 @@ def test_a_request_that_does_not_fit_waits_for_the_running_one_and_then_runs():
         second = Background(url, chat("other", max_tokens=30))
         wait_until(lambda: scheduler.waiting_for_memory == 1)
         metrics = httpx.get(server.base_url + "/metrics").text
-        assert _metric(metrics, "switchyard_requests_waiting_memory") == 1.0
-        assert _metric(metrics, "switchyard_requests_waiting") == 1.0
-        assert _metric(metrics, "switchyard_request_memory_reserved_bytes") == one
-        assert _metric(metrics, "switchyard_request_memory_budget_bytes") == one + one // 2
+        assert metric(metrics, "switchyard_requests_waiting_memory") == 1.0
+        assert metric(metrics, "switchyard_requests_waiting") == 1.0
+        assert metric(metrics, "switchyard_request_memory_reserved_bytes") == one
+        assert metric(metrics, "switchyard_request_memory_budget_bytes") == one + one // 2
         assert len(backend.calls) == 1                     # parked before any model work
         assert first.response().status_code == 200
         reply = second.response()
@@ -157,8 +152,6 @@ def test_no_budget_runs_them_together():
 def test_openai_clients_with_long_contexts_take_turns_within_the_budget(tiny_agree_target, tiny_agree_drafter):
     """A real server and the openai client: two agents with long prompts and a budget for one. The second
     waits for the first (never both generating), both get the answers they get alone."""
-    import openai
-
     from engines.runtime import load_runtime
 
     runtime = load_runtime(tiny_agree_target, draft_dir=tiny_agree_drafter, dtype="float32")
@@ -182,33 +175,15 @@ def test_openai_clients_with_long_contexts_take_turns_within_the_budget(tiny_agr
             generating["now"] -= 1
 
     runtime.generate = counted
-    longest = max(len(runtime.encode_prompt(p)) for p in prompts) + 32
-    budget = runtime.request_bytes(longest) * 3 // 2
-    with live_server(create_app(runtime, config=GatewayConfig(max_running=4))) as server:
-        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
-        want = [ask(client, p) for p in prompts]
-        generating["most"] = 0
-        got: dict[int, str] = {}
-        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, ask(client, prompts[i]))) for i in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
-        together = generating["most"]
-    assert [got[i] for i in range(2)] == want and together == 2   # without a budget they overlap
-
+    want, _ = openai_answers(runtime, prompts, ask)
     generating["most"] = 0
-    config = GatewayConfig(max_running=4, request_memory_bytes=budget)
-    with live_server(create_app(runtime, config=config)) as server:
-        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
-        got = {}
-        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, ask(client, prompts[i]))) for i in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
-    assert [got[i] for i in range(2)] == want
-    assert generating["most"] == 1
+    got, _ = openai_answers(runtime, prompts, ask, GatewayConfig(max_running=4), at_once=True)
+    assert got == want and generating["most"] == 2   # without a budget they overlap
+    generating["most"] = 0
+    budget = runtime.request_bytes(max(len(runtime.encode_prompt(p)) for p in prompts) + 32) * 3 // 2
+    got, _ = openai_answers(runtime, prompts, ask, GatewayConfig(max_running=4, request_memory_bytes=budget),
+                            at_once=True)
+    assert got == want and generating["most"] == 1
 
 
 def test_a_requests_cost_is_its_caches(tiny_agree_target):
