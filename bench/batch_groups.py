@@ -120,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {way} | {row['tokens_per_s']:.1f} | {row['long_tokens_per_s']:.1f} | {row['group_cache_mib']:.1f} | "
               f"{row['peak_over_start_mib']:.1f} |")
     g, o = results["groups"], results["one batch"]
+    caches = g["group_cache_mib"] / max(o["group_cache_mib"], 1e-9)
     print(f"groups / one batch: tokens/s {g['tokens_per_s'] / o['tokens_per_s']:.2f}x, long stream "
-          f"{g['long_tokens_per_s'] / o['long_tokens_per_s']:.2f}x, caches {g['group_cache_mib'] / max(o['group_cache_mib'], 1e-9):.2f}x")
+          f"{g['long_tokens_per_s'] / o['long_tokens_per_s']:.2f}x, caches {caches:.2f}x")
     return 0
 
 

@@ -326,7 +326,9 @@ class DecodeBatch:
         decodes faster on its own caches, pipelined (a queued step is drained first; its token is
         buffered, so not yet)."""
         group = row.group
-        if group is None or group.rows != [row] or any(self.pads([row.length, other]) for other in self._lone_lengths()):
+        if group is None or group.rows != [row]:
+            return False
+        if any(self.pads([row.length, other]) for other in self._lone_lengths()):
             return False
         group.drain()
         return not row.ready
