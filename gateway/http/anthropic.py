@@ -35,7 +35,7 @@ from .generate import Admitted, Endpoint, check_model, count_prompt_tokens, forc
 from .record import ChoiceReply, RequestRecord
 from .request_spec import chat_spec
 from .schemas import ChatCompletionRequest
-from .sse import SSE, StreamFormat, event
+from .sse import ANTHROPIC_SSE, StreamFormat, event
 from .state import GatewayState
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "cancelled": "end_turn"}
@@ -199,7 +199,7 @@ def _tool_use(call: ToolCall) -> dict[str, Any]:
 
 @dataclass
 class AnthropicRenderer:
-    stream_format: ClassVar[StreamFormat] = SSE
+    stream_format: ClassVar[StreamFormat] = ANTHROPIC_SSE
     model: str
     id: str = field(default_factory=lambda: "msg_" + uuid.uuid4().hex)
     _open: str | None = None      # the kind of the content block being streamed

@@ -397,6 +397,32 @@ def _frames(renderer: Renderer, record: RequestRecord, item: ChoiceStart | Gener
     return renderer.chunk(choice, item)
 
 
+_IDLE = object()
+
+
+async def _items_or_idle(ticket: Ticket, seconds: float | None) -> AsyncIterator[Any]:
+    """The ticket's items, with _IDLE after every `seconds` without one (None: items only): a step longer
+    than that (a long prompt's prefill piece) still lets the stream send its keep-alive."""
+    pending: asyncio.Future | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(ticket.next())
+            done, _ = await asyncio.wait({pending}, timeout=seconds)
+            if not done:
+                yield _IDLE
+                continue
+            fetched, pending = pending, None
+            try:
+                item = fetched.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if pending is not None:   # the stream ended early (a client gone): stop waiting
+            pending.cancel()
+
+
 async def _stream_frames(
     ticket: Ticket, start: asyncio.Future[_Started], record: RequestRecord, renderer: Renderer,
     include_usage: bool, status: dict[str, int], keepalive: float | None,
@@ -428,8 +454,16 @@ async def _stream_frames(
         for item in started.early:
             for frame in _frames(renderer, record, item):
                 yield frame
-        async for item in ticket:
-            for frame in _frames(renderer, record, item):
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
+        async for item in _items_or_idle(ticket, keepalive):
+            frames = [] if item is _IDLE else _frames(renderer, record, item)
+            if frames:
+                sent = loop.time()
+            elif keepalive is not None and loop.time() - sent >= keepalive:
+                # nothing sent for `keepalive` seconds (a tool call goes out whole, once written): keep it open
+                frames, sent = [renderer.stream_format.idle], loop.time()
+            for frame in frames:
                 yield frame
         frames = renderer.closing(record, include_usage)
     except Exception as exc:  # mid-stream failure: an in-stream error event, then the end marker

@@ -14,22 +14,27 @@ DONE = b"data: [DONE]\n\n"
 KEEPALIVE = b": keep-alive\n\n"   # an SSE comment: every client's parser skips it
 
 
-@dataclass(frozen=True)
-class StreamFormat:
-    """How a renderer's stream travels: its media type, and whether an idle stream can be kept open with
-    KEEPALIVE (a comment line the format's parsers skip)."""
-
-    media_type: str
-    keeps_alive: bool
-
-
-SSE = StreamFormat("text/event-stream", keeps_alive=True)
-
-
 def event(payload: Any, name: str | None = None) -> bytes:
     """One frame; `name` adds an `event:` line (Anthropic and Responses streams name their events)."""
     data = b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
     return b"event: " + name.encode() + b"\n" + data if name else data
+
+
+@dataclass(frozen=True)
+class StreamFormat:
+    """How a renderer's stream travels: its media type, whether an idle stream can be kept open with
+    KEEPALIVE (a comment line the format's parsers skip), and what a stream sends when it falls silent
+    after its first event (a long tool call is generated whole before it goes out): KEEPALIVE, or the API's
+    own keep-alive event."""
+
+    media_type: str
+    keeps_alive: bool
+    idle: bytes = KEEPALIVE
+
+
+SSE = StreamFormat("text/event-stream", keeps_alive=True)
+# Anthropic's streams carry `ping` events between the others; its SDKs skip them
+ANTHROPIC_SSE = StreamFormat("text/event-stream", keeps_alive=True, idle=event({"type": "ping"}, "ping"))
 
 
 class SSEResponse(Response):
