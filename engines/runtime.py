@@ -28,6 +28,7 @@ from contracts.errors import (
 )
 from contracts.sampling import SamplingParams
 
+from . import device_memory
 from .batch import DecodeBatch
 from .bundle import ModelBundle, load_bundle
 from .chat import chat_prompt
@@ -290,6 +291,14 @@ class Runtime:
 
     def request_bytes(self, tokens: int) -> int:
         return self._request_cost.bytes(tokens)
+
+    def wire_memory(self) -> int | None:
+        """Serving: keep the model's memory resident on Metal (engines.device_memory.wire_recommended)."""
+        return device_memory.wire_recommended()
+
+    def device_free_bytes(self) -> int | None:
+        """Room the device has left for caches after loading (None: the device reports no limit)."""
+        return device_memory.free_bytes()
 
     def memory_bytes(self) -> dict[str, int]:
         return {

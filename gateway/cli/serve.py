@@ -112,8 +112,9 @@ def _config_from_args(args: argparse.Namespace) -> GatewayConfig:
 
 
 def free_after_load(model_bytes: int) -> int:
-    """The memory free after the model loaded (Linux: available pages; elsewhere the physical memory less
-    the weights). By default a quarter goes to the prefix cache and half to running requests' caches
+    """The memory free after the model loaded, where the device reports no working-set limit (Metal's is
+    used there: Runtime.device_free_bytes): Linux's available pages, elsewhere the physical memory less the
+    weights. By default a quarter goes to the prefix cache and half to running requests' caches
     (--request-memory-bytes), so neither pushes the machine into swap."""
     page = os.sysconf("SC_PAGE_SIZE")
     try:
@@ -161,7 +162,10 @@ def serve(args: argparse.Namespace) -> int:
         except ModelLoadError as exc:
             return _fail(str(exc))
     console.print(f"Loaded [bold]{runtime.model_id}[/]; engines: {', '.join(runtime.engine_names)}", highlight=False)
-    free = free_after_load(runtime.memory_bytes().get("parameters", 0))
+    wired = runtime.wire_memory()
+    free = runtime.device_free_bytes()   # Metal: the recommended working set less the weights
+    if free is None:
+        free = free_after_load(runtime.memory_bytes().get("parameters", 0))
     cache_bytes = args.prefix_cache_bytes if args.prefix_cache_bytes is not None else free // 4
     runtime.set_prefix_cache(max(0, cache_bytes))
     runtime.set_batching(config.max_running)
@@ -172,6 +176,9 @@ def serve(args: argparse.Namespace) -> int:
         f"up to {cache_bytes / 2**20:.0f} MiB" if cache_bytes > 0 else "off",
         f"up to {budget / 2**20:.0f} MiB (a {runtime.context_length}-token context holds "
         f"{runtime.request_bytes(runtime.context_length) / 2**20:.0f} MiB)" if budget > 0 else "no budget")
+    if wired is not None:
+        logging.getLogger("switchyard.runtime").info("wired memory limit: %.0f MiB (Metal's recommended working set)",
+                                                     wired / 2**20)
     _log_inspection(args)
     if config.api_keys:  # never the keys themselves
         console.print(f"API keys: {len(config.api_keys)}; /metrics {'needs a key' if config.protect_metrics else 'open'}; "
