@@ -403,6 +403,10 @@ _IDLE = object()
 async def _items_or_idle(ticket: Ticket, seconds: float | None) -> AsyncIterator[Any]:
     """The ticket's items, with _IDLE after every `seconds` without one (None: items only): a step longer
     than that (a long prompt's prefill piece) still lets the stream send its keep-alive."""
+    if seconds is None:
+        async for item in ticket:
+            yield item
+        return
     pending: asyncio.Future | None = None
     try:
         while True:

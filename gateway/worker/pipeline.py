@@ -118,13 +118,12 @@ def run_request(
             sampled=(params.temperature if params.temperature is not None else backend.default_temperature) > 0,
         )
     )
+    fitted = [_fitted(params, len(ids), backend.context_length, spec) for ids in prompts]
     # usage counts every prompt once, as OpenAI's does (not once per choice of it); choices run one after another
-    yield Routed(decision, sum(map(len, prompts)),
-                 max(len(ids) + _fitted(params, len(ids), backend.context_length, spec).max_tokens for ids in prompts))
+    yield Routed(decision, sum(map(len, prompts)), max(len(ids) + p.max_tokens for ids, p in zip(prompts, fitted)))
     error: BaseException | None = None
     try:
-        for at, prompt_ids in enumerate(prompts):
-            prompt_params = _fitted(params, len(prompt_ids), backend.context_length, spec)
+        for at, (prompt_ids, prompt_params) in enumerate(zip(prompts, fitted)):
             # echo with logprobs ("": no text, nothing echoed) and vLLM's prompt_logprobs share one scoring, with
             # the more alternatives of the two (the renderer keeps each its own)
             echoed = spec.score_prompts and spec.prompts[at] != ""
