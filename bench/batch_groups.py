@@ -26,7 +26,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from bench.environment import as_served, describe_environment, record
+from bench.environment import as_served, describe_environment, print_table, record
 from bench.profile_verify import add_served_model_arguments, served_model
 from contracts.engine import CancelToken
 from engines.batch import DecodeBatch
@@ -113,12 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     record(results, args.json)
     print(f"long {args.long} tokens + {args.short} short, {args.tokens} tokens each; free padding "
           f"{grouped_padding} tokens; same tokens both ways: {same}")
-    print("| way | tokens/s (all decoding) | long stream tokens/s | groups' caches MiB | MLX peak over start MiB |")
-    print("|---|---|---|---|---|")
-    for way in ways:
-        row = results[way]
-        print(f"| {way} | {row['tokens_per_s']:.1f} | {row['long_tokens_per_s']:.1f} | {row['group_cache_mib']:.1f} | "
-              f"{row['peak_over_start_mib']:.1f} |")
+    columns = ["way", "tokens/s (all decoding)", "long stream tokens/s", "groups' caches MiB", "MLX peak over start MiB"]
+    print_table(columns, [[way, *(f"{results[way][k]:.1f}" for k in keys)] for way in ways])
     g, o = results["groups"], results["one batch"]
     caches = g["group_cache_mib"] / max(o["group_cache_mib"], 1e-9)
     print(f"groups / one batch: tokens/s {g['tokens_per_s'] / o['tokens_per_s']:.2f}x, long stream "

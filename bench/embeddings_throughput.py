@@ -25,7 +25,7 @@ import numpy as np
 from mlx_lm.tokenizer_utils import load as load_tokenizer
 
 import engines.embed as embed
-from bench.environment import as_served, describe_environment, record
+from bench.environment import as_served, describe_environment, print_table, record
 from bench.profile_verify import add_served_model_arguments, served_model
 from classifier.dataset_io import DEFAULT_DATASET
 from engines.bundle import ModelBundle
@@ -86,12 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     results["model"] = args.model
     results["environment"] = describe_environment()
     record(results, args.json)
-    print("| texts | tokens | one forward each: texts/s | shared forwards: texts/s | speedup | max |diff| |")
-    print("|---|---|---|---|---|---|")
-    for shape in SHAPES:
-        row = results[shape]
-        print(f"| {args.texts} {shape} | {row['tokens']} | {row['alone_texts_per_s']:.1f} | "
-              f"{row['batched_texts_per_s']:.1f} | {row['speedup']:.2f}x | {row['max_abs_difference']:.1e} |")
+    print_table(["texts", "tokens", "one forward each: texts/s", "shared forwards: texts/s", "speedup", "max |diff|"],
+                [[f"{args.texts} {shape}", str(row["tokens"]), f"{row['alone_texts_per_s']:.1f}",
+                  f"{row['batched_texts_per_s']:.1f}", f"{row['speedup']:.2f}x", f"{row['max_abs_difference']:.1e}"]
+                 for shape, row in ((shape, results[shape]) for shape in SHAPES)])
     return 0
 
 

@@ -79,6 +79,14 @@ def describe_environment() -> dict:
     }
 
 
+def print_table(columns: list[str], rows: list[list[str]]) -> None:
+    """A markdown table on stdout: the benches' results, ready to paste into BENCHMARKS.md."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
 def record(results: dict, json_path: Path | None) -> None:
     """Write a bench's results as JSON (where asked) and print which model ran on which device, before its table."""
     if json_path is not None:

@@ -18,7 +18,7 @@ import mlx.core as mx
 import mlx_lm.models.gated_delta as mlx_gdn
 
 import engines.gdn_prefill as gdn_prefill
-from bench.environment import as_served, describe_environment, record
+from bench.environment import as_served, describe_environment, print_table, record
 from bench.profile_verify import add_served_model_arguments, served_model
 from engines.bundle import ModelBundle
 from engines.prefill import prefill
@@ -66,12 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = [measure(bundle, int(n), args.rounds) for n in args.tokens.split(",")]
     results = {"model": args.model, "rows": rows, "environment": describe_environment()}
     record(results, args.json)
-    print("| prompt | per-token loop | chunked | speedup | max |diff| of the last row |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print(f"| {row['tokens']} tokens | {row['loop_s']:.3f} s ({row['loop_tokens_per_s']:.0f} tok/s) | "
-              f"{row['chunked_s']:.3f} s ({row['chunked_tokens_per_s']:.0f} tok/s) | {row['speedup']:.2f}x | "
-              f"{row['max_abs_difference_last_row']:.1e} |")
+    print_table(["prompt", "per-token loop", "chunked", "speedup", "max |diff| of the last row"],
+                [[f"{row['tokens']} tokens", f"{row['loop_s']:.3f} s ({row['loop_tokens_per_s']:.0f} tok/s)",
+                  f"{row['chunked_s']:.3f} s ({row['chunked_tokens_per_s']:.0f} tok/s)", f"{row['speedup']:.2f}x",
+                  f"{row['max_abs_difference_last_row']:.1e}"] for row in rows])
     return 0
 
 
