@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     record(results, args.json)
     print(f"long {args.long} tokens + {args.short} short, {args.tokens} tokens each; free padding "
           f"{grouped_padding} tokens; same tokens both ways: {same}")
-    columns = ["way", "tokens/s (all decoding)", "long stream tokens/s", "groups' caches MiB", "MLX peak over start MiB"]
+    columns = ["way", "tokens/s (all decoding)", "long stream tokens/s", "groups' caches MiB",
+               "MLX peak over start MiB"]
     print_table(columns, [[way, *(f"{results[way][k]:.1f}" for k in keys)] for way in ways])
     g, o = results["groups"], results["one batch"]
     caches = g["group_cache_mib"] / max(o["group_cache_mib"], 1e-9)
