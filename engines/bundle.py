@@ -146,8 +146,11 @@ class ModelBundle:
         cfg = self.text_config
         heads = int(cfg.get("num_key_value_heads", 1))
         head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
-        full = sum(1 for layer in self.layers if not layer.is_linear)
-        return 2 * full * heads * head_dim * self.dtype.size
+        return 2 * self.full_attention_layers * heads * head_dim * self.dtype.size
+
+    @property
+    def full_attention_layers(self) -> int:
+        return sum(1 for layer in self.layers if not layer.is_linear)
 
 
 def _physical_memory_bytes() -> int:

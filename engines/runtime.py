@@ -80,16 +80,14 @@ class RequestCost:
 
     @classmethod
     def of(cls, bundle: ModelBundle, mtp: Engine | None, ddtree: Engine | None) -> "RequestCost":
-        per_token = bundle.kv_bytes_per_token()
-        if isinstance(mtp, MTPEngine):
-            per_token += bundle.kv_bytes_per_token() // sum(1 for layer in bundle.layers if not layer.is_linear)
+        kv = bundle.kv_bytes_per_token()
+        per_token = kv + (kv // bundle.full_attention_layers if isinstance(mtp, MTPEngine) else 0)
+        cost = cls(bundle.state_bytes(), per_token)
         if not isinstance(ddtree, DDTreeEngine):
-            return cls(bundle.state_bytes(), per_token)
-        cfg = ddtree.drafter.cfg
-        window = ddtree.context_window
-        return cls(bundle.state_bytes(), per_token,
-                   2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * bundle.dtype.size,
-                   None if window is None else ddtree.context_sink + window)
+            return cost
+        cfg, window = ddtree.drafter.cfg, ddtree.context_window
+        return replace(cost, drafter_per_token=2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim
+                       * bundle.dtype.size, drafter_rows=None if window is None else ddtree.context_sink + window)
 
     def bytes(self, tokens: int) -> int:
         rows = tokens if self.drafter_rows is None else min(tokens, self.drafter_rows)
