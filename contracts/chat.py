@@ -20,6 +20,20 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class CallDelta:
+    """A tool call's progress in a stream, in the order the reply writes it. Every returned call comes as
+    one or more deltas: the first `opens` it (its id and name), each carries more of its arguments' JSON
+    text, and the last holds the whole call (`done`); joined, the deltas' arguments are the call's."""
+
+    index: int              # the call's place among the reply's calls, from 0
+    id: str
+    name: str
+    arguments: str          # more of the arguments' JSON text ("" allowed)
+    opens: bool = False
+    done: ToolCall | None = None
+
+
+@dataclass(frozen=True)
 class TopLogprob:
     token: str
     token_id: int

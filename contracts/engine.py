@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .chat import ChatPrompt, PromptLogprobs, ReplyFormat, TokenLogprob, ToolCall
+from .chat import CallDelta, ChatPrompt, PromptLogprobs, ReplyFormat, TokenLogprob, ToolCall
 from .errors import InvalidRequestError
 from .sampling import SamplingParams
 
@@ -211,6 +211,7 @@ class GenerationChunk:
     completion_tokens: int = 0         # running total
     reasoning: str = ""                # new reasoning text
     tool_calls: list[ToolCall] = field(default_factory=list)   # tool calls completed in this chunk
+    call_deltas: list[CallDelta] = field(default_factory=list)  # the calls' progress, for streams
     logprobs: list[TokenLogprob] = field(default_factory=list)  # per token of token_ids, when asked
     cached_tokens: int = 0             # prompt tokens served from the prefix cache (first chunk)
     stop_sequence: str | None = None   # the request's stop string that ended the generation (finish "stop")

@@ -17,18 +17,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .forced_call import JSON, XML
+from .forced_call import JSON, TEXT_TYPES, XML
 
-_JSON_CALL = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*(?:,\s*"arguments"\s*:\s*(.*))?\Z', re.DOTALL)
-_XML_FUNCTION = re.compile(r"\s*<function=([^\s<>]+)>\n?")
+JSON_CALL = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*(?:,\s*"arguments"\s*:\s*(.*))?\Z', re.DOTALL)
+XML_FUNCTION = re.compile(r"\s*<function=([^\s<>]+)>\n?")
 # cut inside the tool's name: what of it was written (the forced call's grammar keeps it an offered name's prefix)
 _JSON_NAME_CUT = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)\Z')
 _XML_NAME_CUT = re.compile(r"\s*<function=([^\s<>]*)\Z")
-_XML_PARAMETER = re.compile(r"<parameter=([^\s<>]+)>\n?")
+XML_PARAMETER = re.compile(r"<parameter=([^\s<>]+)>\n?")
 _PARAMETER_END = "\n</parameter>"
-_FUNCTION_END = "\n</function>"
-# the value types mlx-lm's qwen3_coder parser keeps as text (engines.forced_call writes them as raw text)
-_TEXT_TYPES = {"string", "str", "text", "varchar", "char", "enum"}
+FUNCTION_END = "\n</function>"
 
 
 def json_text(value: Any) -> str:
@@ -70,7 +68,7 @@ def cut_call(text: str, style: str, tools: Sequence[dict], parse: Callable[[str]
 
 
 def _json_call(text: str) -> CutCall | None:
-    match = _JSON_CALL.match(text)
+    match = JSON_CALL.match(text)
     if match is None:
         return None
     try:
@@ -81,7 +79,7 @@ def _json_call(text: str) -> CutCall | None:
 
 
 def _xml_call(text: str, tools: Sequence[dict], parse: Callable[[str], Any]) -> CutCall | None:
-    match = _XML_FUNCTION.match(text)
+    match = XML_FUNCTION.match(text)
     if match is None:
         return None
     name = match.group(1)
@@ -89,20 +87,20 @@ def _xml_call(text: str, tools: Sequence[dict], parse: Callable[[str], Any]) -> 
     complete: dict[str, Any] = {}
     if closed > match.end():   # the parameters written in full, read (and typed) by the template's parser
         try:
-            complete = dict(parse(text[:closed] + _FUNCTION_END).get("arguments") or {})
+            complete = dict(parse(text[:closed] + FUNCTION_END).get("arguments") or {})
         except Exception:  # noqa: BLE001 - not a readable call after all
             return None
     arguments = json_text(complete)[:-1]   # the object so far, left open
-    opened = _XML_PARAMETER.search(text, closed)
+    opened = XML_PARAMETER.search(text, closed)
     if opened is not None:
         value = without_partial_marker(text[opened.end():], _PARAMETER_END)
         key = opened.group(1)
-        as_text = _is_text(_properties(tools, name).get(key))
+        as_text = _is_text(tool_properties(tools, name).get(key))
         arguments += (", " if complete else "") + json_text(key) + ": " + (json_text(value)[:-1] if as_text else value)
     return CutCall(name, arguments)
 
 
-def _properties(tools: Sequence[dict], name: str) -> dict[str, Any]:
+def tool_properties(tools: Sequence[dict], name: str) -> dict[str, Any]:
     for tool in tools:
         function = tool.get("function") or {}
         if function.get("name") == name:
@@ -115,4 +113,4 @@ def _is_text(schema: Any) -> bool:
     """A value the XML syntax writes as raw text (a string), not as JSON."""
     if not isinstance(schema, dict) or "type" not in schema:
         return True
-    return str(schema["type"]).strip().lower() in _TEXT_TYPES
+    return str(schema["type"]).strip().lower() in TEXT_TYPES

@@ -51,7 +51,7 @@ JSON = "json_tools"
 # the separators of the chat templates' `tojson` (Python's json.dumps defaults)
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 # the parser's (mlx_lm.tool_parsers.qwen3_coder) reading of a parameter: types it keeps as text
-_TEXT_TYPES = {"string", "str", "text", "varchar", "char", "enum"}
+TEXT_TYPES = {"string", "str", "text", "varchar", "char", "enum"}
 _PARAMETER_NAME = re.compile(r"[^\s<>]+")   # what the parser reads as a parameter's name
 # keywords that give a value a shape; a parameter schema with none of them (a description only) is text
 _SHAPES = ("type", "enum", "const", "anyOf", "oneOf", "allOf", "not", "if", "$ref", "properties", "items",
@@ -276,7 +276,7 @@ class _Grammar:
         kind = shape.get("type")
         choices = shape["enum"] if "enum" in shape else [shape["const"]] if "const" in shape else None
         texts = choices is not None and all(isinstance(c, str) for c in choices)
-        if (isinstance(kind, str) and kind.strip().lower() in _TEXT_TYPES and (choices is None or texts)) \
+        if (isinstance(kind, str) and kind.strip().lower() in TEXT_TYPES and (choices is None or texts)) \
                 or (kind is None and texts) or not any(key in schema for key in _SHAPES):
             null = ' | "null"' if nullable else ""   # the parser reads "null" as null
             if choices is not None:

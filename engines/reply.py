@@ -7,6 +7,7 @@ holds back text that may be the start of a marker), so every engine's reply is r
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Iterator
@@ -15,9 +16,10 @@ from typing import Any
 
 from mlx_lm.generate import TextStateMachine
 
-from contracts.chat import ANSWER, MARKUP, REASONING, ReplyFormat, ToolCall
+from contracts.chat import ANSWER, MARKUP, REASONING, CallDelta, ReplyFormat, ToolCall
 from contracts.engine import GenerationChunk, Pause
 
+from .call_stream import CallReader
 from .cut_call import cut_call, json_text, without_partial_marker
 from .forced_call import XML, parser_view, tool_call_style
 
@@ -29,6 +31,17 @@ class ReplyPiece:
     text: str = ""
     reasoning: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
+    call_deltas: list[CallDelta] = field(default_factory=list)
+
+
+@dataclass
+class _OpenCall:
+    """A call being written whose opening was sent (its name is an offered tool's)."""
+
+    index: int
+    id: str
+    name: str
+    sent: str = ""   # the start of its arguments' JSON text sent so far
 
 
 def _transitions(tokenizer: Any, reply: ReplyFormat) -> dict[str, list[tuple[str, str]]]:
@@ -102,10 +115,14 @@ class TokenParts:
 
 
 class ReplySplitter:
-    """Feeds text, returns what of it is answer, reasoning and completed tool calls."""
+    """Feeds text, returns what of it is answer, reasoning and completed tool calls, and the calls'
+    progress (CallDelta): a call opens once its name is written, and its arguments follow as they
+    settle (engines.call_stream). Markup naming an offered tool is a call: should it not parse, it is
+    returned with its arguments as far as they read, as a call max_tokens cut off is."""
 
-    def __init__(self, tokenizer: Any, reply: ReplyFormat):
+    def __init__(self, tokenizer: Any, reply: ReplyFormat, follow_calls: bool = True):
         self.tokenizer, self.reply = tokenizer, reply
+        self.follow_calls = follow_calls and not reply.refuse_calls   # False: calls are read whole
         self.machine = TextStateMachine(_transitions(tokenizer, reply))
         self.state = self.machine.make_state(_start_state(tokenizer, reply))
         self.tool_text = ""
@@ -113,7 +130,13 @@ class ReplySplitter:
         self.pending_prefix = reply.prefix
         # the XML parser converts values by each property's type: given it through $refs and nullable unions
         tools = list(reply.tools)
-        self.parse_tools = (parser_view(tools) if tool_call_style(tokenizer) == XML else tools) or None
+        self.style = tool_call_style(tokenizer)
+        self.parse_tools = (parser_view(tools) if self.style == XML else tools) or None
+        tools = self.parse_tools
+        self.reader = CallReader(self.style, tools, lambda call: tokenizer.tool_parser(call.strip(), tools)) \
+            if tools else None
+        self.open_call: _OpenCall | None = None
+        self.returned = 0   # calls returned so far: the next call's index
         # the template puts blank lines after </think>: not part of the answer, unless the reply continues
         # the client's prefill, where a leading space is the next word's
         self.answer_started = reply.continues
@@ -129,7 +152,7 @@ class ReplySplitter:
     def _refused(self, piece: ReplyPiece) -> ReplyPiece:
         """tool_choice none: a call is read (its markup is no answer) but not returned."""
         if self.reply.refuse_calls:
-            piece.tool_calls = []
+            piece.tool_calls, piece.call_deltas = [], []
         return piece
 
     @property
@@ -152,10 +175,13 @@ class ReplySplitter:
         piece = ReplyPiece()
         self._take(piece, state, rest, closed=False)
         if self.tool_text:   # a call the generation never closed (max_tokens cut it)
+            self._follow(piece, closing=True)
             text, self.tool_text = self.tool_text, ""
             calls = self._unclosed(text)
-            if calls:
-                piece.tool_calls.extend(calls)
+            if self.open_call is not None:
+                self._settle(piece, calls)
+            elif calls:
+                self._whole(piece, calls)
             elif not self.reply.prefix:   # not known to be a call: give the text back as it was
                 self._answer(piece, self.tokenizer.tool_call_start + text)
             # a forced call cut before it named its tool: no call to return, and its markup is no answer
@@ -182,11 +208,18 @@ class ReplySplitter:
             piece.reasoning += segment
         elif state == "tool":
             self.tool_text += segment
-            if closed:
+            if not closed:
+                self._follow(piece)
+            else:
+                # the whole call read as a stream reads it, so that its arguments come out the same however
+                # its text came in chunks (also where it does not parse: naming an offered tool, it is a call)
+                self._follow(piece, closing=True)
                 text, self.tool_text = self.tool_text, ""
                 calls = self._parse(text)
-                if calls:
-                    piece.tool_calls.extend(calls)
+                if self.open_call is not None:
+                    self._settle(piece, calls)
+                elif calls:
+                    self._whole(piece, calls)
                 else:  # not a call after all: the markup and all stay in the answer
                     self._answer(piece, self.tokenizer.tool_call_start + text + (self.tokenizer.tool_call_end or ""))
         else:
@@ -194,6 +227,55 @@ class ReplySplitter:
                 segment = segment.lstrip()
                 self.answer_started = bool(segment)
             self._answer(piece, segment)
+
+    def _follow(self, piece: ReplyPiece, closing: bool = False) -> None:
+        """A call being written: open it once its name is, and send its arguments as they settle. `closing`:
+        the whole call, at its end (also where calls are not followed as they come, so that every splitter
+        reads the same text the same way)."""
+        if self.reader is None or not (self.follow_calls or closing):
+            return
+        reading = self.reader.read(self.tool_text)
+        if reading is None:
+            return
+        call = self.open_call
+        if call is None:
+            call = self.open_call = _OpenCall(self.returned, _call_id(), reading.name, reading.arguments)
+            piece.call_deltas.append(CallDelta(call.index, call.id, call.name, reading.arguments, opens=True))
+        elif len(reading.arguments) > len(call.sent) and reading.arguments.startswith(call.sent):
+            piece.call_deltas.append(CallDelta(call.index, call.id, call.name, reading.arguments[len(call.sent):]))
+            call.sent = reading.arguments
+
+    def _whole(self, piece: ReplyPiece, calls: list[ToolCall]) -> None:
+        """Calls read whole when they closed: each in one delta."""
+        for call in calls:
+            piece.tool_calls.append(call)
+            piece.call_deltas.append(CallDelta(self.returned, call.id, call.name, call.arguments, True, call))
+            self.returned += 1
+
+    def _settle(self, piece: ReplyPiece, calls: list[ToolCall]) -> None:
+        """The open call ends: `calls` is the whole call's reading (the first is the open call's). Its
+        arguments are the reading's when they begin with what was sent (they do, but where a parameter is
+        written twice); else what was sent, closed where that makes an object."""
+        opened, self.open_call = self.open_call, None
+        assert opened is not None
+        arguments = calls[0].arguments if calls else None
+        if arguments is None or not arguments.startswith(opened.sent):
+            if arguments is not None:
+                log.warning("tool call %s: its whole reading does not continue its streamed arguments; "
+                            "the streamed arguments stand", opened.name)
+            else:
+                self.called += 1
+            arguments = _closed(opened.sent)
+        call = ToolCall(opened.id, opened.name, arguments)
+        piece.tool_calls.append(call)
+        last = piece.call_deltas[-1] if piece.call_deltas else None
+        if last is not None and last.opens and last.index == opened.index:   # opened in this piece: one delta
+            piece.call_deltas[-1] = CallDelta(opened.index, opened.id, opened.name, arguments, True, call)
+        else:
+            piece.call_deltas.append(CallDelta(opened.index, opened.id, opened.name,
+                                               arguments[len(opened.sent):], done=call))
+        self.returned += 1
+        self._whole(piece, calls[1:])
 
     def _answer(self, piece: ReplyPiece, text: str) -> None:
         if not self.holds_space:
@@ -228,7 +310,7 @@ class FirstCallEnd:
     not end the reply."""
 
     def __init__(self, tokenizer: Any, reply: ReplyFormat):
-        self.splitter = ReplySplitter(tokenizer, replace(reply, refuse_calls=False))
+        self.splitter = ReplySplitter(tokenizer, replace(reply, refuse_calls=False), follow_calls=False)
 
     @staticmethod
     def wanted(reply: ReplyFormat | None) -> bool:
@@ -236,6 +318,15 @@ class FirstCallEnd:
 
     def __call__(self, text: str) -> bool:
         return bool(self.splitter.feed(text).tool_calls)
+
+
+def _closed(arguments: str) -> str:
+    """Arguments sent as far as a call was readable: closed as an object where that makes one."""
+    try:
+        json.loads(arguments + "}")
+    except json.JSONDecodeError:
+        return arguments
+    return arguments + "}"
 
 
 def _call_id() -> str:
@@ -255,9 +346,10 @@ def split_reply(chunks: Iterator[GenerationChunk], splitter: ReplySplitter) -> I
         if chunk.finish_reason is not None:
             rest = splitter.finish()
             piece = ReplyPiece(piece.text + rest.text, piece.reasoning + rest.reasoning,
-                               piece.tool_calls + rest.tool_calls)
+                               piece.tool_calls + rest.tool_calls, piece.call_deltas + rest.call_deltas)
         finish = chunk.finish_reason
         if finish == "stop" and splitter.returned_calls:
             finish = "tool_calls"
         yield replace(chunk, text=piece.text, reasoning=piece.reasoning, tool_calls=piece.tool_calls,
+                      call_deltas=piece.call_deltas,
                       finish_reason=finish, parts=parts.feed(chunk.token_ids))

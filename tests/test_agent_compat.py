@@ -227,13 +227,15 @@ def _cut(client: openai.OpenAI, max_tokens: int, stream: bool, **extra) -> tuple
         choice = client.chat.completions.create(**kwargs).choices[0]
         calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
         return choice.message.content, calls, choice.finish_reason
-    content, calls, finish = None, [], None
+    content, calls, finish = None, {}, None
     for chunk in client.chat.completions.create(stream=True, **kwargs):
         delta = chunk.choices[0].delta
         content = (content or "") + delta.content if delta.content else content
-        calls += [(c.function.name, c.function.arguments) for c in delta.tool_calls or []]
+        for c in delta.tool_calls or []:   # a call's name opens it, its arguments follow as written
+            name, arguments = calls.get(c.index, (None, ""))
+            calls[c.index] = (name or c.function.name, arguments + (c.function.arguments or ""))
         finish = chunk.choices[0].finish_reason or finish
-    return content or None, calls, finish
+    return content or None, [calls[i] for i in sorted(calls)], finish
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -330,7 +332,8 @@ def test_a_forced_call_streams_no_content(qwen_chat_tokenizer):
                                                      tool_choice="required"))
         assert chunks[0].choices[0].delta.role == "assistant"
         assert all(c.choices[0].delta.content is None for c in chunks)
-        assert [tc.function.name for c in chunks for tc in c.choices[0].delta.tool_calls or []] == ["get_weather"]
+        opened = [tc.function.name for c in chunks for tc in c.choices[0].delta.tool_calls or [] if tc.id]
+        assert opened == ["get_weather"]
         backend.reply = "done\n</think>\n\nok"
         chunks = list(client.chat.completions.create(model="default", messages=ASK, tools=[CITY_DAYS], stream=True))
         assert chunks[0].choices[0].delta.content == "" and chunks[-2].choices[0].delta.content == "ok"

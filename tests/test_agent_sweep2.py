@@ -3,6 +3,7 @@ against served models. Each test is a defect the sweep found, reproduced with th
 
 from __future__ import annotations
 
+import json
 import time
 
 import anthropic
@@ -117,13 +118,15 @@ def test_non_ascii_tool_arguments_come_back_as_written(qwen_chat_tokenizer):
         for stream in (False, True):
             reply = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Weather?"}],
                                                    tools=[WEATHER], max_tokens=64, stream=stream)
-            calls = ([c.function.arguments for chunk in reply for c in chunk.choices[0].delta.tool_calls or []]
+            calls = (["".join(c.function.arguments for chunk in reply for c in chunk.choices[0].delta.tool_calls or [])]
                      if stream else [c.function.arguments for c in reply.choices[0].message.tool_calls])
             assert calls == ['{"city": "東京 🌧"}']
         events = httpx.post(srv.base_url + "/v1/messages", json={
             "model": "default", "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "Weather?"}],
             "tools": [{"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}]}).text
-        assert '"partial_json":"{\\"city\\": \\"東京 🌧\\"}"' in events, events
+        partial = [json.loads(line[6:])["delta"]["partial_json"] for line in events.splitlines()
+                   if line.startswith("data: ") and "input_json_delta" in line]
+        assert "".join(partial) == '{"city": "東京 🌧"}' and "\\u" not in events, events
 
 
 @pytest.mark.parametrize(("path", "body"), [

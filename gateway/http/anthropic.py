@@ -14,7 +14,7 @@ from pydantic_core import from_json
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from contracts.chat import ToolCall
+from contracts.chat import CallDelta, ToolCall
 from contracts.engine import GenerationChunk
 from gateway.worker.spec import RequestSpec
 
@@ -226,18 +226,29 @@ class AnthropicRenderer:
         return [event({"type": "message_start", "message": message}, "message_start")]
 
     def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
-        frames: list[bytes] = []
+        # a call opened before this chunk has its arguments go to its block before any text opens another
+        opened_here = {delta.index for delta in chunk.call_deltas if delta.opens}
+        frames = [self._delta(self._input(delta)) for delta in chunk.call_deltas
+                  if delta.index not in opened_here and delta.arguments]
         if chunk.reasoning:
             frames += self._block("thinking", {"type": "thinking", "thinking": "", "signature": ""})
             frames.append(self._delta({"type": "thinking_delta", "thinking": chunk.reasoning}))
         if chunk.text:
             frames += self._block("text", {"type": "text", "text": ""})
             frames.append(self._delta({"type": "text_delta", "text": chunk.text}))
-        for call in chunk.tool_calls:
-            frames += self._block("tool_use", {"type": "tool_use", "id": call.id, "name": call.name, "input": {}},
-                                  always_new=True)
-            frames.append(self._delta({"type": "input_json_delta", "partial_json": call.arguments or "{}"}))
+        for delta in chunk.call_deltas:
+            if delta.index not in opened_here:
+                continue
+            if delta.opens:
+                frames += self._block("tool_use", {"type": "tool_use", "id": delta.id, "name": delta.name,
+                                                   "input": {}}, always_new=True)
+            if delta.arguments:
+                frames.append(self._delta(self._input(delta)))
         return frames
+
+    @staticmethod
+    def _input(delta: CallDelta) -> dict[str, Any]:
+        return {"type": "input_json_delta", "partial_json": delta.arguments}
 
     def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
         choice = record.choices[-1] if record.choices else ChoiceReply(0)

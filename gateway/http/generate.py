@@ -465,7 +465,7 @@ async def _stream_frames(
             if frames:
                 sent = loop.time()
             elif keepalive is not None and loop.time() - sent >= keepalive:
-                # nothing sent for `keepalive` seconds (a tool call goes out whole, once written): keep it open
+                # nothing sent for `keepalive` seconds (a call's long object value goes out once whole): keep it open
                 frames, sent = [renderer.stream_format.idle], loop.time()
             for frame in frames:
                 yield frame

@@ -1,6 +1,7 @@
 """OpenAI chat.completion(.chunk) and text_completion bodies: answer, reasoning (as both
-`reasoning_content` and `reasoning`), tool calls (whole calls as `delta.tool_calls` entries the
-openai SDK accumulates by index), log-probabilities, several choices and usage."""
+`reasoning_content` and `reasoning`), tool calls (`delta.tool_calls` entries the openai SDK accumulates
+by index: a function call's id and name, then its arguments as they are written; a custom tool's call
+whole), log-probabilities, several choices and usage."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any, ClassVar
 from pydantic_core import from_json
 from starlette.responses import JSONResponse
 
-from contracts.chat import PromptLogprobs, TokenLogprob, ToolCall, TopLogprob
+from contracts.chat import CallDelta, PromptLogprobs, TokenLogprob, ToolCall, TopLogprob
 from contracts.engine import GenerationChunk
 
 from .errors import APIError
@@ -246,7 +247,8 @@ class OpenAIRenderer:
     def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
         if chunk.reasoning and not self.include_reasoning:
             chunk = replace(chunk, reasoning="")
-        has_output = chunk.text or chunk.reasoning or chunk.tool_calls or chunk.finish_reason is not None
+        calls = [out for out in map(self._call_delta, chunk.call_deltas) if out is not None] if self.chat else []
+        has_output = chunk.text or chunk.reasoning or calls or chunk.finish_reason is not None
         logprobs = (answer_logprobs(chunk) if self.chat else chunk.logprobs) if self.logprobs else None
         if not has_output and not logprobs:
             return []   # e.g. text held back while it may be the start of a stop sequence
@@ -257,10 +259,8 @@ class OpenAIRenderer:
                                     logprobs=completion_logprobs(logprobs, start) if logprobs is not None else None)
             return [self._event(Completion(id=self.id, created=self.created, model=self.model,
                                            choices=[body]).model_dump(exclude={"usage"}))]
-        first = len(choice.tool_calls) - len(chunk.tool_calls)
-        calls = [self._call_delta(first + i, c) for i, c in enumerate(chunk.tool_calls)] or None
         delta = ChatDelta(content=chunk.text or None, reasoning_content=chunk.reasoning or None,
-                          reasoning=chunk.reasoning or None, tool_calls=calls)
+                          reasoning=chunk.reasoning or None, tool_calls=calls or None)
         if chunk.finish_reason is None or not (chunk.text or chunk.reasoning or calls or logprobs):
             return [self._event(self._chunk(choice.index, delta, chunk.finish_reason, logprobs))]
         # the finish in a chunk of its own with an empty delta, as OpenAI ends a choice: the openai SDK's
@@ -269,13 +269,21 @@ class OpenAIRenderer:
         return [self._event(self._chunk(choice.index, delta, None, logprobs)),
                 self._event(self._chunk(choice.index, ChatDelta(), chunk.finish_reason, None))]
 
-    def _call_delta(self, index: int, call: ToolCall) -> ToolCallDelta | CustomToolCallDelta:
-        """A whole call in a stream: a custom tool's as OpenAI streams it, {"type": "custom", "custom": {...}}."""
-        if call.name in self.custom_tools:
-            return CustomToolCallDelta(index=index, id=call.id,
-                                       custom=CustomCallOut(name=call.name, input=custom_input(call.arguments)))
-        return ToolCallDelta(index=index, id=call.id, type="function",
-                             function=FunctionCallDelta(name=call.name, arguments=call.arguments))
+    def _call_delta(self, delta: CallDelta) -> ToolCallDelta | CustomToolCallDelta | None:
+        """A call's progress as OpenAI streams it: the opening with id, type and name, then more arguments;
+        a custom tool's call whole once done, {"type": "custom", "custom": {...}} (its input is text, not the
+        JSON being streamed). None: nothing to send."""
+        if delta.name in self.custom_tools:
+            if delta.done is None:
+                return None
+            return CustomToolCallDelta(index=delta.index, id=delta.id,
+                                       custom=CustomCallOut(name=delta.name, input=custom_input(delta.done.arguments)))
+        if delta.opens:
+            return ToolCallDelta(index=delta.index, id=delta.id, type="function",
+                                 function=FunctionCallDelta(name=delta.name, arguments=delta.arguments))
+        if not delta.arguments:
+            return None
+        return ToolCallDelta(index=delta.index, function=FunctionCallDelta(arguments=delta.arguments))
 
     def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
         frames = []

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from contracts.chat import TokenLogprob, ToolCall
+from contracts.chat import CallDelta, TokenLogprob, ToolCall
 from contracts.engine import GenerationChunk
 from gateway.worker.spec import RequestSpec
 
@@ -214,8 +214,8 @@ class ResponsesRenderer:
         return {"type": "function_call", "id": item.id, "call_id": call.id, "name": call.name,
                 "arguments": call.arguments if done else "", "status": status}
 
-    def _call_kind(self, call: ToolCall) -> str:
-        custom = any(isinstance(t, CustomTool) and t.name == call.name for t in self.request.tools or ())
+    def _call_kind(self, name: str) -> str:
+        custom = any(isinstance(t, CustomTool) and t.name == name for t in self.request.tools or ())
         return "custom_tool_call" if custom else "function_call"
 
     def full(self, record: RequestRecord) -> dict[str, Any]:
@@ -227,7 +227,7 @@ class ResponsesRenderer:
             items.append(_Item("message", _new_id("msg"), len(items), choice.content,
                                logprobs=choice.answer_logprobs))
         for call in choice.tool_calls:
-            kind = self._call_kind(call)
+            kind = self._call_kind(call.name)
             items.append(_Item(kind, _new_id(ID_PREFIXES[kind]), len(items), call=call))
         last = _last_status(record)
         return self._response("completed", [self._item_body(i, True, last if i is items[-1] else None) for i in items],
@@ -247,7 +247,12 @@ class ResponsesRenderer:
         return []
 
     def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
+        # a call opened before this chunk has its arguments go to its item before any text opens another
+        opened_here = {delta.index for delta in chunk.call_deltas if delta.opens}
         frames: list[bytes] = []
+        for delta in chunk.call_deltas:
+            if delta.index not in opened_here:
+                frames += self._call_progress(delta)
         if chunk.reasoning:
             frames += self._item("reasoning")
             item = self._open
@@ -270,16 +275,30 @@ class ResponsesRenderer:
             item.logprobs += sent
             frames.append(self._event("response.output_text.delta", item_id=item.id, output_index=item.output_index,
                                       content_index=0, delta=chunk.text, logprobs=_logprobs(sent)))
-        for call in chunk.tool_calls:   # each arrives whole: one delta, then done
-            frames += self._item(self._call_kind(call), call)
+        for delta in chunk.call_deltas:
+            if delta.index in opened_here:
+                frames += self._call_progress(delta)
+        return frames
+
+    def _call_progress(self, delta: CallDelta) -> list[bytes]:
+        """A function call's item opens with its name and takes its arguments as they are written; a custom
+        tool's comes whole once done (its input is text, not the JSON being written)."""
+        kind = self._call_kind(delta.name)
+        if kind == "custom_tool_call":
+            if delta.done is None:
+                return []
+            frames = self._item(kind, delta.done)
             item = self._open
             assert item is not None
-            where = {"item_id": item.id, "output_index": item.output_index}
-            if item.kind == "custom_tool_call":
-                frames.append(self._event("response.custom_tool_call_input.delta", **where,
-                                          delta=custom_input(call.arguments)))
-            else:
-                frames.append(self._event("response.function_call_arguments.delta", **where, delta=call.arguments))
+            return [*frames, self._event("response.custom_tool_call_input.delta", item_id=item.id,
+                                         output_index=item.output_index, delta=custom_input(delta.done.arguments))]
+        frames = self._item(kind, ToolCall(delta.id, delta.name, "")) if delta.opens else []
+        item = self._open
+        assert item is not None and item.call is not None and item.call.id == delta.id
+        item.call = delta.done or ToolCall(delta.id, delta.name, item.call.arguments + delta.arguments)
+        if delta.arguments:
+            frames.append(self._event("response.function_call_arguments.delta", item_id=item.id,
+                                      output_index=item.output_index, delta=delta.arguments))
         return frames
 
     def _item(self, kind: str, call: Any = None) -> list[bytes]:

@@ -24,7 +24,7 @@ def event(payload: Any, name: str | None = None) -> bytes:
 class StreamFormat:
     """How a renderer's stream travels: its media type, whether an idle stream can be kept open with
     KEEPALIVE (a comment line the format's parsers skip), and what a stream sends when it falls silent
-    after its first event (a long tool call is generated whole before it goes out): KEEPALIVE, or the API's
+    after its first event (a tool call's long object value goes out once written in full): KEEPALIVE, or the API's
     own keep-alive event."""
 
     media_type: str

@@ -168,7 +168,8 @@ def _one_call_at_most(chunks: Iterator[GenerationChunk]) -> Iterator[GenerationC
     closed the call (ReplyFormat.one_call); this holds for any backend."""
     for chunk in chunks:
         if not isinstance(chunk, Pause) and chunk.tool_calls:
-            yield replace(chunk, tool_calls=chunk.tool_calls[:1], finish_reason="tool_calls")
+            yield replace(chunk, tool_calls=chunk.tool_calls[:1], finish_reason="tool_calls",
+                          call_deltas=[delta for delta in chunk.call_deltas if delta.index == 0])
             close = getattr(chunks, "close", None)
             if close is not None:
                 close()
