@@ -12,13 +12,13 @@ from typing import Any
 import mlx.core as mx
 from mlx import nn
 from mlx.utils import tree_flatten
-from mlx_lm.models.cache import KVCache
 
 from contracts.errors import ModelLoadError
 
 from . import gdn_prefill
 from .checkpoint import read_config, text_config
 from .cycle_modes import CycleModes
+from .request_cost import kv_bytes_per_token
 
 SUPPORTED_MODEL_TYPES = ("qwen3_5", "qwen3_5_moe")
 # Qwen3.5's multimodal RoPE layout keys: transformers' Qwen3_5TextConfig ignores them when it checks
@@ -131,26 +131,9 @@ class ModelBundle:
     def parameter_bytes(self) -> int:
         return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
 
-    def state_bytes(self) -> int:
-        """Bytes of one request's GatedDeltaNet state (convolution and recurrence), which does not grow with
-        the context: read off a cache after one token, as mlx-lm allocates it."""
-        cache = self.make_cache()
-        self.model(mx.array([[0]], dtype=mx.uint32), cache=cache)
-        states = [c for c in cache if not isinstance(c, KVCache)]
-        mx.eval([c.state for c in states])
-        return sum(c.nbytes for c in states)
-
     def kv_bytes_per_token(self) -> int:
-        """Attention-cache bytes one token of context adds (keys and values of every full-attention layer;
-        the GatedDeltaNet layers' state does not grow with the context)."""
-        cfg = self.text_config
-        heads = int(cfg.get("num_key_value_heads", 1))
-        head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
-        return 2 * self.full_attention_layers * heads * head_dim * self.dtype.size
-
-    @property
-    def full_attention_layers(self) -> int:
-        return sum(1 for layer in self.layers if not layer.is_linear)
+        """Attention-cache bytes one token of context adds (engines.request_cost)."""
+        return kv_bytes_per_token(self.text_config, self.dtype.size)
 
 
 def _physical_memory_bytes() -> int:

@@ -20,6 +20,7 @@ from .checkpoint import (
     text_config,
 )
 from .dflash_config import DrafterConfig
+from .request_cost import DrafterShape, RequestCost
 
 
 def _size(count: int) -> str:
@@ -185,26 +186,22 @@ def _chat_template(model_dir: Path) -> str:
 
 
 def _memory(cfg: dict, weights: Weights, mtp: dict, drafter: dict | None, context: int, cpu: bool) -> dict[str, int]:
-    """Weights plus per-request caches at `context` tokens; half-precision weights count twice on the
-    CPU, where `--dtype auto` runs them as float32."""
-    half = weights.dtypes and set(weights.dtypes) <= {"BF16", "F16", "U32", "F32"} and "F32" not in weights.dtypes
-    factor = 2 if cpu and half and not cfg.get("quantization") else 1
-    linear, full = _layer_kinds(cfg)
-    kv_heads, head_dim = int(cfg.get("num_key_value_heads", 1)), int(cfg.get("head_dim", 128))
-    act = 4 if factor == 2 or cpu else 2
-    kv = 2 * full * kv_heads * head_dim * context * act
-    hv, dk, dv = (int(cfg.get(k, 0)) for k in ("linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"))
-    hk = int(cfg.get("linear_num_key_heads", 0))
-    conv = (int(cfg.get("linear_conv_kernel_dim", 4)) - 1) * (2 * hk * dk + hv * dv)
-    gdn = linear * (hv * dv * dk * 4 + conv * act)
+    """Weights plus one request's caches at `context` tokens (engines.request_cost, as the server reserves them).
+    On the CPU unquantized weights run as float32 (`--dtype auto`): half-precision ones count twice."""
+    quantized = bool(cfg.get("quantization") or cfg.get("quantization_config"))
+    half = bool({"BF16", "F16"} & set(weights.dtypes))
+    factor = 2 if cpu and half and not quantized and "F32" not in weights.dtypes else 1
+    itemsize = 4 if (cpu and not quantized) or not half else 2   # the compute dtype's
     target = weights.bytes * factor - (mtp.get("bytes", 0) * factor if mtp.get("where", "").startswith("in the checkpoint") else 0)
-    out = {"raw": target + kv + gdn}
+    caches = RequestCost.of(cfg, itemsize).bytes(context)
+    out = {"raw": target + caches}
     if mtp.get("found"):
-        out["mtp"] = out["raw"] + mtp["bytes"] * factor + 2 * kv_heads * head_dim * context * act
+        out["mtp"] = out["raw"] + mtp["bytes"] * factor + \
+            RequestCost.of(cfg, itemsize, mtp=True).bytes(context) - caches
     if drafter and drafter.get("compatible"):
-        window = min(context, 64 + 4096)  # the drafter's context is bounded (sink + window)
-        out["ddtree"] = out["raw"] + drafter["bytes"] * factor + 2 * drafter["layers"] * drafter["kv_heads"] * \
-            drafter["head_dim"] * window * act
+        shape = DrafterShape(drafter["layers"], drafter["kv_heads"], drafter["head_dim"])
+        out["ddtree"] = out["raw"] + drafter["bytes"] * factor + \
+            RequestCost.of(cfg, itemsize, drafter=shape).bytes(context) - caches
     out["all engines"] = out["raw"] + sum(out[e] - out["raw"] for e in ("mtp", "ddtree") if e in out)
     return out
 

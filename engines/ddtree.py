@@ -22,6 +22,7 @@ from mlx_lm.models.cache import KVCache
 from .bundle import ModelBundle
 from .dflash import DFlashDrafter
 from .processing import TargetProcessor
+from .request_cost import CONTEXT_SINK, CONTEXT_WINDOW
 from .sampling import choose
 from .speculative import Committed, Cycle, Flight, Prefilled, SpeculativeDecoding, read_flight
 from .target import Cursor, commit, commit_device, forward_device, forward_tree, settle
@@ -92,7 +93,8 @@ class DDTreeEngine(SpeculativeDecoding):
     name = "ddtree"
 
     def __init__(self, bundle: ModelBundle, drafter: DFlashDrafter, budget: int = 4,
-                 context_sink: int = 64, context_window: int | None = 4096, greedy_tree_temperature: float = 1.0):
+                 context_sink: int = CONTEXT_SINK, context_window: int | None = CONTEXT_WINDOW,
+                 greedy_tree_temperature: float = 1.0):
         if budget < 1:
             raise ValueError("tree budget must be >= 1")
         if greedy_tree_temperature <= 0:

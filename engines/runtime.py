@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +16,16 @@ import mlx.core as mx
 import numpy as np
 
 from contracts.chat import ChatPrompt, PromptLogprobs, ReplyFormat
-from contracts.engine import (CancelToken, Engine, GenerationChunk, Pause, PrefixHint, StepResult, SwitchRule,
-                              checked_token_ids)
-from contracts.names import SAMPLED_SUFFIX
+from contracts.engine import (
+    CancelToken,
+    Engine,
+    GenerationChunk,
+    Pause,
+    PrefixHint,
+    StepResult,
+    SwitchRule,
+    checked_token_ids,
+)
 from contracts.errors import (
     ContextLengthExceeded,
     EngineFailure,
@@ -26,6 +33,7 @@ from contracts.errors import (
     InvalidRequestError,
     SwitchyardError,
 )
+from contracts.names import SAMPLED_SUFFIX
 from contracts.sampling import SamplingParams
 
 from . import device_memory
@@ -42,8 +50,9 @@ from .prefill import PrefixPlan
 from .prefix_cache import PrefixCache
 from .processing import ending_tokens
 from .raw import RawEngine
-from .score import prompt_logprobs
 from .reply import FirstCallEnd, ReplySplitter, split_reply, stop_skips
+from .request_cost import DrafterShape, RequestCost
+from .score import prompt_logprobs
 from .text import fill_in_middle, fim_token_ids, start_of_text, stream_text
 
 log = logging.getLogger("switchyard.runtime")
@@ -67,31 +76,15 @@ def _fails_request(what: str, engine: str = "raw") -> Iterator[None]:
         raise EngineFailure(engine, exc) from exc
 
 
-@dataclass(frozen=True)
-class RequestCost:
-    """What one request's caches hold, by the tokens in its context: the target's attention KV (and the MTP
-    head's one attention layer, shaped as the target's) per token, the GatedDeltaNet state once, and the
-    drafter's context K/V per token up to its sink + window. Activations of a step are not counted."""
-
-    fixed: int
-    per_token: int
-    drafter_per_token: int = 0
-    drafter_rows: int | None = None   # the drafter's context bound (None: the whole context)
-
-    @classmethod
-    def of(cls, bundle: ModelBundle, mtp: Engine | None, ddtree: Engine | None) -> "RequestCost":
-        kv = bundle.kv_bytes_per_token()
-        per_token = kv + (kv // bundle.full_attention_layers if isinstance(mtp, MTPEngine) else 0)
-        cost = cls(bundle.state_bytes(), per_token)
-        if not isinstance(ddtree, DDTreeEngine):
-            return cost
-        cfg, window = ddtree.drafter.cfg, ddtree.context_window
-        return replace(cost, drafter_per_token=2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim
-                       * bundle.dtype.size, drafter_rows=None if window is None else ddtree.context_sink + window)
-
-    def bytes(self, tokens: int) -> int:
-        rows = tokens if self.drafter_rows is None else min(tokens, self.drafter_rows)
-        return self.fixed + tokens * self.per_token + rows * self.drafter_per_token
+def request_cost(bundle: ModelBundle, mtp: Engine | None, ddtree: Engine | None) -> RequestCost:
+    """What a request's caches hold with these engines loaded (engines.request_cost, from the config)."""
+    itemsize, is_mtp = bundle.dtype.size, isinstance(mtp, MTPEngine)
+    if not isinstance(ddtree, DDTreeEngine):
+        return RequestCost.of(bundle.text_config, itemsize, mtp=is_mtp)
+    cfg, window = ddtree.drafter.cfg, ddtree.context_window
+    return RequestCost.of(bundle.text_config, itemsize, mtp=is_mtp,
+                          drafter=DrafterShape(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim),
+                          drafter_rows=None if window is None else ddtree.context_sink + window)
 
 
 class Runtime:
@@ -108,7 +101,7 @@ class Runtime:
         ddtree = engines.get("ddtree")
         self.mtp_head_bytes = mtp.head.nbytes() if isinstance(mtp, MTPEngine) else 0
         self.drafter_bytes = ddtree.drafter.nbytes() if isinstance(ddtree, DDTreeEngine) else 0
-        self._request_cost = RequestCost.of(bundle, mtp, ddtree)
+        self._request_cost = request_cost(bundle, mtp, ddtree)
 
     def set_tree_budget(self, budget: int) -> None:
         """Change the DDTree budget (from the live policy); no-op without a drafter."""

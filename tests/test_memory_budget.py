@@ -191,14 +191,30 @@ def test_a_requests_cost_is_its_caches(tiny_agree_target):
     KV cache's 256-row step) hold exactly its bytes for n."""
     import mlx.core as mx
 
-    from engines.runtime import RequestCost, load_runtime
+    from engines.runtime import load_runtime, request_cost
 
     runtime = load_runtime(tiny_agree_target, dtype="float32")
     bundle = runtime.bundle
-    cost = RequestCost.of(bundle, None, None)
+    cost = request_cost(bundle, None, None)
     for n in (256, 512):
         cache = bundle.make_cache()
         bundle.model(mx.zeros((1, n), dtype=mx.uint32), cache=cache)
         mx.eval([c.state for c in cache])
         assert sum(c.nbytes for c in cache) == cost.bytes(n)
     assert runtime.request_bytes(512) >= cost.bytes(512)
+
+
+def test_inspect_reports_the_caches_the_server_reserves(tiny_target, tiny_drafter):
+    """`switchyard inspect` (configs only, nothing loaded) and the server's per-request reservation read one
+    formula (engines.request_cost): at any context, inspect's memory for all engines less their weights is
+    what the loaded runtime reserves for a request, below the drafter's context window and past it."""
+    from engines.checkpoint_info import inspect_checkpoint
+    from engines.runtime import load_runtime
+
+    runtime = load_runtime(str(tiny_target), draft_dir=str(tiny_drafter), dtype="float32")
+    assert runtime.engine_names == ("raw", "mtp", "ddtree")
+    for context in (1000, 9000):
+        info = inspect_checkpoint(tiny_target, draft_dir=tiny_drafter, context=context, cpu=True)
+        assert set(info.weights.dtypes) == {"F32"}   # run as stored: the weights count once
+        weights = info.weights.bytes + info.drafter["bytes"]
+        assert info.memory["all engines"] - weights == runtime.request_bytes(context) > 0
