@@ -9,7 +9,8 @@ Qwen3.5/3.6's XML (a generated checkpoint's tokenizer with Qwen3.6's template) a
 demo model's). Two ways, alternating which goes first each round: following the call (the server: a delta
 each time its arguments settle more) and whole (the call read once, when it closes). Reported: microseconds
 of splitter time per token for each (the best round), their difference, and the deltas a followed call
-sent. The difference is host time the decode loop spends per token; compare it with a step's time.
+sent, and the token the client first hears of the call with (the call's name) each way. The difference in
+time is host time the decode loop spends per token; compare it with a step's time.
 """
 
 from __future__ import annotations
@@ -58,16 +59,18 @@ def _pieces(tokenizer, text: str) -> list[str]:
     return pieces
 
 
-def _run(tokenizer, pieces: list[str], follow: bool) -> tuple[float, int]:
+def _run(tokenizer, pieces: list[str], follow: bool) -> tuple[float, int, int]:
+    """Seconds in the splitter, deltas sent, and the token the call's first delta came with (1-based)."""
     splitter = ReplySplitter(tokenizer, ReplyFormat(tools=TOOLS, parse_tools=True), follow_calls=follow)
-    deltas, calls = 0, 0
+    deltas, calls, opened = 0, 0, 0
     start = time.perf_counter()
-    for piece in [*pieces, None]:
+    for token, piece in enumerate([*pieces, None], 1):
         out = splitter.feed(piece) if piece is not None else splitter.finish()
         deltas, calls = deltas + len(out.call_deltas), calls + len(out.tool_calls)
+        opened = opened or (token if out.call_deltas else 0)
     seconds = time.perf_counter() - start
     assert calls == 1, calls
-    return seconds, deltas
+    return seconds, deltas, opened
 
 
 def main() -> None:
@@ -86,21 +89,23 @@ def main() -> None:
         for chars in args.chars:
             pieces = _pieces(tokenizer, _call(style, chars))
             best = {True: float("inf"), False: float("inf")}
-            deltas = 0
+            deltas, opened = 0, {}
             for round_ in range(args.rounds):
                 for follow in ((True, False) if round_ % 2 == 0 else (False, True)):
-                    seconds, sent = _run(tokenizer, pieces, follow)
+                    seconds, sent, opened[follow] = _run(tokenizer, pieces, follow)
                     best[follow] = min(best[follow], seconds)
                     deltas = sent if follow else deltas
             per_token = {follow: best[follow] / len(pieces) * 1e6 for follow in best}
             results.append({"syntax": style, "chars": chars, "tokens": len(pieces), "deltas": deltas,
+                            "first_delta_token": {"followed": opened[True], "whole": opened[False]},
                             "followed_us_per_token": per_token[True], "whole_us_per_token": per_token[False]})
-            rows.append([style, f"{chars:,}", f"{len(pieces):,}", f"{deltas:,}", f"{per_token[True]:.1f}",
-                         f"{per_token[False]:.1f}", f"{per_token[True] - per_token[False]:.1f}"])
+            rows.append([style, f"{chars:,}", f"{len(pieces):,}", f"{opened[True]} / {opened[False]:,}",
+                         f"{deltas:,}", f"{per_token[True]:.1f}", f"{per_token[False]:.1f}",
+                         f"{per_token[True] - per_token[False]:.1f}"])
     record({"model": "splitter only", "environment": describe_environment(), "rounds": args.rounds,
             "results": results}, args.json)
-    print_table(["syntax", "content chars", "tokens", "deltas sent", "followed, us/token", "whole, us/token",
-                 "cost of following, us/token"], rows)
+    print_table(["syntax", "content chars", "tokens", "first delta at token (followed / whole)", "deltas sent",
+                 "followed, us/token", "whole, us/token", "cost of following, us/token"], rows)
 
 
 if __name__ == "__main__":
