@@ -1,4 +1,5 @@
-"""The device's memory as a server sees it: the wired limit on Metal, and the room left for caches."""
+"""The device's memory as a server sees it: the wired limit on Metal, and the room left for caches (Metal's
+working set, a CUDA device's free memory)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,11 @@ def wire_recommended() -> int | None:
 
 
 def free_bytes() -> int | None:
-    """What the device can still take for caches: its recommended working set less what MLX holds now (the
-    weights). None where the device reports no such limit: the host's free memory is the measure there."""
+    """What the device can still take for caches: on Metal its recommended working set less what MLX holds
+    now (the weights); on CUDA the free memory the device reports (the weights already out of it). None where
+    the device reports neither (the CPU): the host's free memory is the measure there."""
+    info = mx.device_info()
+    if info.get("free_memory") is not None:
+        return int(info["free_memory"])
     size = recommended_working_set()
     return None if size is None else max(0, size - int(mx.get_active_memory()))
