@@ -18,7 +18,6 @@ Both syntaxes of engines.forced_call: JSON in <tool_call>, and Qwen's XML.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -38,7 +37,7 @@ from .forced_call import JSON, TEXT_TYPES, XML
 _DECODER = json.JSONDecoder()
 _WHITESPACE = " \t\n\r"
 _PARAMETER_CLOSE = "</parameter>"
-_PARAMETER_CLOSES = re.compile(re.escape(_PARAMETER_CLOSE))
+_XML_TAIL = len(_PARAMETER_CLOSE) - 1   # how far back a closing marker the new text completes may begin
 
 
 Escape = Callable[[str], str]   # a string's JSON text less its closing quote
@@ -58,13 +57,13 @@ class _OpenText:
     whole: bool = True  # JSON: all of its text so far decoded (no escape cut in half held back)
 
 
-_XML_TAIL = len(_PARAMETER_CLOSE)   # how far back a closing marker may have begun
 
 
 class CallReader:
     """streamed_call for one call read again and again as its text grows. While a text value (a file being
     written) is all that grows, only its new text is read and escaped, so each reading costs little more
-    than copying the text; anything else (markup, a quote or escape) is read in full."""
+    than copying the text; text that may change more than the value (in Qwen's XML a closing marker; in
+    JSON a quote, or an escape cut in half) is read in full."""
 
     def __init__(self, style: str, tools: Sequence[dict], parse: Callable[[str], Any]):
         self.style, self.tools, self.parse = style, tools, parse
@@ -77,7 +76,7 @@ class CallReader:
         opened, reading = self._open, None
         if opened is not None and text.startswith(self._text):   # the same call, grown
             grown = len(self._text)
-            if self.style == XML and "<" not in text[max(opened.start, grown - _XML_TAIL):]:
+            if self.style == XML and _PARAMETER_CLOSE not in text[max(opened.start, grown - _XML_TAIL):]:
                 reading = CutCall(self._name, opened.head + _xml_text(text[opened.start:], self._escape))
             elif self.style == JSON and opened.whole and (more := _string_part(text[grown:])) is not None:
                 opened = replace(opened, value=opened.value + more)
@@ -109,25 +108,26 @@ def streamed_call(text: str, style: str, tools: Sequence[dict], parse: Callable[
 
 def _reading(text: str, style: str, tools: Sequence[dict], parse: Callable[[str], Any],
              escape: Escape) -> tuple[CutCall | None, _OpenText | None]:
-    if style == JSON:
-        call, opened = _json_call(text, escape)
-    elif style == XML:
-        call, opened = _xml_call(text, tools, parse, escape)
-    else:
-        return None, None
+    # a call of a tool not offered is not read as it grows (it is read whole when it closes)
     offered = {(tool.get("function") or {}).get("name") for tool in tools}
-    return (call, opened) if call is not None and call.name in offered else (None, None)
+    if style == JSON:
+        return _json_call(text, offered, escape)
+    if style == XML:
+        return _xml_call(text, offered, tools, parse, escape)
+    return None, None
 
 
 # ---- JSON: {"name": NAME, "arguments": {...}} ----
 
-def _json_call(text: str, escape: Escape) -> tuple[CutCall | None, _OpenText | None]:
+def _json_call(text: str, offered: set, escape: Escape) -> tuple[CutCall | None, _OpenText | None]:
     match = JSON_CALL.match(text)
     if match is None:
         return None, None
     try:
         name = json.loads(match.group(1))
     except json.JSONDecodeError:
+        return None, None
+    if name not in offered:
         return None, None
     if match.group(2) is None:
         return CutCall(str(name), ""), None
@@ -219,38 +219,53 @@ def _string_start(body: str) -> tuple[str, bool]:
 
 # ---- Qwen XML: <function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function> ----
 
-def _xml_call(text: str, tools: Sequence[dict], parse: Callable[[str], Any],
+def _xml_call(text: str, offered: set, tools: Sequence[dict], parse: Callable[[str], Any],
               escape: Escape) -> tuple[CutCall | None, _OpenText | None]:
     match = XML_FUNCTION.match(text)
-    if match is None:
+    if match is None or match.group(1) not in offered:
         return None, None
     name = match.group(1)
+    parameters = _parameters(text, match.end())
     # a parameter written again would replace a value sent (the parser keeps the last): the first stands,
     # and nothing from the repeat on settles
-    repeat = _repeated_parameter(text, match.end())
-    limit = len(text) if repeat is None else repeat
+    keys = [key for key, _, _ in parameters]
+    repeat = next((i for i, key in enumerate(keys) if key in keys[:i]), None)
+    parameters = parameters[:repeat]
     # where each parameter written in full ends; the longest run of them the template's parser reads (and
     # types by the schema): a value it cannot read (an integer written "many") settles nothing after its key
-    ends = [match.end(), *(close.end() for close in _PARAMETER_CLOSES.finditer(text, match.end(), limit))]
+    ends = [match.end(), *(end for _, _, end in parameters if end is not None)]
     last = len(ends) - 1
     complete: dict[str, Any] | None = {}
     while last > 0 and (complete := _read(text[:ends[last]], parse)) is None:
         last -= 1
     complete = complete or {}
     arguments = json_text(complete)[:-1]
-    opened = XML_PARAMETER.search(text, ends[last], limit)
-    if opened is None:
-        return CutCall(name, arguments), None
-    key = opened.group(1)
+    if last == len(parameters) or (repeat is not None and last == len(ends) - 1):
+        return CutCall(name, arguments), None   # no parameter being written (none after a repeat settles)
+    key, start, end = parameters[last]
     arguments += (", " if complete else "") + json_text(key) + ": "
-    if last < len(ends) - 1 or repeat is not None:
-        return CutCall(name, arguments), None   # its value did not read
-    if not _read_as_text(tool_properties(tools, name).get(key)):
-        return CutCall(name, arguments), None
-    reading = CutCall(name, arguments + _xml_text(text[opened.end():], escape))
-    # where the value begins is settled once a character follows its opening (the newline the parser drops)
-    settled = opened.end() < len(text) or text.endswith(">\n")
-    return reading, _OpenText(opened.end(), arguments) if settled else None
+    if end is not None or repeat is not None or not _read_as_text(tool_properties(tools, name).get(key)):
+        return CutCall(name, arguments), None   # its value did not read, or is not text: it settles once whole
+    reading = CutCall(name, arguments + _xml_text(text[start:], escape))
+    # read again from the grown text alone once where the value begins is settled: a character follows its
+    # opening (the newline the parser drops)
+    settled = start < len(text) or text.endswith(">\n")
+    return reading, _OpenText(start, arguments) if settled else None
+
+
+def _parameters(text: str, start: int) -> list[tuple[str, int, int | None]]:
+    """The call's parameters in order, as the parser reads them (a parameter runs to the first closing marker
+    after it, whatever its value holds): each one's name, where its value begins, and where it ends (past its
+    closing marker; None while it is being written)."""
+    out: list[tuple[str, int, int | None]] = []
+    while (opened := XML_PARAMETER.search(text, start)) is not None:
+        close = text.find(_PARAMETER_CLOSE, opened.end())
+        if close < 0:
+            out.append((opened.group(1), opened.end(), None))
+            break
+        start = close + len(_PARAMETER_CLOSE)
+        out.append((opened.group(1), opened.end(), start))
+    return out
 
 
 def _xml_text(value: str, escape: Escape) -> str:
@@ -259,16 +274,6 @@ def _xml_text(value: str, escape: Escape) -> str:
     value = without_partial_marker(value, _PARAMETER_CLOSE)
     value = value[:-1] if value.endswith("\n") else value
     return escape(value) if len(value) > 4 or not "null".startswith(value.lower()) else ""
-
-
-def _repeated_parameter(text: str, start: int) -> int | None:
-    """Where a parameter already written is opened again, if one is."""
-    seen = set()
-    for opened in XML_PARAMETER.finditer(text, start):
-        if opened.group(1) in seen:
-            return opened.start()
-        seen.add(opened.group(1))
-    return None
 
 
 def _read(parameters: str, parse: Callable[[str], Any]) -> dict[str, Any] | None:

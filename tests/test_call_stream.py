@@ -27,6 +27,8 @@ CONTENTS = [
     'def f(x):\n    return "x\\\\y" + x\n\n',   # quotes, a backslash, trailing blank lines
     "東京 😀 naïve\tcafé",
     "null", "nullable", "NUL", "", "\n", "a </para b", "ends with a newline\n",
+    '<div class="a"><p>x &lt; y</p>\n</div>\n' * 3,   # markup-like text all along
+    "docs: write <parameter=path>, then the file",     # a parameter's opening inside a value
 ]
 ARGUMENTS = [
     {"path": "src/a.py", "content": content, "line": 12, "ratio": 1.5, "force": True,
