@@ -3,10 +3,10 @@ the call whole once it closes.
 
     python -m bench.call_stream [--chars 4000 16000 64000] [--rounds 3] [--json FILE]
 
-A `write_file` call whose `content` is a Python file of `--chars` characters is fed to engines.reply's
-ReplySplitter one token at a time (the token's text, as the runtime hands it over), in the two call syntaxes:
-Qwen3.5/3.6's XML (a generated checkpoint's tokenizer with Qwen3.6's template) and JSON in <tool_call> (the
-demo model's). Two ways, alternating which goes first each round: following the call (the server: a delta
+A `write_file` call whose `content` is a file of `--chars` characters (Python, or HTML, whose "<" Qwen's XML
+reader must look at twice) is fed to engines.reply's ReplySplitter one token at a time (the token's text, as
+the runtime hands it over), in the two call syntaxes: Qwen3.5/3.6's XML (a generated checkpoint's tokenizer
+with Qwen3.6's template) and JSON in <tool_call> (the demo model's). Two ways, alternating which goes first each round: following the call (the server: a delta
 each time its arguments settle more) and whole (the call read once, when it closes). Reported: microseconds
 of splitter time per token for each (the best round), their difference, and the deltas a followed call
 sent, and the token the client first hears of the call with (the call's name) each way. The difference in
@@ -31,12 +31,16 @@ from engines.testing.target import write_target_checkpoint
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = ({"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
     "path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]}}},)
-SOURCE = 'def scale(values: list[float], by: float = 2.0) -> list[float]:\n    """Each "value" times by."""\n' \
-         "    return [value * by for value in values]  # C:\\\\path\n\n\n"
+SOURCES = {   # what the file holds: code, and markup full of "<" (what Qwen's XML reader must look at twice)
+    "python": 'def scale(values: list[float], by: float = 2.0) -> list[float]:\n    """Each "value" times by."""\n'
+              "    return [value * by for value in values]  # C:\\\\path\n\n\n",
+    "html": '<section class="card">\n  <h2>Scale</h2>\n  <p>Each <em>value</em> &times; 2 &lt; 10</p>\n</section>\n',
+}
+CASES = (("xml", "python"), ("xml", "html"), ("json", "python"))
 
 
-def _call(style: str, chars: int) -> str:
-    content = (SOURCE * (chars // len(SOURCE) + 1))[:chars]
+def _call(style: str, source: str, chars: int) -> str:
+    content = (SOURCES[source] * (chars // len(SOURCES[source]) + 1))[:chars]
     if style == "xml":
         return (f"<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/scale.py\n</parameter>\n"
                 f"<parameter=content>\n{content}\n</parameter>\n</function>\n</tool_call>")
@@ -85,9 +89,10 @@ def main() -> None:
                                                                     chat="qwen3.6")),
                       "json": load_tokenizer(REPO / "models" / "switchyard-demo" / "target")}
     rows, results = [], []
-    for style, tokenizer in tokenizers.items():
+    for style, source in CASES:
+        tokenizer = tokenizers[style]
         for chars in args.chars:
-            pieces = _pieces(tokenizer, _call(style, chars))
+            pieces = _pieces(tokenizer, _call(style, source, chars))
             best = {True: float("inf"), False: float("inf")}
             deltas, opened = 0, {}
             for round_ in range(args.rounds):
@@ -96,15 +101,15 @@ def main() -> None:
                     best[follow] = min(best[follow], seconds)
                     deltas = sent if follow else deltas
             per_token = {follow: best[follow] / len(pieces) * 1e6 for follow in best}
-            results.append({"syntax": style, "chars": chars, "tokens": len(pieces), "deltas": deltas,
+            results.append({"syntax": style, "content": source, "chars": chars, "tokens": len(pieces), "deltas": deltas,
                             "first_delta_token": {"followed": opened[True], "whole": opened[False]},
                             "followed_us_per_token": per_token[True], "whole_us_per_token": per_token[False]})
-            rows.append([style, f"{chars:,}", f"{len(pieces):,}", f"{opened[True]} / {opened[False]:,}",
+            rows.append([style, source, f"{chars:,}", f"{len(pieces):,}", f"{opened[True]} / {opened[False]:,}",
                          f"{deltas:,}", f"{per_token[True]:.1f}", f"{per_token[False]:.1f}",
                          f"{per_token[True] - per_token[False]:.1f}"])
     record({"model": "splitter only", "environment": describe_environment(), "rounds": args.rounds,
             "results": results}, args.json)
-    print_table(["syntax", "content chars", "tokens", "first delta at token (followed / whole)", "deltas sent",
+    print_table(["syntax", "content", "chars", "tokens", "first delta at token (followed / whole)", "deltas sent",
                  "followed, us/token", "whole, us/token", "cost of following, us/token"], rows)
 
 
