@@ -3,8 +3,8 @@ the call whole once it closes.
 
     python -m bench.call_stream [--chars 4000 16000 64000] [--rounds 3] [--json FILE]
 
-A `write_file` call whose `content` is a file of `--chars` characters (Python, or HTML, whose "<" Qwen's XML
-reader must look at twice) is fed to engines.reply's ReplySplitter one token at a time (the token's text, as
+A `write_file` call whose `content` is a file of `--chars` characters (Python, or HTML, full of "</" that may
+begin Qwen's closing markup) is fed to engines.reply's ReplySplitter one token at a time (the token's text, as
 the runtime hands it over), in the two call syntaxes: Qwen3.5/3.6's XML (a generated checkpoint's tokenizer
 with Qwen3.6's template) and JSON in <tool_call> (the demo model's). Two ways, alternating which goes first each round: following the call (the server: a delta
 each time its arguments settle more) and whole (the call read once, when it closes). Reported: microseconds
@@ -31,7 +31,7 @@ from engines.testing.target import write_target_checkpoint
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = ({"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
     "path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]}}},)
-SOURCES = {   # what the file holds: code, and markup full of "<" (what Qwen's XML reader must look at twice)
+SOURCES = {   # what the file holds: code, and markup full of "</" (which may begin Qwen's closing markup)
     "python": 'def scale(values: list[float], by: float = 2.0) -> list[float]:\n    """Each "value" times by."""\n'
               "    return [value * by for value in values]  # C:\\\\path\n\n\n",
     "html": '<section class="card">\n  <h2>Scale</h2>\n  <p>Each <em>value</em> &times; 2 &lt; 10</p>\n</section>\n',
