@@ -131,3 +131,22 @@ def test_every_engine_streams_the_demo_models_forced_call_as_it_returns_it():
             assert streamed == [(c.function.name, c.function.arguments) for c in whole.message.tool_calls], engine
             written[engine] = streamed
     assert len({json.dumps(w) for w in written.values()}) == 1, written
+
+
+def test_responses_sdk_sees_a_custom_tools_input_grow(qwen_chat_tokenizer):
+    """Codex's apply_patch, a custom (freeform) tool: its input streams as text in
+    `response.custom_tool_call_input.delta`s that join to the input the call is returned with."""
+    patch = "*** Begin Patch\n*** Update File: src/main.py\n@@\n-print('hi')\n+print(\"hello, world\")\n*** End Patch"
+    reply = (f"Patching.\n</think>\n\n<tool_call>\n<function=apply_patch>\n<parameter=input>\n{patch * 3}\n"
+             "</parameter>\n</function>\n</tool_call>")
+    tool = {"type": "custom", "name": "apply_patch", "description": "Edit files.", "format": {"type": "text"}}
+    with live_server(create_app(FakeBackend(tokenizer=qwen_chat_tokenizer, reply=reply))) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        events = list(client.responses.create(model="default", input="Fix it.", tools=[tool], stream=True))
+        whole = client.responses.create(model="default", input="Fix it.", tools=[tool])
+    deltas = [e.delta for e in events if e.type == "response.custom_tool_call_input.delta"]
+    done = [e.input for e in events if e.type == "response.custom_tool_call_input.done"]
+    assert len(deltas) > 10 and done == ["".join(deltas)] == [patch * 3]
+    assert [(o.type, o.input) for o in whole.output if o.type == "custom_tool_call"] == \
+        [("custom_tool_call", patch * 3)] == [(o.type, o.input) for o in events[-1].response.output
+                                               if o.type == "custom_tool_call"]

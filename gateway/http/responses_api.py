@@ -281,24 +281,24 @@ class ResponsesRenderer:
         return frames
 
     def _call_progress(self, delta: CallDelta) -> list[bytes]:
-        """A function call's item opens with its name and takes its arguments as they are written; a custom
-        tool's comes whole once done (its input is text, not the JSON being written)."""
+        """A call's item opens with its name and takes its arguments as they are written: a function call's as
+        JSON, a custom tool's as the text of its input (as far as the JSON's one string reads)."""
         kind = self._call_kind(delta.name)
-        if kind == "custom_tool_call":
-            if delta.done is None:
-                return []
-            frames = self._item(kind, delta.done)
-            item = self._open
-            assert item is not None
-            return [*frames, self._event("response.custom_tool_call_input.delta", item_id=item.id,
-                                         output_index=item.output_index, delta=custom_input(delta.done.arguments))]
         frames = self._item(kind, ToolCall(delta.id, delta.name, "")) if delta.opens else []
         item = self._open
         assert item is not None and item.call is not None and item.call.id == delta.id
         item.call = delta.done or ToolCall(delta.id, delta.name, item.call.arguments + delta.arguments)
-        if delta.arguments:
-            frames.append(self._event("response.function_call_arguments.delta", item_id=item.id,
-                                      output_index=item.output_index, delta=delta.arguments))
+        where = {"item_id": item.id, "output_index": item.output_index}
+        if kind == "function_call":
+            if delta.arguments:
+                frames.append(self._event("response.function_call_arguments.delta", **where, delta=delta.arguments))
+            return frames
+        # the input so far (item.text: what was sent); arguments that are no one string (custom_input gives them
+        # back as written) are not streamed, their input comes whole with the call's done events
+        text = custom_input(item.call.arguments)
+        if text != item.call.arguments and text.startswith(item.text) and len(text) > len(item.text):
+            frames.append(self._event("response.custom_tool_call_input.delta", **where, delta=text[len(item.text):]))
+            item.text = text
         return frames
 
     def _item(self, kind: str, call: Any = None) -> list[bytes]:
