@@ -57,8 +57,6 @@ class _OpenText:
     whole: bool = True  # JSON: all of its text so far decoded (no escape cut in half held back)
 
 
-
-
 class CallReader:
     """streamed_call for one call read again and again as its text grows. While a text value (a file being
     written) is all that grows, only its new text is read and escaped, so each reading costs little more
