@@ -33,6 +33,7 @@ from .anthropic_schemas import (
 from .errors import APIError
 from .generate import Admitted, Endpoint, check_model, count_prompt_tokens, forced_engine, generate, parse
 from .record import ChoiceReply, RequestRecord
+from .render import around_text
 from .request_spec import chat_spec
 from .schemas import ChatCompletionRequest
 from .sse import ANTHROPIC_SSE, StreamFormat, event
@@ -226,29 +227,25 @@ class AnthropicRenderer:
         return [event({"type": "message_start", "message": message}, "message_start")]
 
     def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
-        # a call opened before this chunk has its arguments go to its block before any text opens another
-        opened_here = {delta.index for delta in chunk.call_deltas if delta.opens}
-        frames = [self._delta(self._input(delta)) for delta in chunk.call_deltas
-                  if delta.index not in opened_here and delta.arguments]
+        going_on, opening = around_text(chunk.call_deltas)
+        frames = [frame for delta in going_on for frame in self._call(delta)]
         if chunk.reasoning:
             frames += self._block("thinking", {"type": "thinking", "thinking": "", "signature": ""})
             frames.append(self._delta({"type": "thinking_delta", "thinking": chunk.reasoning}))
         if chunk.text:
             frames += self._block("text", {"type": "text", "text": ""})
             frames.append(self._delta({"type": "text_delta", "text": chunk.text}))
-        for delta in chunk.call_deltas:
-            if delta.index not in opened_here:
-                continue
-            if delta.opens:
-                frames += self._block("tool_use", {"type": "tool_use", "id": delta.id, "name": delta.name,
-                                                   "input": {}}, always_new=True)
-            if delta.arguments:
-                frames.append(self._delta(self._input(delta)))
+        for delta in opening:
+            frames += self._call(delta)
         return frames
 
-    @staticmethod
-    def _input(delta: CallDelta) -> dict[str, Any]:
-        return {"type": "input_json_delta", "partial_json": delta.arguments}
+    def _call(self, delta: CallDelta) -> list[bytes]:
+        """A call opens a tool_use block; its arguments follow as input_json_delta."""
+        frames = self._block("tool_use", {"type": "tool_use", "id": delta.id, "name": delta.name, "input": {}},
+                             always_new=True) if delta.opens else []
+        if delta.arguments:
+            frames.append(self._delta({"type": "input_json_delta", "partial_json": delta.arguments}))
+        return frames
 
     def closing(self, record: RequestRecord, include_usage: bool) -> list[bytes]:
         choice = record.choices[-1] if record.choices else ChoiceReply(0)

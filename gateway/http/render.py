@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from starlette.responses import JSONResponse
 
+from contracts.chat import CallDelta
 from contracts.engine import GenerationChunk
 
 from .errors import APIError
@@ -39,3 +40,11 @@ class Renderer(Protocol):
         ...
 
     def error_response(self, err: APIError, headers: dict[str, str] | None = None) -> JSONResponse: ...
+
+
+def around_text(deltas: list[CallDelta]) -> tuple[list[CallDelta], list[CallDelta]]:
+    """A chunk's call deltas in the order a stream of blocks (Anthropic's content blocks, the Responses API's
+    output items) writes them: those of a call opened in an earlier chunk, whose block is still the open one,
+    go before any text of this chunk opens another; those of calls that open in this chunk go after its text."""
+    opened = {delta.index for delta in deltas if delta.opens}
+    return [d for d in deltas if d.index not in opened], [d for d in deltas if d.index in opened]

@@ -23,6 +23,7 @@ from .errors import APIError, bad_request
 from .generate import Admitted, Endpoint, check_model, count_prompt_tokens, forced_engine, generate, parse
 from .openai_render import chat_logprobs, custom_input
 from .record import ChoiceReply, RequestRecord, answer_logprobs
+from .render import around_text
 from .request_spec import chat_spec
 from .responses_schemas import (
     UNSUPPORTED_FIELDS,
@@ -247,12 +248,8 @@ class ResponsesRenderer:
         return []
 
     def chunk(self, choice: ChoiceReply, chunk: GenerationChunk) -> list[bytes]:
-        # a call opened before this chunk has its arguments go to its item before any text opens another
-        opened_here = {delta.index for delta in chunk.call_deltas if delta.opens}
-        frames: list[bytes] = []
-        for delta in chunk.call_deltas:
-            if delta.index not in opened_here:
-                frames += self._call_progress(delta)
+        going_on, opening = around_text(chunk.call_deltas)
+        frames = [frame for delta in going_on for frame in self._call_progress(delta)]
         if chunk.reasoning:
             frames += self._item("reasoning")
             item = self._open
@@ -275,9 +272,8 @@ class ResponsesRenderer:
             item.logprobs += sent
             frames.append(self._event("response.output_text.delta", item_id=item.id, output_index=item.output_index,
                                       content_index=0, delta=chunk.text, logprobs=_logprobs(sent)))
-        for delta in chunk.call_deltas:
-            if delta.index in opened_here:
-                frames += self._call_progress(delta)
+        for delta in opening:
+            frames += self._call_progress(delta)
         return frames
 
     def _call_progress(self, delta: CallDelta) -> list[bytes]:
