@@ -126,7 +126,6 @@ class ReplySplitter:
         self.machine = TextStateMachine(_transitions(tokenizer, reply))
         self.state = self.machine.make_state(_start_state(tokenizer, reply))
         self.tool_text = ""
-        self.called = 0
         self.pending_prefix = reply.prefix
         # the XML parser converts values by each property's type: given it through $refs and nullable unions
         tools = list(reply.tools)
@@ -136,7 +135,7 @@ class ReplySplitter:
         self.reader = CallReader(self.style, tools, lambda call: tokenizer.tool_parser(call.strip(), tools)) \
             if tools else None
         self.open_call: _OpenCall | None = None
-        self.returned = 0   # calls returned so far: the next call's index
+        self.returned = 0   # calls read so far (returned unless refused): the next call's index
         # the template puts blank lines after </think>: not part of the answer, unless the reply continues
         # the client's prefill, where a leading space is the next word's
         self.answer_started = reply.continues
@@ -157,7 +156,7 @@ class ReplySplitter:
 
     @property
     def returned_calls(self) -> bool:
-        return bool(self.called) and not self.reply.refuse_calls
+        return bool(self.returned) and not self.reply.refuse_calls
 
     def _feed(self, text: str) -> ReplyPiece:
         if self.pending_prefix:  # the forced start of a tool call is part of the reply, not of its output
@@ -185,7 +184,7 @@ class ReplySplitter:
             elif not self.reply.prefix:   # not known to be a call: give the text back as it was
                 self._answer(piece, self.tokenizer.tool_call_start + text)
             # a forced call cut before it named its tool: no call to return, and its markup is no answer
-        if not self.called:   # a reply without calls keeps its whitespace to the end
+        if not self.returned:   # a reply without calls keeps its whitespace to the end
             piece.text, self.held = piece.text + self.held, ""
         return self._refused(piece)
 
@@ -196,11 +195,9 @@ class ReplySplitter:
         if whole:
             return whole
         tools = self.parse_tools or []
-        cut = cut_call(text, tool_call_style(self.tokenizer), tools,
-                       lambda call: self.tokenizer.tool_parser(call.strip(), tools))
+        cut = cut_call(text, self.style, tools, lambda call: self.tokenizer.tool_parser(call.strip(), tools))
         if cut is None:
             return []
-        self.called += 1
         return [ToolCall(id=_call_id(), name=cut.name, arguments=cut.arguments)]
 
     def _take(self, piece: ReplyPiece, state: str | None, segment: str, closed: bool) -> None:
@@ -263,8 +260,6 @@ class ReplySplitter:
             if arguments is not None:
                 log.warning("tool call %s: its whole reading does not continue its streamed arguments; "
                             "the streamed arguments stand", opened.name)
-            else:
-                self.called += 1
             arguments = _closed(opened.sent)
         call = ToolCall(opened.id, opened.name, arguments)
         piece.tool_calls.append(call)
@@ -290,13 +285,12 @@ class ReplySplitter:
             parsed = self.tokenizer.tool_parser(text.strip(), self.parse_tools)
         except Exception as exc:  # noqa: BLE001 - a malformed call is not a server error: keep it as text
             if not quiet:
-                log.info("tool call did not parse (%s): kept as text", exc)
+                log.info("tool call did not parse (%s)", exc)
             return []
         calls = parsed if isinstance(parsed, list) else [parsed]
         out = []
         for call in calls:
             arguments = call.get("arguments", {})
-            self.called += 1
             out.append(ToolCall(id=_call_id(), name=str(call.get("name", "")),
                                 arguments=arguments if isinstance(arguments, str) else json_text(arguments)))
         return out
