@@ -60,6 +60,13 @@ def layer_types(config: dict[str, Any]) -> list[str]:
             for i in range(int(cfg.get("num_hidden_layers", 0)))]
 
 
+def layer_counts(config: dict[str, Any]) -> tuple[int, int]:
+    """How many GatedDeltaNet layers and how many full-attention layers the model has."""
+    kinds = layer_types(config)
+    linear = sum(1 for kind in kinds if kind == "linear_attention")
+    return linear, len(kinds) - linear
+
+
 def mtp_layer_count(config: dict) -> int:
     cfg = text_config(config)
     return int(cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0)

@@ -12,7 +12,7 @@ from contracts.errors import ModelLoadError
 
 from .checkpoint import (
     INDEX_FILE,
-    layer_types,
+    layer_counts,
     mtp_layer_count,
     mtp_tensor_names,
     read_config,
@@ -110,11 +110,6 @@ class Inspection:
         out.append(f"memory       at {self.memory_context} tokens of context: {mem}")
         out += [f"warning      {w}" for w in self.warnings]
         return out
-
-
-def _layer_kinds(cfg: dict) -> tuple[int, int]:
-    linear = sum(1 for t in layer_types(cfg) if t == "linear_attention")
-    return linear, int(cfg.get("num_hidden_layers", 0)) - linear
 
 
 def _mtp(model_dir: Path, config: dict, mtp_weights: Path | None) -> dict:
@@ -219,7 +214,7 @@ def inspect_checkpoint(model_dir: str | Path, mtp_weights: str | Path | None = N
     weights = Weights.of(files)
     mtp = _mtp(model_dir, config, Path(mtp_weights).expanduser() if mtp_weights else None)
     drafter = _drafter(Path(draft_dir).expanduser() if draft_dir else None, cfg, model_dir)
-    linear, full = _layer_kinds(cfg)
+    linear, full = layer_counts(cfg)
     generation_file = model_dir / "generation_config.json"
     defaults = json.loads(generation_file.read_text()) if generation_file.exists() else {}
     warnings = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .checkpoint import layer_types
+from .checkpoint import layer_counts
 
 RECURRENCE_BYTES = 4   # mlx-lm keeps the GatedDeltaNet recurrence in float32, whatever the weights' dtype
 # the drafter's context K/V is bounded: its first CONTEXT_SINK tokens and the last CONTEXT_WINDOW (DDTreeEngine's
@@ -16,22 +16,18 @@ RECURRENCE_BYTES = 4   # mlx-lm keeps the GatedDeltaNet recurrence in float32, w
 CONTEXT_SINK, CONTEXT_WINDOW = 64, 4096
 
 
-def full_attention_layers(cfg: dict[str, Any]) -> int:
-    return sum(1 for kind in layer_types(cfg) if kind == "full_attention")
-
-
 def kv_bytes_per_token(cfg: dict[str, Any], itemsize: int) -> int:
     """Attention-cache bytes one token of context adds: keys and values of every full-attention layer."""
     heads = int(cfg.get("num_key_value_heads", 1))
     head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
-    return 2 * full_attention_layers(cfg) * heads * head_dim * itemsize
+    return 2 * layer_counts(cfg)[1] * heads * head_dim * itemsize
 
 
 def state_bytes(cfg: dict[str, Any], itemsize: int) -> int:
     """Bytes of one request's GatedDeltaNet state, which does not grow with the context: each linear-attention
     layer's recurrence (value heads x value dim x key dim, float32) and its convolution's last kernel-1 inputs
     (queries, keys and values, in the compute dtype)."""
-    linear = sum(1 for kind in layer_types(cfg) if kind == "linear_attention")
+    linear = layer_counts(cfg)[0]
     value_heads, key_heads = int(cfg.get("linear_num_value_heads", 0)), int(cfg.get("linear_num_key_heads", 0))
     key_dim, value_dim = int(cfg.get("linear_key_head_dim", 0)), int(cfg.get("linear_value_head_dim", 0))
     convolution = (int(cfg.get("linear_conv_kernel_dim", 4)) - 1) * (2 * key_heads * key_dim + value_heads * value_dim)
@@ -64,7 +60,7 @@ class RequestCost:
         """`cfg`: the target's text config; `itemsize`: bytes of its compute dtype; `mtp`: the MTP head runs;
         `drafter`: the DFlash drafter's attention, when DDTree runs, with its context bound."""
         kv = kv_bytes_per_token(cfg, itemsize)
-        per_token = kv + (kv // full_attention_layers(cfg) if mtp else 0)
+        per_token = kv + (kv // layer_counts(cfg)[1] if mtp else 0)
         if drafter is None:
             return cls(state_bytes(cfg, itemsize), per_token)
         drafter_kv = 2 * drafter.layers * drafter.kv_heads * drafter.head_dim * itemsize
