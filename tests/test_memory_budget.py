@@ -3,6 +3,9 @@ would not fit beside the running ones' waits, routed, ahead of the queue, until 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import httpx
 
 from gateway.config import GatewayConfig
@@ -23,15 +26,23 @@ def _reserve(backend: FakeBackend, prompt: str, max_tokens: int) -> int:
     return backend.request_bytes(tokens)
 
 
-def test_a_request_that_does_not_fit_waits_for_the_running_one_and_then_runs():
-    backend = FakeBackend(step_seconds=0.03, reply=LONG_REPLY)
-    one = _reserve(backend, "first", 30)
+@contextmanager
+def _first_running(reply: str, max_tokens: int, step_seconds: float) -> Iterator[tuple]:
+    """A server whose budget holds one request of `max_tokens` and a half, the first of them decoding:
+    (backend, scheduler, server, the first request, its reservation)."""
+    backend = FakeBackend(step_seconds=step_seconds, reply=reply)
+    one = _reserve(backend, "first", max_tokens)
     app = create_app(backend, config=GatewayConfig(max_running=4, request_memory_bytes=one + one // 2))
     scheduler = app.state.gateway.scheduler
     with live_server(app) as server:
-        url = server.base_url + CHAT
-        first = Background(url, chat("first", max_tokens=30))
+        first = Background(server.base_url + CHAT, chat("first", max_tokens=max_tokens))
         wait_until(lambda: scheduler.running == 1 and backend.started.is_set())
+        yield backend, scheduler, server, first, one
+
+
+def test_a_request_that_does_not_fit_waits_for_the_running_one_and_then_runs():
+    with _first_running(LONG_REPLY, 30, step_seconds=0.03) as (backend, scheduler, server, first, one):
+        url = server.base_url + CHAT
         second = Background(url, chat("other", max_tokens=30))
         wait_until(lambda: scheduler.waiting_for_memory == 1)
         metrics = httpx.get(server.base_url + "/metrics").text
@@ -68,14 +79,9 @@ def test_one_request_larger_than_the_budget_still_runs_alone():
 
 
 def test_waiting_for_memory_goes_before_the_queue_and_frees_its_place_on_disconnect():
-    backend = FakeBackend(step_seconds=0.05, reply=" ".join(f"w{i}" for i in range(60)))
-    one = _reserve(backend, "first", 60)
-    app = create_app(backend, config=GatewayConfig(max_running=4, request_memory_bytes=one + one // 2))
-    scheduler = app.state.gateway.scheduler
-    with live_server(app) as server:
+    reply = " ".join(f"w{i}" for i in range(60))
+    with _first_running(reply, 60, step_seconds=0.05) as (backend, scheduler, server, first, _):
         url = server.base_url + CHAT
-        first = Background(url, chat("first", max_tokens=60))
-        wait_until(lambda: backend.started.is_set())
         # a client that gives up while its request waits for memory: it leaves without touching the model
         gone = Background(url, chat("gone", max_tokens=60), timeout=0.4)
         wait_until(lambda: scheduler.waiting_for_memory == 1)
