@@ -150,3 +150,22 @@ def test_responses_sdk_sees_a_custom_tools_input_grow(qwen_chat_tokenizer):
     assert [(o.type, o.input) for o in whole.output if o.type == "custom_tool_call"] == \
         [("custom_tool_call", patch * 3)] == [(o.type, o.input) for o in events[-1].response.output
                                                if o.type == "custom_tool_call"]
+
+
+def test_parallel_tool_calls_false_streams_the_first_call_only(qwen_chat_tokenizer):
+    """Two calls written, parallel_tool_calls false: the stream opens and fills the first call only, as the
+    non-streamed reply returns it."""
+    second = CALL.split("</think>\n\n", 1)[1].replace("src/main.py", "src/other.py")
+    backend = FakeBackend(tokenizer=qwen_chat_tokenizer, reply=f"{CALL}\n{second}")
+    ask = dict(model="default", messages=ASK, tools=[{"type": "function", "function": FUNCTION}], max_tokens=600,
+               parallel_tool_calls=False)
+    with live_server(create_app(backend)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        whole = client.chat.completions.create(**ask).choices[0]
+        chunks = list(client.chat.completions.create(**ask, stream=True))
+    calls = [call for chunk in chunks for call in chunk.choices[0].delta.tool_calls or []]
+    assert {call.index for call in calls} == {0} and len(calls) > 20
+    assert "".join(call.function.arguments for call in calls) == whole.message.tool_calls[0].function.arguments
+    assert [c.function.name for c in whole.message.tool_calls] == ["write_file"]
+    assert json.loads(whole.message.tool_calls[0].function.arguments) == WRITTEN
+    assert chunks[-1].choices[0].finish_reason == whole.finish_reason == "tool_calls"
