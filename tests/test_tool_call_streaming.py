@@ -169,3 +169,26 @@ def test_parallel_tool_calls_false_streams_the_first_call_only(qwen_chat_tokeniz
     assert [c.function.name for c in whole.message.tool_calls] == ["write_file"]
     assert json.loads(whole.message.tool_calls[0].function.arguments) == WRITTEN
     assert chunks[-1].choices[0].finish_reason == whole.finish_reason == "tool_calls"
+
+
+def test_a_forced_qwen_xml_call_streams_as_it_returns_on_a_real_runtime(tiny_qwen_chat_target):
+    """A generated checkpoint with Qwen3.6's template (XML calls), its forced call written by the grammar
+    token by token (a random model: a long string value, cut by max_tokens): under every engine the joined
+    stream is the call the non-streamed reply returns."""
+    from engines.runtime import load_runtime
+
+    tool = {"type": "function", "function": {"name": "write_file", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}, "size": {"type": "integer"}},
+        "required": ["path", "size"]}}}
+    runtime = load_runtime(str(tiny_qwen_chat_target))
+    ask = dict(model="default", messages=ASK, tools=[tool], tool_choice="required", temperature=0, max_tokens=48,
+               reasoning_effort="none")
+    with live_server(create_app(runtime)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        for engine in runtime.engine_names:
+            whole = client.chat.completions.create(**ask, extra_body={"engine": engine}).choices[0]
+            chunks = list(client.chat.completions.create(**ask, stream=True, extra_body={"engine": engine}))
+            calls = [c for chunk in chunks for c in chunk.choices[0].delta.tool_calls or []]
+            assert [c.function.name for c in calls if c.id] == [c.function.name for c in whole.message.tool_calls]
+            assert "".join(c.function.arguments for c in calls) == whole.message.tool_calls[0].function.arguments
+            assert whole.message.tool_calls[0].function.name == "write_file", engine
