@@ -124,8 +124,7 @@ def prefill_stepwise(
     if plan is not None:
         entry = plan.store.lookup(plan.scope, ids[:body])
         if entry is not None:
-            cache[:] = copy.deepcopy(entry.cache)   # the store's snapshot is never handed out
-            parts.append(ForwardOutput(entry.hidden, dict(entry.layers)))
+            parts.append(ForwardOutput(*plan.store.restore(entry, cache)))
             start = len(entry.tokens)
     bounds = sorted({p for p in (plan.points if plan else ()) if start < p < body} | {body})
     done = paused_at = start

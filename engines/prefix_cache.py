@@ -3,14 +3,22 @@ that start with the same tokens (chat clients and agents resend the whole conver
 
 The hybrid model's GatedDeltaNet state cannot be trimmed back to an earlier token, so entries are
 exact snapshots at chosen boundaries (the end of each prompt but its last token, the end of the
-system prompt and tools, the end of the conversation before the generation prompt), never trimmed copies. An entry holds what every engine
-builds its state from: the target caches (attention KV and GDN conv/recurrent state), and the final
-hidden state and captured layer outputs of every prefix row (the MTP head's KV and the DFlash
-drafter's context features are computed from those; each engine may also leave its own state there),
-so raw, mtp and ddtree all resume from it and stay exact. Snapshots are deep copies both ways: a live cache never aliases a stored one.
+system prompt and tools, the end of the conversation before the generation prompt). An entry holds
+what every engine builds its state from: the target caches (attention KV and GDN conv/recurrent state),
+and the final hidden state and captured layer outputs of every prefix row (the MTP head's KV and the
+DFlash drafter's context features are computed from those; each engine may also leave its own state
+there), so raw, mtp and ddtree all resume from it and stay exact.
+
+Rows are stored once. Everything that grows per token (attention keys and values, hidden states,
+captured layers) is a prefix of any longer prompt's, so an entry keeps only the rows past its parent
+(the longest entry its tokens extend) and the fixed-size state that cannot be cut back (every non-KV
+layer's cache, in full). A request's boundaries and a conversation's turns then chain: turn N stores
+what turn N adds, not the whole conversation again. An evicted entry drops its own state but keeps its
+rows while a later entry still reads them (it is then `hollow`: no longer a hit itself).
 
 Memory is bounded by bytes (least recently used first out); an entry larger than the budget is not
-stored. Entries are namespaced by a scope (the API key) unless the operator shares them.
+stored. Entries are namespaced by a scope (the API key) unless the operator shares them. Stored arrays
+are copies: a live cache never aliases a stored one.
 """
 
 from __future__ import annotations
@@ -22,19 +30,51 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import mlx.core as mx
+from mlx_lm.models.cache import KVCache
 
 
 @dataclass
+class PrefixRows:
+    """One entry's own rows (`start` up to its end): what a longer prompt's state extends."""
+
+    start: int
+    kv: dict[int, tuple[mx.array, mx.array]]   # attention layer -> keys, values (B, heads, rows, dim)
+    hidden: mx.array                            # (rows, H) final hidden states
+    layers: dict[int, mx.array]                 # captured layer -> (rows, H)
+
+    @property
+    def nbytes(self) -> int:
+        return (sum(k.nbytes + v.nbytes for k, v in self.kv.values()) + self.hidden.nbytes
+                + sum(a.nbytes for a in self.layers.values()))
+
+
+@dataclass(eq=False)
 class PrefixEntry:
     scope: str
     tokens: tuple[int, ...]
-    cache: list                       # target caches after `tokens` (owned by the store)
-    hidden: mx.array                  # (L, H) final hidden state of every row
-    layers: dict[int, mx.array]       # captured layer outputs of every row
-    nbytes: int
+    parent: PrefixEntry | None        # the entry whose rows come before this one's (None: from row 0)
+    rows: PrefixRows
+    # every other layer's cache after `tokens` (the GDN conv + recurrence), owned by the store; None once
+    # evicted: the entry is then hollow, its rows kept for the entries that extend it
+    states: dict[int, Any] | None
+    state_bytes: int
     # engine name -> that engine's own state built from these rows (MTP head KV, drafter context),
     # deposited by the first request of that engine to reach this boundary
     extras: dict[str, Any] = field(default_factory=dict)
+    extra_bytes: int = 0
+    children: int = 0                 # entries whose parent this is
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.nbytes + self.state_bytes + self.extra_bytes
+
+    def chain(self) -> list[PrefixEntry]:
+        """The entries whose rows make up this one's prefix, first to last."""
+        entries, entry = [], self
+        while entry is not None:
+            entries.append(entry)
+            entry = entry.parent
+        return entries[::-1]
 
 
 @dataclass
@@ -46,18 +86,26 @@ class PrefixStats:
     inserts: int = 0
 
 
-def _nbytes(cache: list, hidden: mx.array, layers: dict[int, mx.array]) -> int:
-    return sum(c.nbytes for c in cache) + hidden.nbytes + sum(a.nbytes for a in layers.values())
+def _kv_layer(cache: Any) -> bool:
+    """A plain attention cache, whose rows are a prefix of any longer prompt's (other kinds are kept whole)."""
+    return type(cache) is KVCache
+
+
+def _joined(parts: list[mx.array], axis: int) -> mx.array:
+    return mx.concatenate(parts, axis=axis) if len(parts) > 1 else mx.array(parts[0])
 
 
 class PrefixCache:
-    """LRU by bytes over exact prefix snapshots; thread-safe (the worker writes, scrapes read)."""
+    """LRU by bytes over exact prefix snapshots whose rows are shared along prefixes; thread-safe (the
+    worker writes, scrapes read)."""
 
     def __init__(self, max_bytes: int, capture: tuple[int, ...], min_tokens: int = 16):
         self.max_bytes = max_bytes
         self.capture = capture            # layers every entry keeps (the union of the engines' needs)
         self.min_tokens = min_tokens      # shorter prefixes cost less to prefill than to snapshot
+        # entries a request can resume from, least recently used first
         self.entries: OrderedDict[tuple[str, tuple[int, ...]], PrefixEntry] = OrderedDict()
+        self.nodes: dict[tuple[str, tuple[int, ...]], PrefixEntry] = {}   # those and the hollow ones
         self.bytes = 0
         self.stats = PrefixStats()
         self._lock = threading.Lock()
@@ -67,62 +115,114 @@ class PrefixCache:
         key_tokens = tuple(int(t) for t in tokens)
         with self._lock:
             self.stats.lookups += 1
-            best: PrefixEntry | None = None
-            for (entry_scope, entry_tokens), entry in self.entries.items():
-                n = len(entry_tokens)
-                if entry_scope == scope and n <= len(key_tokens) and (best is None or n > len(best.tokens)) \
-                        and key_tokens[:n] == entry_tokens:
-                    best = entry
+            best = self._longest(self.entries.values(), scope, key_tokens)
             if best is not None:
                 self.entries.move_to_end((scope, best.tokens))
                 self.stats.hits += 1
                 self.stats.cached_tokens += len(best.tokens)
             return best
 
+    @staticmethod
+    def _longest(entries, scope: str, tokens: tuple[int, ...]) -> PrefixEntry | None:
+        best: PrefixEntry | None = None
+        for entry in entries:
+            n = len(entry.tokens)
+            if entry.scope == scope and n <= len(tokens) and (best is None or n > len(best.tokens)) \
+                    and tokens[:n] == entry.tokens:
+                best = entry
+        return best
+
+    def restore(self, entry: PrefixEntry, cache: list) -> tuple[mx.array, dict[int, mx.array]]:
+        """Put the state after `entry.tokens` into `cache` (a request's fresh caches, one per layer); returns
+        the hidden states and captured layers of every prefix row."""
+        chain = entry.chain()
+        for i, states in (entry.states or {}).items():
+            cache[i] = copy.deepcopy(states)
+        for i in chain[-1].rows.kv:
+            keys = _joined([e.rows.kv[i][0] for e in chain], axis=2)
+            values = _joined([e.rows.kv[i][1] for e in chain], axis=2)
+            cache[i] = KVCache()
+            cache[i].state = (keys, values, len(entry.tokens))
+        hidden = _joined([e.rows.hidden for e in chain], axis=0)
+        layers = {i: _joined([e.rows.layers[i] for e in chain], axis=0) for i in entry.rows.layers}
+        return hidden, layers
+
     def insert(self, scope: str, tokens: Sequence[int], cache: list, hidden: mx.array,
                layers: dict[int, mx.array]) -> PrefixEntry | None:
-        """Store a snapshot (deep-copied here) of the state after `tokens`; None when it does not fit."""
+        """Store a snapshot of the state after `tokens` (its rows past the longest stored prefix, copied
+        here); None when it does not fit."""
         key = (scope, tuple(int(t) for t in tokens))
-        if len(key[1]) < self.min_tokens:
+        n = len(key[1])
+        if n < self.min_tokens:
             return None
         with self._lock:
             if key in self.entries:
                 self.entries.move_to_end(key)
                 return self.entries[key]
-        nbytes = _nbytes(cache, hidden, layers)
-        if nbytes > self.max_bytes:
+            node = self.nodes.get(key)
+            parent = node.parent if node is not None else self._longest(self.nodes.values(), scope, key[1])
+        states = {i: copy.deepcopy(c) for i, c in enumerate(cache) if not _kv_layer(c)}
+        state_bytes = sum(c.nbytes for c in states.values())
+        if node is not None:   # a hollow entry: its rows are still here, only its state comes back
+            rows = node.rows
+        else:
+            start = len(parent.tokens) if parent is not None else 0
+            rows = PrefixRows(
+                start,
+                {i: (mx.array(c.keys[..., start:n, :]), mx.array(c.values[..., start:n, :]))
+                 for i, c in enumerate(cache) if _kv_layer(c)},
+                mx.array(hidden[start:n]), {i: mx.array(a[start:n]) for i, a in layers.items()})
+        incoming = state_bytes + (0 if node is not None else rows.nbytes)
+        # the rows it extends stay whatever else goes: with them it must fit
+        if incoming + _rows_bytes(node or parent) > self.max_bytes:
             return None
-        entry = PrefixEntry(scope, key[1], copy.deepcopy(cache), mx.array(hidden),
-                            {i: mx.array(a) for i, a in layers.items()}, nbytes)
-        mx.eval(entry.hidden, list(entry.layers.values()), [c.state for c in entry.cache])
+        mx.eval(rows.hidden, list(rows.layers.values()), list(rows.kv.values()), [c.state for c in states.values()])
         with self._lock:
-            self._evict(keep=0, incoming=nbytes)
-            self.entries[key] = entry
-            self.bytes += nbytes
+            if node is None:
+                node = PrefixEntry(scope, key[1], parent, rows, None, 0)
+                if parent is not None:
+                    parent.children += 1   # held while others are evicted to make room
+                self.nodes[key] = node
+                self.bytes += rows.nbytes
+            node.states, node.state_bytes = states, state_bytes
+            self.bytes += state_bytes
+            self.entries[key] = node
+            self._evict(keep=1)   # the new entry is the most recent: others go first
             self.stats.inserts += 1
-        return entry
+        return node
 
-    def _evict(self, keep: int, incoming: int = 0) -> None:
-        """Least recently used first, until `incoming` more bytes fit (never below `keep` entries).
-        Called with the lock held."""
-        while len(self.entries) > keep and self.bytes + incoming > self.max_bytes:
-            _, old = self.entries.popitem(last=False)
-            self.bytes -= old.nbytes
+    def _evict(self, keep: int) -> None:
+        """Least recently used first, until the bytes fit (never below `keep` entries). Lock held."""
+        while len(self.entries) > keep and self.bytes > self.max_bytes:
+            self._evict_entry(next(iter(self.entries.values())))
             self.stats.evictions += 1
+
+    def _evict_entry(self, entry: PrefixEntry) -> None:
+        """Drop an entry's state; its rows go too unless a later entry extends it. Lock held."""
+        del self.entries[(entry.scope, entry.tokens)]
+        self.bytes -= entry.state_bytes + entry.extra_bytes
+        entry.states, entry.state_bytes = None, 0
+        entry.extras, entry.extra_bytes = {}, 0
+        while entry is not None and entry.states is None and entry.children == 0:
+            del self.nodes[(entry.scope, entry.tokens)]
+            self.bytes -= entry.rows.nbytes
+            entry, parent = entry.parent, entry.parent
+            if parent is not None:
+                parent.children -= 1
 
     def add_extra(self, entry: PrefixEntry, engine: str, state: Any, nbytes: int) -> None:
         """Attach an engine's state at the entry's boundary (deep-copied); evicts others to fit."""
         with self._lock:
             if engine in entry.extras or (entry.scope, entry.tokens) not in self.entries:
                 return
-            if entry.nbytes + nbytes > self.max_bytes:
+            if _alone(entry) + nbytes > self.max_bytes:
                 return
         state = copy.deepcopy(state)
         with self._lock:
             if engine in entry.extras or (entry.scope, entry.tokens) not in self.entries:
                 return
             entry.extras[engine] = state
-            entry.nbytes += nbytes
+            entry.extra_bytes += nbytes
             self.bytes += nbytes
             self.entries.move_to_end((entry.scope, entry.tokens))
             self._evict(keep=1)   # the grown entry is the most recent: others go first
@@ -130,4 +230,15 @@ class PrefixCache:
     def clear(self) -> None:
         with self._lock:
             self.entries.clear()
+            self.nodes.clear()
             self.bytes = 0
+
+
+def _rows_bytes(entry: PrefixEntry | None) -> int:
+    """Bytes of the rows up to `entry`'s end, its own and those it extends."""
+    return sum(e.rows.nbytes for e in entry.chain()) if entry is not None else 0
+
+
+def _alone(entry: PrefixEntry) -> int:
+    """Bytes the store holds for `entry` when every other entry is gone."""
+    return _rows_bytes(entry) + entry.state_bytes + entry.extra_bytes
