@@ -25,9 +25,10 @@ def free_port() -> int:
 
 
 class ServeProcess:
-    """`python -m gateway.cli serve --host 127.0.0.1 --port <free> <serve_args>`; log to a file."""
+    """`python -m gateway.cli serve --host 127.0.0.1 --port <free> <serve_args>`; log to a file. `repo`: the
+    checkout whose code serves (another commit's worktree, for a side-by-side run)."""
 
-    def __init__(self, serve_args: list[str], log_path: Path, startup_timeout: float = 180.0):
+    def __init__(self, serve_args: list[str], log_path: Path, startup_timeout: float = 180.0, repo: Path = REPO):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -35,8 +36,8 @@ class ServeProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gateway.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
              "--log-level", "warning", *serve_args],
-            cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH"))
-                                                                     if p)},
+            cwd=repo, env={**os.environ,
+                           "PYTHONPATH": os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)},
             stdout=self._log, stderr=subprocess.STDOUT,
         )
         self.pid = self.proc.pid   # serve may re-exec itself (OpenBLAS): exec keeps the pid

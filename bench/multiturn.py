@@ -129,12 +129,18 @@ def replay(base_url: str, model: str, scenario: str, max_tokens: int, server: st
     for index, result in enumerate(results):
         ttft, decode, text, usage = stream_once(base_url, {**params, "messages": messages, "tools": tools})
         series.turns.append(_turn(index, ttft, decode, usage))
-        call_id = f"call_{index}"
-        messages = [*messages,
-                    {"role": "assistant", "content": text or "", "tool_calls": [{"id": call_id, "type": "function",
-                     "function": {"name": f"tool_{index % 12}", "arguments": json.dumps({"arg_0": f"step {index}"})}}]},
-                    {"role": "tool", "tool_call_id": call_id, "content": result}]
+        messages = after_tool_call(messages, index, text, result)
     return series
+
+
+def after_tool_call(messages: list[dict], index: int, text: str, result: str) -> list[dict]:
+    """The agent's next context: its reply with turn `index`'s tool call, then the tool's result."""
+    call_id = f"call_{index}"
+    return [*messages,
+            {"role": "assistant", "content": text or "", "tool_calls": [{
+                "id": call_id, "type": "function",
+                "function": {"name": f"tool_{index % 12}", "arguments": json.dumps({"arg_0": f"step {index}"})}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": result}]
 
 
 def _turn(index: int, ttft: float, decode: float | None, usage: dict) -> Turn:
