@@ -23,6 +23,7 @@ from .bundle import ModelBundle
 from .dflash import DFlashDrafter
 from .processing import TargetProcessor
 from .request_cost import CONTEXT_SINK, CONTEXT_WINDOW
+from .rows import NO_ROW, Reads, Rows, Window
 from .sampling import choose
 from .speculative import Committed, Cycle, Flight, Prefilled, SpeculativeDecoding, read_flight
 from .target import Cursor, commit, commit_device, forward_device, forward_tree, settle
@@ -108,7 +109,12 @@ class DDTreeEngine(SpeculativeDecoding):
         self.context_sink, self.context_window = context_sink, context_window
         self.warm()
 
-    def _features(self, layer_outputs: dict[int, mx.array], rows: mx.array | slice) -> list[mx.array]:
+    @property
+    def reads(self) -> Reads:
+        """The drafter's context reads the captured layers of its sink and window (engines.rows)."""
+        return Reads(hidden=NO_ROW, layers=Window(self.context_sink, self.context_window))
+
+    def _features(self, layer_outputs: dict[int, Rows], rows: mx.array | slice) -> list[mx.array]:
         return [layer_outputs[i][rows] for i in self.layer_ids]
 
     @property

@@ -15,6 +15,7 @@ from mlx_lm.models.cache import KVCache
 from .bundle import ModelBundle
 from .mtp_head import MTPHead
 from .prefill import PrefixUse, chunk_slices
+from .rows import NO_ROW, Reads, Rows, Window
 from .sampling import candidates, log_probs
 from .speculative import (
     Committed,
@@ -45,7 +46,12 @@ class MTPEngine(SpeculativeDecoding):
         # relative, so a head cache that starts later is the same attention restricted to the window
         self.prompt_window = prompt_window
 
-    def head_rows(self, next_tokens: mx.array, hidden: mx.array, head_cache: KVCache) -> mx.array:
+    @property
+    def reads(self) -> Reads:
+        """The head's rows read the prompt's hidden states in its window (engines.rows)."""
+        return Reads(hidden=Window(0, self.prompt_window), layers=NO_ROW)
+
+    def head_rows(self, next_tokens: mx.array, hidden: Rows, head_cache: KVCache) -> mx.array:
         """Append head rows (hidden[t], x[t+1]) to the head cache; returns their normed outputs
         (rows, H): lm_head of row t is the head's draft for the token after x[t+1]."""
         parts = []

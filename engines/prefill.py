@@ -17,6 +17,7 @@ from contracts.engine import Pause
 
 from .bundle import ModelBundle
 from .prefix_cache import PrefixCache, PrefixEntry
+from .rows import READS_ALL, Reads, Rows, arrays, hold, joined
 from .target import ForwardOutput, forward_causal
 
 PREFILL_CHUNK = 2048
@@ -66,11 +67,36 @@ class PrefixUse:
             self.store.add_extra(self.stored, engine, state, nbytes)
 
 
-def _concat(parts: list[ForwardOutput], capture: tuple[int, ...]) -> ForwardOutput:
-    if len(parts) == 1:
-        return parts[0]
-    return ForwardOutput(hidden=mx.concatenate([p.hidden for p in parts]),
-                         layer_outputs={i: mx.concatenate([p.layer_outputs[i] for p in parts]) for i in capture})
+class _Outputs:
+    """A prefill's per-row outputs so far (hidden states, captured layers), as consecutive row blocks, each
+    kept to what its window reads: a long prompt's middle is dropped as the prefill passes it."""
+
+    def __init__(self, reads: Reads, keep: tuple[int, ...]):
+        self.reads = reads
+        self.hidden: list[Rows] = []
+        self.layers: dict[int, list[Rows]] = {i: [] for i in keep}
+
+    def add(self, hidden: Rows, layers: dict[int, Rows]) -> None:
+        self.hidden.append(hidden)
+        for i, blocks in self.layers.items():
+            blocks.append(layers[i])
+
+    def trim(self, total: int) -> None:
+        """Keep what the windows read of a prompt that ended at row `total` (the rows done so far: a snapshot
+        there reads them so, and the whole prompt's windows lie within them and the rows still to come)."""
+        held: list[mx.array] = []
+        for window, blocks in ((self.reads.hidden, self.hidden),
+                               *((self.reads.layers, b) for b in self.layers.values())):
+            if window.bounded and len(blocks) > 0:
+                blocks[:] = [hold(joined(blocks), window, total)]
+                held += arrays(blocks[0])
+        mx.eval(held)
+
+    def output(self) -> ForwardOutput:
+        self.hidden[:] = [joined(self.hidden)]
+        for blocks in self.layers.values():
+            blocks[:] = [joined(blocks)]
+        return ForwardOutput(self.hidden[0], {i: blocks[0] for i, blocks in self.layers.items()})
 
 
 def prefill(
@@ -83,10 +109,10 @@ def prefill(
 
 def prefill_cached(
     bundle: ModelBundle, cache: list, tokens: Sequence[int], capture: tuple[int, ...] = (), last_alone: bool = False,
-    plan: PrefixPlan | None = None,
+    plan: PrefixPlan | None = None, reads: Reads = READS_ALL,
 ) -> tuple[ForwardOutput | None, int, PrefixUse | None]:
     """`prefill_stepwise` run to the end in one go (no pauses)."""
-    steps = prefill_stepwise(bundle, cache, tokens, capture, last_alone, plan, pause_every=0)
+    steps = prefill_stepwise(bundle, cache, tokens, capture, last_alone, plan, pause_every=0, reads=reads)
     while True:
         try:
             next(steps)
@@ -96,12 +122,15 @@ def prefill_cached(
 
 def prefill_stepwise(
     bundle: ModelBundle, cache: list, tokens: Sequence[int], capture: tuple[int, ...] = (), last_alone: bool = False,
-    plan: PrefixPlan | None = None, pause_every: int | None = None,
+    plan: PrefixPlan | None = None, pause_every: int | None = None, reads: Reads = READS_ALL,
 ) -> Generator[Pause, None, tuple[ForwardOutput | None, int, PrefixUse | None]]:
     """`prefill`, and how many leading tokens came from the prefix cache. With a plan, the longest
     cached prefix of the tokens (all but a last-alone row) is restored instead of computed, and
     snapshots are stored at the plan's boundaries and at the end of those tokens: the state there
     is the same whichever engine prefills, so one entry serves raw, mtp and ddtree.
+
+    The output holds the rows `reads` (and the plan's store) read of the hidden states and captured layers:
+    a bounded window's rows, and the last-alone row, as HeldRows (engines.rows).
 
     Yields a Pause after every `pause_every` computed rows (None: INTERLEAVED_CHUNK while other
     requests share the worker, else PREFILL_CHUNK; 0: never), computing in pieces of that size then."""
@@ -117,34 +146,36 @@ def prefill_stepwise(
     ids = [int(t) for t in tokens]
     body = len(ids) - 1 if last_alone and ids else len(ids)
     keep = tuple(sorted(set(capture) | set(plan.store.capture))) if plan is not None else capture
+    outputs = _Outputs(reads.union(plan.store.reads) if plan is not None else reads, keep)
     array = mx.array(ids, dtype=mx.uint32)
-    parts: list[ForwardOutput] = []
     start = 0
     entry = stored = None
     if plan is not None:
         entry = plan.store.lookup(plan.scope, ids[:body])
         if entry is not None:
-            parts.append(ForwardOutput(*plan.store.restore(entry, cache)))
+            outputs.add(*plan.store.restore(entry, cache))
             start = len(entry.tokens)
     bounds = sorted({p for p in (plan.points if plan else ()) if start < p < body} | {body})
     done = paused_at = start
     for bound in bounds:
         for rows in chunk_slices(bound - done, size=size):
-            parts.append(forward_causal(bundle, array[done + rows.start : done + rows.stop], cache, keep))
-            mx.eval(parts[-1].hidden, [c.state for c in cache])
+            out = forward_causal(bundle, array[done + rows.start : done + rows.stop], cache, keep)
+            mx.eval(out.hidden, [c.state for c in cache])
+            outputs.add(out.hidden, out.layer_outputs)
+            outputs.trim(done + rows.stop)
             if pause_every and done + rows.stop < len(ids) and done + rows.stop - paused_at >= pause_rows:
                 paused_at = done + rows.stop
                 yield Pause(done + rows.stop - start, len(ids) - start)
         if plan is not None and bound > done:
-            out = parts[0] = _concat(parts, keep)
-            del parts[1:]
+            out = outputs.output()
             stored = plan.store.insert(plan.scope, ids[:bound], cache, out.hidden,
                                        {i: out.layer_outputs[i] for i in plan.store.capture})
         done = bound
     if plan is not None and entry is not None and len(entry.tokens) == body:
         stored = entry   # the whole body came from the cache: deposits go to that entry
     if body < len(ids):   # the last row alone: its logits come from a one-row forward, like a decode step's
-        parts.append(forward_causal(bundle, array[body:], cache, keep))
-        mx.eval(parts[-1].hidden, [c.state for c in cache])
+        out = forward_causal(bundle, array[body:], cache, keep)
+        mx.eval(out.hidden, [c.state for c in cache])
+        outputs.add(out.hidden, out.layer_outputs)
     use = PrefixUse(plan.store, entry, stored) if plan is not None else None
-    return (_concat(parts, keep) if parts else None), start, use
+    return (outputs.output() if outputs.hidden else None), start, use

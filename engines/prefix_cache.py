@@ -32,20 +32,27 @@ from typing import Any, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
+from .rows import READS_ALL, HeldRows, Reads, Rows, Window, hold
+
 
 @dataclass
 class PrefixRows:
-    """One entry's own rows (`start` up to its end): what a longer prompt's state extends."""
+    """One entry's own rows (`start` up to its end): what a longer prompt's state extends. Of the hidden states
+    and captured layers only the spans the store's windows read are held (row numbers from the prompt's start)."""
 
     start: int
     kv: dict[int, tuple[mx.array, mx.array]]   # attention layer -> keys, values (B, heads, rows, dim)
-    hidden: mx.array                            # (rows, H) final hidden states
-    layers: dict[int, mx.array]                 # captured layer -> (rows, H)
+    hidden: HeldRows                            # final hidden states
+    layers: dict[int, HeldRows]                 # captured layer -> its outputs
 
     @property
     def nbytes(self) -> int:
         return (sum(k.nbytes + v.nbytes for k, v in self.kv.values()) + self.hidden.nbytes
                 + sum(a.nbytes for a in self.layers.values()))
+
+    def arrays(self) -> list[mx.array]:
+        return [a for kv in self.kv.values() for a in kv] + self.hidden.arrays() + \
+            [a for rows in self.layers.values() for a in rows.arrays()]
 
 
 @dataclass(eq=False)
@@ -95,13 +102,25 @@ def _joined(parts: list[mx.array], axis: int) -> mx.array:
     return mx.concatenate(parts, axis=axis) if len(parts) > 1 else mx.array(parts[0])
 
 
+def _chained(end: int, parts: list[HeldRows], window: Window) -> Rows:
+    """What `window` reads of the rows `parts` hold together (each numbered from the prompt's start), as copies."""
+    spans = tuple(span for part in parts for span in part.spans)
+    return hold(HeldRows(end, spans), window)
+
+
+def _own(rows: Rows, start: int, end: int, window: Window) -> HeldRows:
+    """Copies of what `window` reads of rows start..end of a prompt that ends at `end`."""
+    return HeldRows(end, tuple((a, mx.array(rows[a:b])) for a, b in window.spans(start, end, end)))
+
+
 class PrefixCache:
     """LRU by bytes over exact prefix snapshots whose rows are shared along prefixes; thread-safe (the
     worker writes, scrapes read)."""
 
-    def __init__(self, max_bytes: int, capture: tuple[int, ...], min_tokens: int = 16):
+    def __init__(self, max_bytes: int, capture: tuple[int, ...], min_tokens: int = 16, reads: Reads = READS_ALL):
         self.max_bytes = max_bytes
         self.capture = capture            # layers every entry keeps (the union of the engines' needs)
+        self.reads = reads                # the rows of them any engine reads (the union of the engines' windows)
         self.min_tokens = min_tokens      # shorter prefixes cost less to prefill than to snapshot
         # entries a request can resume from, least recently used first
         self.entries: OrderedDict[tuple[str, tuple[int, ...]], PrefixEntry] = OrderedDict()
@@ -132,9 +151,9 @@ class PrefixCache:
                 best = entry
         return best
 
-    def restore(self, entry: PrefixEntry, cache: list) -> tuple[mx.array, dict[int, mx.array]]:
+    def restore(self, entry: PrefixEntry, cache: list) -> tuple[Rows, dict[int, Rows]]:
         """Put the state after `entry.tokens` into `cache` (a request's fresh caches, one per layer); returns
-        the hidden states and captured layers of every prefix row."""
+        the prefix rows' hidden states and captured layers, where the store's windows read them."""
         chain = entry.chain()
         for i, states in (entry.states or {}).items():
             cache[i] = copy.deepcopy(states)
@@ -143,12 +162,13 @@ class PrefixCache:
             values = _joined([e.rows.kv[i][1] for e in chain], axis=2)
             cache[i] = KVCache()
             cache[i].state = (keys, values, len(entry.tokens))
-        hidden = _joined([e.rows.hidden for e in chain], axis=0)
-        layers = {i: _joined([e.rows.layers[i] for e in chain], axis=0) for i in entry.rows.layers}
+        n = len(entry.tokens)
+        hidden = _chained(n, [e.rows.hidden for e in chain], self.reads.hidden)
+        layers = {i: _chained(n, [e.rows.layers[i] for e in chain], self.reads.layers) for i in entry.rows.layers}
         return hidden, layers
 
-    def insert(self, scope: str, tokens: Sequence[int], cache: list, hidden: mx.array,
-               layers: dict[int, mx.array]) -> PrefixEntry | None:
+    def insert(self, scope: str, tokens: Sequence[int], cache: list, hidden: Rows,
+               layers: dict[int, Rows]) -> PrefixEntry | None:
         """Store a snapshot of the state after `tokens` (its rows past the longest stored prefix, copied
         here); None when it does not fit."""
         key = (scope, tuple(int(t) for t in tokens))
@@ -171,12 +191,13 @@ class PrefixCache:
                 start,
                 {i: (mx.array(c.keys[..., start:n, :]), mx.array(c.values[..., start:n, :]))
                  for i, c in enumerate(cache) if _kv_layer(c)},
-                mx.array(hidden[start:n]), {i: mx.array(a[start:n]) for i, a in layers.items()})
+                _own(hidden, start, n, self.reads.hidden),
+                {i: _own(a, start, n, self.reads.layers) for i, a in layers.items()})
         incoming = state_bytes + (0 if node is not None else rows.nbytes)
         # the rows it extends stay whatever else goes: with them it must fit
         if incoming + _rows_bytes(node or parent) > self.max_bytes:
             return None
-        mx.eval(rows.hidden, list(rows.layers.values()), list(rows.kv.values()), [c.state for c in states.values()])
+        mx.eval(rows.arrays(), [c.state for c in states.values()])
         with self._lock:
             if node is None:
                 node = PrefixEntry(scope, key[1], parent, rows, None, 0)

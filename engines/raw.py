@@ -17,6 +17,7 @@ from .batch import DecodeBatch
 from .bundle import ModelBundle
 from .prefill import PrefixPlan, prefill_stepwise
 from .processing import TargetProcessor
+from .rows import READS_NOTHING
 from .sampling import Rng, SamplerConfig, choose, resolve
 
 
@@ -144,7 +145,8 @@ class RawEngine:
         rng = Rng(params.seed)
         processor = TargetProcessor(params, prompt_ids, self.bundle.tokenizer, self.bundle.vocab_size)
         cache = self.bundle.make_cache()
-        _, cached, _ = yield from prefill_stepwise(self.bundle, cache, prompt_ids[:-1], plan=prefix)
+        _, cached, _ = yield from prefill_stepwise(self.bundle, cache, prompt_ids[:-1], plan=prefix,
+                                                   reads=READS_NOTHING)
         steps = decode(self.bundle, cache, int(prompt_ids[-1]), cfg, rng, cancel, processor=processor,
                        batch=self.bundle.decode_batch)
         for index, step in enumerate(steps):

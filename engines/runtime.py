@@ -48,6 +48,7 @@ from .mtp import MTPEngine
 from .mtp_head import load_mtp_head
 from .prefill import PrefixPlan
 from .prefix_cache import PrefixCache
+from .rows import READS_NOTHING, widest
 from .processing import ending_tokens
 from .raw import RawEngine
 from .reply import FirstCallEnd, ReplySplitter, split_reply, stop_skips
@@ -269,7 +270,8 @@ class Runtime:
         """Turn the prefix cache on with a byte budget (0: off; entries held now are dropped)."""
         # one entry serves every engine: it keeps the layers any of them builds its state from
         capture = tuple(sorted({i for e in self.engines.values() for i in getattr(e, "capture", ())}))
-        self.prefix_cache = PrefixCache(max_bytes, capture) if max_bytes > 0 else None
+        reads = widest(getattr(e, "reads", READS_NOTHING) for e in self.engines.values())
+        self.prefix_cache = PrefixCache(max_bytes, capture, reads=reads) if max_bytes > 0 else None
 
     def prefix_cache_stats(self) -> dict[str, float] | None:
         store = self.prefix_cache

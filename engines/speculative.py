@@ -31,6 +31,7 @@ from .bundle import ModelBundle
 from .prefill import PrefixPlan, PrefixUse, prefill_stepwise
 from .processing import TargetProcessor
 from .raw import decode
+from .rows import Reads, widest
 from .sampling import Candidates, Rng, SamplerConfig, candidates, choose, resolve
 from .switching import SwitchWatch
 from .target import ForwardOutput, forward_causal
@@ -159,7 +160,7 @@ class Prefilled:
 
     cache: list                  # the target caches (shared by every engine of the request)
     prompt: mx.array             # (P,) uint32 prompt ids
-    out: ForwardOutput           # hidden states and captured layers of every prompt row
+    out: ForwardOutput           # the prompt rows' hidden states and captured layers, where the engines read them
     first: mx.array              # (1,) the first generated token (lazy), the first pending one
     cfg: SamplerConfig
     rng: Rng
@@ -172,6 +173,7 @@ class Prefilled:
 class SpeculativeEngine(Protocol):
     name: str
     capture: tuple[int, ...]   # target layers whose outputs its state needs
+    reads: Reads               # which prompt rows of those (and of the hidden states) it reads
 
     @property
     def cycle_key(self) -> str:
@@ -249,11 +251,12 @@ def speculative_generate(
     probe_steps = switch.probe_steps if switch is not None else 0
     live = [running] + [e for e in (switch.targets if probe_steps else ()) if e in engines and e != running]
     capture = tuple(sorted({i for e in live if e in engines for i in engines[e].capture}))
+    reads = widest(engines[e].reads for e in live if e in engines)   # the last row's always comes too
     probe_every = switch.probe_every if switch is not None else 1
 
     processor = TargetProcessor(params, prompt_ids, bundle.tokenizer, bundle.vocab_size)
     prefilled, cached, prefix_use = yield from prefill_stepwise(bundle, cache, prompt_ids, capture, last_alone=True,
-                                                                plan=prefix)
+                                                                plan=prefix, reads=reads)
     first_logits = processor.apply(bundle.lm_head(prefilled.hidden[-1:]), [[]])
     first = choose(first_logits, cfg, rng)
     request = Prefilled(cache, mx.array([int(t) for t in prompt_ids], dtype=mx.uint32), prefilled, first, cfg, rng,

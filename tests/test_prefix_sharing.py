@@ -5,12 +5,18 @@ last extension goes; outputs with a hit equal those without, for every engine, e
 
 from __future__ import annotations
 
+import json
+import shutil
+
+import mlx.core as mx
 import pytest
 
 from contracts.engine import CancelToken, PrefixHint
 from contracts.sampling import SamplingParams
-from engines.prefill import PrefixPlan, prefill_cached
+from engines.prefill import PrefixPlan, prefill_cached, prefill_stepwise
 from engines.prefix_cache import PrefixCache
+from engines.rows import READS_ALL, HeldRows, Reads, RowsNotHeld, Window, widest
+from tests.engine_helpers import run_engine
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 ENGINES = ("raw", "mtp", "ddtree")
@@ -37,10 +43,19 @@ def _consistent(store: PrefixCache) -> None:
     for node in store.nodes.values():
         assert node.children == sum(other.parent is node for other in store.nodes.values())
         assert node.rows.start == (len(node.parent.tokens) if node.parent is not None else 0)
-        assert node.rows.hidden.shape[0] == len(node.tokens) - node.rows.start
+        assert _kv_rows(node) == len(node.tokens) - node.rows.start
+        # hidden states and captured layers: only what the store's windows read of the entry's own rows
+        for held, window in ((node.rows.hidden, store.reads.hidden),
+                             *((rows, store.reads.layers) for rows in node.rows.layers.values())):
+            n = len(node.tokens)
+            assert [(a, a + block.shape[0]) for a, block in held.spans] == window.spans(node.rows.start, n, n)
         if node.states is None:
             assert node.children > 0 and (node.scope, node.tokens) not in store.entries
     assert all(entry.states is not None and store.nodes[key] is entry for key, entry in store.entries.items())
+
+
+def _kv_rows(node) -> int:
+    return next(iter(node.rows.kv.values()))[0].shape[2]
 
 
 def _conversation(turns: int) -> list[list[dict]]:
@@ -65,9 +80,7 @@ def test_a_requests_boundaries_store_their_rows_once(runtime):
         body = max(store.entries.values(), key=lambda e: len(e.tokens))
         chain = body.chain()
         assert [len(e.tokens) for e in chain] == [*prompt.cache_points, len(prompt.ids) - 1]
-        assert sum(e.rows.hidden.shape[0] for e in chain) == len(body.tokens)   # each row once
-        kv_rows = sum(next(iter(e.rows.kv.values()))[0].shape[2] for e in chain)
-        assert kv_rows == len(body.tokens)
+        assert sum(_kv_rows(e) for e in chain) == len(body.tokens)   # each row once
     finally:
         runtime.set_prefix_cache(0)
 
@@ -128,7 +141,7 @@ def test_a_hollow_entry_goes_with_its_last_extension_and_comes_back_on_its_own_p
     store.max_bytes = store.bytes - 1
     store._evict(keep=1)
     _consistent(store)
-    assert a.states is None and a.rows.hidden.shape[0] == 29 and store.lookup("", ids[:29]) is None
+    assert a.states is None and _kv_rows(a) == 29 and store.lookup("", ids[:29]) is None
     # A's own prompt again: the entry comes back with its state only (its rows never left)
     store.max_bytes = 64 * 2**20
     before = store.bytes
@@ -151,3 +164,79 @@ def test_an_entry_whose_extended_rows_do_not_fit_beside_it_is_not_stored(runtime
     assert cached == 29 and use.stored is None
     _consistent(store)
     assert store.bytes == a.nbytes and list(store.entries.values()) == [a] and a.children == 0
+
+
+# --- windows: a long prompt's middle rows, which no engine reads, are neither kept by a prefill nor stored ---
+
+@pytest.fixture(scope="module")
+def windowed(tiny_agree_target, tiny_agree_drafter, tmp_path_factory):
+    """The tiny family with narrow windows: the MTP head reads the prompt's last 24 hidden states, the drafter
+    the captured layers of its first 64 rows (the sink) and its last 16."""
+    from engines.runtime import load_runtime
+
+    root = tmp_path_factory.mktemp("windowed")
+    shutil.copytree(tiny_agree_target, root / "target")
+    shutil.copytree(tiny_agree_drafter, root / "drafter")
+    (root / "serving.json").write_text(json.dumps({"mtp_prompt_window": 24, "drafter_context_window": 16}))
+    return load_runtime(str(root / "target"), draft_dir=str(root / "drafter"))
+
+
+LONG = "the cat sat on the mat and the dog ran to the park with a ball while the bird flew over the tree " * 5
+
+
+def test_a_prefill_keeps_the_rows_the_engines_read_and_they_equal_the_whole_prompts(windowed):
+    bundle, ddtree = windowed.bundle, windowed.engines["ddtree"]
+    ids = windowed.encode_prompt(LONG)
+    reads = widest(e.reads for e in (windowed.engines["mtp"], ddtree))
+    assert reads == Reads(Window(0, 24), Window(64, 16))
+    whole = _prefill_in_pieces(bundle, ids, ddtree.capture, READS_ALL)
+    held = _prefill_in_pieces(bundle, ids, ddtree.capture, reads)
+    total = len(ids)
+    for window, dense, kept in ((reads.hidden, whole.hidden, held.hidden),
+                                *((reads.layers, whole.layer_outputs[i], held.layer_outputs[i])
+                                  for i in ddtree.capture)):
+        assert isinstance(kept, HeldRows) and kept.nbytes < dense.nbytes / 2
+        for a, b in window.spans(0, total, total):
+            assert mx.array_equal(kept[a:b], dense[a:b])
+        with pytest.raises(RowsNotHeld):
+            kept[70:80]   # the middle: read by no engine, not kept
+
+
+def _prefill_in_pieces(bundle, ids, capture, reads):
+    """A prefill in pieces of 32 rows (rows are dropped as it goes), as a request sharing the worker runs it."""
+    steps = prefill_stepwise(bundle, bundle.make_cache(), ids, capture, last_alone=True, pause_every=32, reads=reads)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value[0]
+
+
+def _steps(runtime, engine, ids, plan):
+    _, steps = run_engine(runtime.engines[engine], ids, 24, GREEDY, prefix=plan)
+    return [(s.tokens, s.accepted) for s in steps]
+
+
+def test_windowed_entries_draft_as_the_whole_prompt_does_for_every_engine(windowed):
+    """With a hit the engines' drafts come from the stored windows; without one from the prefill's: the same
+    rows, so the same drafts and acceptance at every step (drafts only propose: a wrong row would change
+    acceptance, not the output)."""
+    first = windowed.encode_prompt(LONG)
+    follow = first + windowed.encode_prompt(" then the bird flew back over the tree and the cat slept")
+    windowed.set_prefix_cache(64 * 2**20)
+    try:
+        store = windowed.prefix_cache
+        for engine in ("mtp", "ddtree"):
+            reference = _steps(windowed, engine, follow, None)
+            for stored_by in ("raw", engine):      # an entry without and with the engine's own state on it
+                store.clear()
+                run_engine(windowed.engines[stored_by], first, 4, GREEDY, prefix=PrefixPlan(store, "", ()))
+                assert _steps(windowed, engine, follow, PrefixPlan(store, "", ())) == reference, (engine, stored_by)
+                assert store.stats.hits and store.stats.cached_tokens == len(first) - 1
+                store.stats.hits = store.stats.cached_tokens = 0
+                _consistent(store)
+                entry = store.entries[("", tuple(follow[:-1]))]
+                held = sum(b.shape[0] for _, b in entry.rows.hidden.spans)
+                assert held <= 24 < len(follow) - entry.rows.start
+    finally:
+        windowed.set_prefix_cache(0)
