@@ -1,7 +1,7 @@
 """Several agents at once under one prefix-cache budget: this checkout against another commit, in one run.
 
     PYTHONPATH=. python -m bench.prefix_sharing --base 8604533 [--agents 3] [--turns 6] [--budgets 1.5,3]
-        [--model DIR] [--out DIR]
+        [--budget-mib 40,93.2] [--model DIR] [--out DIR]
 
 Agents of one coding tool share a system prompt and tools (bench.multiturn's agent context, ~4k tokens on the
 demo tokenizer) and each works on its own task: every turn adds a tool call and a ~350-token tool result. They
@@ -9,8 +9,9 @@ take turns round robin, streaming, greedy, as several clients of one server woul
 from a temporary worktree, then this checkout's) runs the same replay at each budget. A budget is a multiple of
 one agent's whole conversation as this checkout stores it (measured first, from a server's
 `switchyard_model_memory_bytes{kind="prefix_cache"}` after that conversation's last prompt), so a factor means
-the same bytes for both. Reported per server and budget: prompt tokens served from the cache, TTFT of the turns
-after each agent's first, and the cache's bytes, entries and evictions at the end.
+the same bytes for both; `--budget-mib` adds budgets in bytes, comparable across runs. Reported per server and
+budget: prompt tokens served from the cache, TTFT of the turns after each agent's first, the cache's bytes,
+entries and evictions at the end, and the MLX allocator's peak over the server's life.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Replay:
     cache_bytes: float = 0.0
     entries: float = 0.0
     evictions: float = 0.0
+    peak_bytes: float = 0.0            # the MLX allocator's peak over the server's life (weights included)
 
     def later(self) -> list[AgentTurn]:
         """Turns after each agent's first (the first has nothing of its own to resume)."""
@@ -86,6 +88,7 @@ def replay(url: str, plans: list, turns: int, max_tokens: int, into: Replay) -> 
     into.cache_bytes = series(samples, "switchyard_model_memory_bytes").get((("kind", "prefix_cache"),), 0.0)
     into.entries = sum(series(samples, "switchyard_prefix_cache_entries").values())
     into.evictions = sum(series(samples, "switchyard_prefix_cache_evictions_total").values())
+    into.peak_bytes = series(samples, "switchyard_model_memory_bytes").get((("kind", "peak"),), 0.0)
 
 
 def one_conversation_bytes(model: list[str], plans: list, turns: int, out: Path) -> int:
@@ -104,7 +107,8 @@ def one_conversation_bytes(model: list[str], plans: list, turns: int, out: Path)
 
 
 def run(base: str, model: Path | None, out: Path, agent_count: int, turns: int, factors: list[float],
-        max_tokens: int) -> dict:
+        max_tokens: int, budgets_mib: list[float] = ()) -> dict:
+    """Each budget (`factors` times one conversation, then `budgets_mib` as they are) served by both commits."""
     out.mkdir(parents=True, exist_ok=True)
     plans = agents(agent_count, turns)
     model_args = ["--model", str(model)] if model is not None else []   # none: serve's embedded demo
@@ -115,8 +119,8 @@ def run(base: str, model: Path | None, out: Path, agent_count: int, turns: int, 
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), base], check=True,
                        capture_output=True)
         try:
-            for factor in factors:
-                budget = int(unit * factor)
+            for factor, budget in [*((f, int(unit * f)) for f in factors),
+                                   *((m * 2**20 / unit, int(m * 2**20)) for m in budgets_mib)]:
                 for name, repo in ((f"base {base}", tree), ("this checkout", REPO)):
                     proc = ServeProcess([*model_args, "--prefix-cache-bytes", str(budget)],
                                         out / f"serve-{len(replays)}.log", repo=repo)
@@ -139,14 +143,14 @@ def markdown(report: dict) -> str:
     lines = [f"{report['agents']} agents x {report['turns']} turns, round robin; one conversation stored once = "
              f"{report['one_conversation_bytes'] / 2**20:.1f} MiB", "",
              "| budget (x one conversation) | server | cached share of later turns' prompts | tokens prefilled | "
-             "TTFT later turns, median / mean (s) | cache MiB at the end | entries | evictions |",
-             "|---|---|---|---|---|---|---|---|"]
+             "TTFT later turns, median / mean (s) | cache MiB at the end | entries | evictions | peak MiB |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in report["replays"]:
         s = r["summary"]
         lines.append(f"| {r['budget_factor']:g} ({r['budget_bytes'] / 2**20:.1f} MiB) | {r['server']} | "
                      f"{s['cached_share']:.3f} | {s['prefilled_tokens']} | {s['ttft_median_s']:.2f} / "
                      f"{s['ttft_mean_s']:.2f} | {r['cache_bytes'] / 2**20:.1f} | {r['entries']:.0f} | "
-                     f"{r['evictions']:.0f} |")
+                     f"{r['evictions']:.0f} | {r['peak_bytes'] / 2**20:.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -157,11 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents", type=int, default=3)
     parser.add_argument("--turns", type=int, default=6, help=f"turns per agent (at most {TURNS})")
     parser.add_argument("--budgets", default="1.5,3", help="budgets, as multiples of one conversation stored once")
+    parser.add_argument("--budget-mib", default="", help="more budgets, in MiB (comparable across runs)")
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "prefix-sharing")
     args = parser.parse_args(argv)
     report = run(args.base, args.model, args.out, args.agents, min(args.turns, TURNS),
-                 [float(f) for f in args.budgets.split(",")], args.max_tokens)
+                 [float(f) for f in args.budgets.split(",") if f], args.max_tokens,
+                 [float(m) for m in args.budget_mib.split(",") if m])
     print(markdown(report))
     return 0
 
