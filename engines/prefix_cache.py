@@ -69,7 +69,15 @@ class PrefixEntry:
     # deposited by the first request of that engine to reach this boundary
     extras: dict[str, Any] = field(default_factory=dict)
     extra_bytes: int = 0
-    children: int = 0                 # entries whose parent this is
+    kids: list[PrefixEntry] = field(default_factory=list)   # entries whose parent this is
+
+    @property
+    def children(self) -> int:
+        return len(self.kids)
+
+    @property
+    def end(self) -> int:
+        return len(self.tokens)
 
     @property
     def nbytes(self) -> int:
@@ -180,7 +188,9 @@ class PrefixCache:
                 self.entries.move_to_end(key)
                 return self.entries[key]
             node = self.nodes.get(key)
-            parent = node.parent if node is not None else self._longest(self.nodes.values(), scope, key[1])
+            if node is not None and not self._serves(node, n):   # hollow, and trimmed below what it reads
+                return None
+            parent = node.parent if node is not None else self._parent(scope, key[1])
         states = {i: copy.deepcopy(c) for i, c in enumerate(cache) if not _kv_layer(c)}
         state_bytes = sum(c.nbytes for c in states.values())
         if node is not None:   # a hollow entry: its rows are still here, only its state comes back
@@ -202,7 +212,7 @@ class PrefixCache:
             if node is None:
                 node = PrefixEntry(scope, key[1], parent, rows, None, 0)
                 if parent is not None:
-                    parent.children += 1   # held while others are evicted to make room
+                    parent.kids.append(node)   # held while others are evicted to make room
                 self.nodes[key] = node
                 self.bytes += rows.nbytes
             node.states, node.state_bytes = states, state_bytes
@@ -219,17 +229,51 @@ class PrefixCache:
             self.stats.evictions += 1
 
     def _evict_entry(self, entry: PrefixEntry) -> None:
-        """Drop an entry's state; its rows go too unless a later entry extends it. Lock held."""
+        """Drop an entry's state; its rows go too unless a later entry extends it, and the rows no entry left
+        reads go from the hollow entries it extends. Lock held."""
         del self.entries[(entry.scope, entry.tokens)]
         self.bytes -= entry.state_bytes + entry.extra_bytes
         entry.states, entry.state_bytes = None, 0
         entry.extras, entry.extra_bytes = {}, 0
-        while entry is not None and entry.states is None and entry.children == 0:
+        while entry is not None and entry.states is None and not entry.kids:
             del self.nodes[(entry.scope, entry.tokens)]
             self.bytes -= entry.rows.nbytes
-            entry, parent = entry.parent, entry.parent
-            if parent is not None:
-                parent.children -= 1
+            if entry.parent is not None:
+                entry.parent.kids.remove(entry)
+            entry = entry.parent
+        while entry is not None:
+            if entry.states is None:
+                self._trim(entry)
+            entry = entry.parent
+
+    # A hollow entry's hidden states and captured layers are read only by the entries that extend it, each at
+    # its own end's windows: the shortest of them reads the most. Past that the rows can go; an entry whose
+    # rows were so trimmed serves a new one only where it still holds what that one reads.
+    def _trim(self, entry: PrefixEntry) -> None:
+        need = _shortest_reader(entry)
+        if need is None:
+            return
+        rows, n = entry.rows, entry.end
+        before = rows.nbytes
+        rows.hidden = _narrowed(rows.hidden, self.reads.hidden.spans(rows.start, n, need))
+        rows.layers = {i: _narrowed(held, self.reads.layers.spans(rows.start, n, need))
+                       for i, held in rows.layers.items()}
+        self.bytes -= before - rows.nbytes
+
+    def _serves(self, entry: PrefixEntry, end: int) -> bool:
+        """Whether `entry`'s rows, and those it extends, hold what an entry ending at `end` reads of them."""
+        for e in entry.chain():
+            for held, window in ((e.rows.hidden, self.reads.hidden),
+                                 *((h, self.reads.layers) for h in e.rows.layers.values())):
+                if not _covers(held, window.spans(e.rows.start, e.end, end)):
+                    return False
+        return True
+
+    def _parent(self, scope: str, tokens: tuple[int, ...]) -> PrefixEntry | None:
+        """The longest entry (hollow or not) that `tokens` extend and whose rows serve them."""
+        found = [e for e in self.nodes.values() if e.scope == scope and e.end < len(tokens)
+                 and tokens[:e.end] == e.tokens]
+        return next((e for e in sorted(found, key=lambda e: -e.end) if self._serves(e, len(tokens))), None)
 
     def add_extra(self, entry: PrefixEntry, engine: str, state: Any, nbytes: int) -> None:
         """Attach an engine's state at the entry's boundary (deep-copied); evicts others to fit."""
@@ -263,3 +307,22 @@ def _rows_bytes(entry: PrefixEntry | None) -> int:
 def _alone(entry: PrefixEntry) -> int:
     """Bytes the store holds for `entry` when every other entry is gone."""
     return _rows_bytes(entry) + entry.state_bytes + entry.extra_bytes
+
+
+def _shortest_reader(entry: PrefixEntry) -> int | None:
+    """The end of the shortest entry that can be restored and extends `entry` (None: none left)."""
+    ends = [kid.end if kid.states is not None else _shortest_reader(kid) for kid in entry.kids]
+    return min((e for e in ends if e is not None), default=None)
+
+
+def _covers(held: HeldRows, spans: list[tuple[int, int]]) -> bool:
+    return all(any(first <= a and b <= first + block.shape[0] for first, block in held.spans) for a, b in spans)
+
+
+def _narrowed(held: HeldRows, spans: list[tuple[int, int]]) -> HeldRows:
+    """`held` cut to `spans` (which it covers), as copies: a view would keep the whole block alive."""
+    if [(a, a + block.shape[0]) for a, block in held.spans] == spans:
+        return held
+    kept = HeldRows(held.length, tuple((a, mx.array(held[a:b])) for a, b in spans))
+    mx.eval(kept.arrays())
+    return kept

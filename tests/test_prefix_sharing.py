@@ -14,7 +14,7 @@ import pytest
 from contracts.engine import CancelToken, PrefixHint
 from contracts.sampling import SamplingParams
 from engines.prefill import PrefixPlan, prefill_cached, prefill_stepwise
-from engines.prefix_cache import PrefixCache
+from engines.prefix_cache import PrefixCache, _shortest_reader
 from engines.rows import READS_ALL, HeldRows, Reads, RowsNotHeld, Window, widest
 from tests.engine_helpers import run_engine
 
@@ -44,11 +44,13 @@ def _consistent(store: PrefixCache) -> None:
         assert node.children == sum(other.parent is node for other in store.nodes.values())
         assert node.rows.start == (len(node.parent.tokens) if node.parent is not None else 0)
         assert _kv_rows(node) == len(node.tokens) - node.rows.start
-        # hidden states and captured layers: only what the store's windows read of the entry's own rows
+        # hidden states and captured layers: only what the store's windows read of the entry's own rows, at its
+        # end, or once hollow at the end of the shortest entry that still reads them
+        read_at = len(node.tokens) if node.states is not None else _shortest_reader(node)
         for held, window in ((node.rows.hidden, store.reads.hidden),
                              *((rows, store.reads.layers) for rows in node.rows.layers.values())):
-            n = len(node.tokens)
-            assert [(a, a + block.shape[0]) for a, block in held.spans] == window.spans(node.rows.start, n, n)
+            spans = window.spans(node.rows.start, len(node.tokens), read_at)
+            assert [(a, a + block.shape[0]) for a, block in held.spans] == spans
         if node.states is None:
             assert node.children > 0 and (node.scope, node.tokens) not in store.entries
     assert all(entry.states is not None and store.nodes[key] is entry for key, entry in store.entries.items())
@@ -238,5 +240,36 @@ def test_windowed_entries_draft_as_the_whole_prompt_does_for_every_engine(window
                 entry = store.entries[("", tuple(follow[:-1]))]
                 held = sum(b.shape[0] for _, b in entry.rows.hidden.spans)
                 assert held <= 24 < len(follow) - entry.rows.start
+    finally:
+        windowed.set_prefix_cache(0)
+
+
+def test_hollow_entries_keep_only_the_rows_later_entries_read(windowed):
+    """A conversation under a tight budget: older turns' entries go hollow and keep only the rows their
+    extensions read at their own ends (the drafter's sink and the window before the shortest one's end); every
+    turn still drafts as without the cache, and a new entry extends only rows that still serve it."""
+    turns = [windowed.chat_prompt(m) for m in _conversation(6)]
+    references = {engine: [_steps(windowed, engine, p.ids, None) for p in turns] for engine in ("mtp", "ddtree")}
+    windowed.set_prefix_cache(64 * 2**20)
+    try:
+        for prompt in turns:
+            run_engine(windowed.engines["raw"], prompt.ids, 2, GREEDY,
+                       prefix=PrefixPlan(windowed.prefix_cache, "", prompt.cache_points))
+        last = windowed.prefix_cache.entries[("", tuple(turns[-1].ids[:-1]))]
+        budget = sum(e.rows.nbytes for e in last.chain()) + 3 * last.state_bytes
+        for engine in ("mtp", "ddtree"):
+            windowed.set_prefix_cache(budget)
+            store = windowed.prefix_cache
+            trimmed = False
+            for i, prompt in enumerate(turns):
+                plan = PrefixPlan(store, "", prompt.cache_points)
+                assert _steps(windowed, engine, prompt.ids, plan) == references[engine][i], (engine, i)
+                _consistent(store)
+                for node in store.nodes.values():
+                    if node.states is None:
+                        full = store.reads.layers.spans(node.rows.start, len(node.tokens), len(node.tokens))
+                        trimmed |= sum(b.shape[0] for _, b in next(iter(node.rows.layers.values())).spans) < \
+                            sum(b - a for a, b in full)
+            assert trimmed and store.stats.hits >= len(turns) - 1, engine
     finally:
         windowed.set_prefix_cache(0)
