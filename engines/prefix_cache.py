@@ -5,7 +5,7 @@ The hybrid model's GatedDeltaNet state cannot be trimmed back to an earlier toke
 exact snapshots at chosen boundaries (the end of each prompt but its last token, the end of the
 system prompt and tools, the end of the conversation before the generation prompt). An entry holds
 what every engine builds its state from: the target caches (attention KV and GDN conv/recurrent state),
-and the final hidden state and captured layer outputs of every prefix row (the MTP head's KV and the
+and the final hidden states and captured layer outputs of the prefix rows (the MTP head's KV and the
 DFlash drafter's context features are computed from those; each engine may also leave its own state
 there), so raw, mtp and ddtree all resume from it and stay exact.
 
@@ -15,6 +15,10 @@ captured layers) is a prefix of any longer prompt's, so an entry keeps only the 
 layer's cache, in full). A request's boundaries and a conversation's turns then chain: turn N stores
 what turn N adds, not the whole conversation again. An evicted entry drops its own state but keeps its
 rows while a later entry still reads them (it is then `hollow`: no longer a hit itself).
+
+Of the hidden states and captured layers an entry holds only the rows the engines read (engines.rows: the
+drafter's sink and window, the MTP head's window) at its end; once hollow, at the end of the shortest entry
+that still reads it, so an evicted turn keeps its KV and little else.
 
 Memory is bounded by bytes (least recently used first out); an entry larger than the budget is not
 stored. Entries are namespaced by a scope (the API key) unless the operator shares them. Stored arrays
@@ -144,7 +148,11 @@ class PrefixCache:
             self.stats.lookups += 1
             best = self._longest(self.entries.values(), scope, key_tokens)
             if best is not None:
-                self.entries.move_to_end((scope, best.tokens))
+                # a hit reads its ancestors' rows too; those that several entries extend (a system prompt that
+                # conversations and sub-agents share) stay hits themselves while they are read
+                for e in best.chain():
+                    if e is best or (len(e.kids) > 1 and e.states is not None):
+                        self.entries.move_to_end((e.scope, e.tokens))
                 self.stats.hits += 1
                 self.stats.cached_tokens += len(best.tokens)
             return best

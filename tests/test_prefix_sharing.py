@@ -273,3 +273,34 @@ def test_hollow_entries_keep_only_the_rows_later_entries_read(windowed):
             assert trimmed and store.stats.hits >= len(turns) - 1, engine
     finally:
         windowed.set_prefix_cache(0)
+
+
+def test_a_shared_system_prompt_stays_a_hit_while_conversations_on_it_are_evicted(runtime):
+    """Agents sharing a system prompt, under a budget too small for all their conversations: an agent whose own
+    entries were evicted still resumes at the end of the system prompt, which every hit on the conversations
+    that extend it keeps in use."""
+    system = {"role": "system", "content": "You are a coding agent with tools for files and shells. " * 6}
+    agents = [[system, {"role": "user", "content": f"task {a}: fix the parser in module {a} and run the tests"}]
+              for a in range(3)]
+    rounds = []
+    for turn in range(4):
+        for a, messages in enumerate(agents):
+            rounds.append(runtime.chat_prompt(messages))
+            agents[a] = [*messages, {"role": "assistant", "content": f"step {turn}: I read the file and ran it"},
+                         {"role": "user", "content": f"the output of step {turn} says the test still fails"}]
+    runtime.set_prefix_cache(64 * 2**20)
+    try:
+        for prompt in rounds:
+            _run(runtime, prompt, "raw")
+        everything = runtime.prefix_cache.bytes
+        runtime.set_prefix_cache(int(everything * 0.5))
+        store = runtime.prefix_cache
+        system_end = rounds[0].cache_points[0]
+        for i, prompt in enumerate(rounds):
+            assert prompt.cache_points[0] == system_end
+            _, cached = _run(runtime, prompt, "raw")
+            assert i == 0 or cached >= system_end, i
+            _consistent(store)
+        assert store.stats.evictions > 0 and store.lookup("", rounds[0].ids[:system_end]) is not None
+    finally:
+        runtime.set_prefix_cache(0)
