@@ -36,7 +36,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from .rows import READS_ALL, HeldRows, Reads, Rows, Window, hold
+from .rows import READS_ALL, HeldRows, Reads, Rows, Window, copied, hold
 
 
 @dataclass
@@ -121,8 +121,8 @@ def _chained(end: int, parts: list[HeldRows], window: Window) -> Rows:
 
 
 def _own(rows: Rows, start: int, end: int, window: Window) -> HeldRows:
-    """Copies of what `window` reads of rows start..end of a prompt that ends at `end`."""
-    return HeldRows(end, tuple((a, mx.array(rows[a:b])) for a, b in window.spans(start, end, end)))
+    """What `window` reads of rows start..end of a prompt that ends at `end`."""
+    return copied(rows, end, window.spans(start, end, end))
 
 
 class PrefixCache:
@@ -328,9 +328,9 @@ def _covers(held: HeldRows, spans: list[tuple[int, int]]) -> bool:
 
 
 def _narrowed(held: HeldRows, spans: list[tuple[int, int]]) -> HeldRows:
-    """`held` cut to `spans` (which it covers), as copies: a view would keep the whole block alive."""
+    """`held` cut to `spans` (which it covers)."""
     if [(a, a + block.shape[0]) for a, block in held.spans] == spans:
         return held
-    kept = HeldRows(held.length, tuple((a, mx.array(held[a:b])) for a, b in spans))
+    kept = copied(held, held.length, spans)
     mx.eval(kept.arrays())
     return kept

@@ -134,11 +134,16 @@ def hold(rows: Rows, window: Window, total: int | None = None) -> Rows:
     spans = window.spans(0, length, length if total is None else total)
     if spans == [(0, length)]:
         return rows if isinstance(rows, mx.array) else rows[0:length]
+    return copied(rows, length, spans)
+
+
+def copied(rows: Rows, length: int, spans: list[tuple[int, int]]) -> HeldRows:
+    """`spans` of `rows` as a HeldRows of `length` rows: copies, but for a block `rows` already holds whole."""
     return HeldRows(length, tuple((a, _copy(rows, a, b)) for a, b in spans))
 
 
 def _copy(rows: Rows, a: int, b: int) -> mx.array:
-    if isinstance(rows, HeldRows):   # a span already held whole is kept as it is
+    if isinstance(rows, HeldRows):
         for first, block in rows.spans:
             if first == a and block.shape[0] == b - a:
                 return block
