@@ -154,15 +154,15 @@ class PrefixCache:
                     if e is best or (len(e.kids) > 1 and e.states is not None):
                         self.entries.move_to_end((e.scope, e.tokens))
                 self.stats.hits += 1
-                self.stats.cached_tokens += len(best.tokens)
+                self.stats.cached_tokens += best.end
             return best
 
     @staticmethod
     def _longest(entries, scope: str, tokens: tuple[int, ...]) -> PrefixEntry | None:
         best: PrefixEntry | None = None
         for entry in entries:
-            n = len(entry.tokens)
-            if entry.scope == scope and n <= len(tokens) and (best is None or n > len(best.tokens)) \
+            n = entry.end
+            if entry.scope == scope and n <= len(tokens) and (best is None or n > best.end) \
                     and tokens[:n] == entry.tokens:
                 best = entry
         return best
@@ -177,8 +177,8 @@ class PrefixCache:
             keys = _joined([e.rows.kv[i][0] for e in chain], axis=2)
             values = _joined([e.rows.kv[i][1] for e in chain], axis=2)
             cache[i] = KVCache()
-            cache[i].state = (keys, values, len(entry.tokens))
-        n = len(entry.tokens)
+            cache[i].state = (keys, values, entry.end)
+        n = entry.end
         hidden = _chained(n, [e.rows.hidden for e in chain], self.reads.hidden)
         layers = {i: _chained(n, [e.rows.layers[i] for e in chain], self.reads.layers) for i in entry.rows.layers}
         return hidden, layers
@@ -204,7 +204,7 @@ class PrefixCache:
         if node is not None:   # a hollow entry: its rows are still here, only its state comes back
             rows = node.rows
         else:
-            start = len(parent.tokens) if parent is not None else 0
+            start = parent.end if parent is not None else 0
             rows = PrefixRows(
                 start,
                 {i: (mx.array(c.keys[..., start:n, :]), mx.array(c.values[..., start:n, :]))
