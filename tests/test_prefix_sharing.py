@@ -304,3 +304,31 @@ def test_a_shared_system_prompt_stays_a_hit_while_conversations_on_it_are_evicte
         assert store.stats.evictions > 0 and store.lookup("", rounds[0].ids[:system_end]) is not None
     finally:
         runtime.set_prefix_cache(0)
+
+
+def test_a_trimmed_hollow_entry_is_not_stored_again_on_its_own_prompt(windowed):
+    """Its rows were cut to what its extension reads, which is less than its own prompt reads: that boundary is
+    refused, the store stays as it was, and the extension still serves its prompts."""
+    ids = windowed.encode_prompt(LONG * 2)
+    windowed.set_prefix_cache(64 * 2**20)
+    try:
+        store = windowed.prefix_cache
+        _prefill(windowed, store, ids[:101])                   # entry A: ids[:100]
+        _, use = _prefill(windowed, store, ids[:201])          # entry B extends A
+        a, b = store.nodes[("", tuple(ids[:100]))], use.stored
+        assert b.parent is a
+        store.lookup("", ids[:201])                            # B the most recent: A goes first
+        store.max_bytes = store.bytes - 1
+        store._evict(keep=1)
+        _consistent(store)
+        layer = next(iter(a.rows.layers.values()))
+        assert a.states is None and sum(block.shape[0] for _, block in layer.spans) == 64   # the sink alone
+        before = store.bytes
+        store.max_bytes = 64 * 2**20
+        cached, use = _prefill(windowed, store, ids[:101])     # A's own prompt again
+        assert cached == 0 and use.stored is None and store.bytes == before and a.states is None
+        _consistent(store)
+        cached, _ = _prefill(windowed, store, ids[:211])       # B still serves what extends it
+        assert cached == 200
+    finally:
+        windowed.set_prefix_cache(0)
