@@ -77,7 +77,7 @@ def bench(args: argparse.Namespace) -> int:
         from .multiturn import run
 
         model = Path(args.model) if args.model else default_model_dir()
-        report = run(model, Path(args.out), max_tokens=min(args.max_tokens, 64))
+        report = run(model, Path(args.out), max_tokens=min(args.max_tokens, 64), with_mlx_lm=not args.no_mlx_lm)
         print((Path(args.out) / "multiturn.md").read_text())
         return 0 if report["series"] else 1
     if args.clients:   # concurrency: serial vs batched vs mlx_lm.server, servers one after another
