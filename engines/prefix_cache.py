@@ -273,7 +273,7 @@ class PrefixCache:
         for e in entry.chain():
             for held, window in ((e.rows.hidden, self.reads.hidden),
                                  *((h, self.reads.layers) for h in e.rows.layers.values())):
-                if not _covers(held, window.spans(e.rows.start, e.end, end)):
+                if not all(held.holds(a, b) for a, b in window.spans(e.rows.start, e.end, end)):
                     return False
         return True
 
@@ -321,10 +321,6 @@ def _shortest_reader(entry: PrefixEntry) -> int | None:
     """The end of the shortest entry that can be restored and extends `entry` (None: none left)."""
     ends = [kid.end if kid.states is not None else _shortest_reader(kid) for kid in entry.kids]
     return min((e for e in ends if e is not None), default=None)
-
-
-def _covers(held: HeldRows, spans: list[tuple[int, int]]) -> bool:
-    return all(any(first <= a and b <= first + block.shape[0] for first, block in held.spans) for a, b in spans)
 
 
 def _narrowed(held: HeldRows, spans: list[tuple[int, int]]) -> HeldRows:

@@ -89,10 +89,11 @@ class HeldRows:
     def arrays(self) -> list[mx.array]:
         return [block for _, block in self.spans]
 
-    def __getitem__(self, rows: slice) -> mx.array:
-        if not isinstance(rows, slice) or rows.step not in (None, 1):
-            raise TypeError("HeldRows is sliced by contiguous row ranges only")
-        start, stop, _ = rows.indices(self.length)
+    def holds(self, start: int, stop: int) -> bool:
+        return self._pieces(start, stop)[1] >= stop
+
+    def _pieces(self, start: int, stop: int) -> tuple[list[mx.array], int]:
+        """Slices of the held blocks covering rows start.. without a gap, and the row they reach."""
         pieces, covered = [], start
         for first, block in self.spans:
             end = first + block.shape[0]
@@ -102,6 +103,13 @@ class HeldRows:
                 break
             pieces.append(block[covered - first: min(stop, end) - first])
             covered = min(stop, end)
+        return pieces, covered
+
+    def __getitem__(self, rows: slice) -> mx.array:
+        if not isinstance(rows, slice) or rows.step not in (None, 1):
+            raise TypeError("HeldRows is sliced by contiguous row ranges only")
+        start, stop, _ = rows.indices(self.length)
+        pieces, covered = self._pieces(start, stop)
         if covered < stop:
             raise RowsNotHeld(f"rows {start}..{stop} asked of {self.length}: from row {covered} not held")
         if not pieces:

@@ -48,11 +48,11 @@ from .mtp import MTPEngine
 from .mtp_head import load_mtp_head
 from .prefill import PrefixPlan
 from .prefix_cache import PrefixCache
-from .rows import READS_NOTHING, widest
 from .processing import ending_tokens
 from .raw import RawEngine
 from .reply import FirstCallEnd, ReplySplitter, split_reply, stop_skips
 from .request_cost import DrafterShape, RequestCost
+from .rows import READS_NOTHING, widest
 from .score import prompt_logprobs
 from .text import fill_in_middle, fim_token_ids, start_of_text, stream_text
 
