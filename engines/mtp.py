@@ -78,10 +78,11 @@ class _MTPDrafting:
         self.head_cache = KVCache()
         # head rows 0..n-1 pair H[t] with x[t+1]; the first generated token closes the last row
         next_tokens = mx.concatenate([request.prompt[1:], request.first.astype(mx.uint32)])
-        done = self._resume(request.prefix)
-        if engine.prompt_window is not None:   # drafts only propose: the verify keeps the output exact
-            done = max(done, next_tokens.shape[0] - engine.prompt_window)
-        done = self._deposit(request.prefix, next_tokens, request.out.hidden, done)
+        # the head's rows start at its window (drafts only propose: the verify keeps the output exact); a
+        # deposit holds rows from row 0, so it is what this head reads only when the window starts there too
+        first = 0 if engine.prompt_window is None else max(0, next_tokens.shape[0] - engine.prompt_window)
+        done = self._deposit(request.prefix, next_tokens, request.out.hidden, self._resume(request.prefix)) \
+            if first == 0 else first
         rows = engine.head_rows(next_tokens[done:], request.out.hidden[done:], self.head_cache)
         self.draft_logits = engine.bundle.lm_head(rows[-1])
 

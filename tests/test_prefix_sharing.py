@@ -332,3 +332,39 @@ def test_a_trimmed_hollow_entry_is_not_stored_again_on_its_own_prompt(windowed):
         assert cached == 200
     finally:
         windowed.set_prefix_cache(0)
+
+
+def test_the_mtp_heads_rows_with_a_hit_are_those_without_one(runtime, windowed, monkeypatch):
+    """Turn by turn, the head's cache after a hit holds the rows it holds without the cache: with no window
+    every row from the first (resumed from the entry's deposit), with one only the prompt's last rows. A
+    deposit holds rows from row 0, so a window that starts later computes its rows afresh: resumed, the head
+    attended to the old turn's rows in front of its window as well (46, 68, 90 rows for a window of 24)."""
+    from engines import mtp
+
+    heads = []
+    start = mtp._MTPDrafting.__init__
+
+    def recorded(self, engine, request):
+        start(self, engine, request)
+        head = self.head_cache
+        heads.append((head.offset, mx.array(head.keys[..., :head.offset, :]), mx.array(head.values[..., :head.offset, :])))
+
+    monkeypatch.setattr(mtp._MTPDrafting, "__init__", recorded)
+    for family in (runtime, windowed):
+        turns = [family.chat_prompt(m) for m in _conversation(4)]
+        for prompt in turns:
+            run_engine(family.engines["mtp"], prompt.ids, 2, GREEDY)
+        without, heads[:] = list(heads), []
+        family.set_prefix_cache(64 * 2**20)
+        try:
+            for prompt in turns:
+                plan = PrefixPlan(family.prefix_cache, "", prompt.cache_points)
+                run_engine(family.engines["mtp"], prompt.ids, 2, GREEDY, prefix=plan)
+            assert family.prefix_cache.stats.hits == len(turns) - 1
+        finally:
+            family.set_prefix_cache(0)
+        window = family.engines["mtp"].prompt_window
+        for prompt, (rows, keys, values), (hit_rows, hit_keys, hit_values) in zip(turns, without, heads):
+            assert rows == hit_rows == (len(prompt.ids) if window is None else min(window, len(prompt.ids)))
+            assert mx.allclose(keys, hit_keys, atol=1e-5) and mx.allclose(values, hit_values, atol=1e-5)
+        heads.clear()
