@@ -7,7 +7,6 @@ own cache over the same chunks (`chunk_slices`).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Generator, Sequence
 
@@ -58,9 +57,8 @@ class PrefixUse:
 
     def extra(self, engine: str) -> tuple[int, object] | None:
         """(rows, state) an engine may resume from: its deposit on the resumed entry."""
-        if self.resumed is not None and engine in self.resumed.extras:
-            return len(self.resumed.tokens), copy.deepcopy(self.resumed.extras[engine])
-        return None
+        state = self.store.extra(self.resumed, engine) if self.resumed is not None else None
+        return (len(self.resumed.tokens), state) if state is not None else None
 
     def deposit(self, engine: str, rows: int, state: object, nbytes: int) -> None:
         if self.stored is not None and len(self.stored.tokens) == rows:

@@ -20,6 +20,11 @@ Of the hidden states and captured layers an entry holds only the rows the engine
 drafter's sink and window, the MTP head's window) at its end; once hollow, at the end of the shortest entry
 that still reads it, so an evicted turn keeps its KV and little else.
 
+An engine's own attention cache deposited on an entry (the MTP head's, over rows 0..end) chains the same way:
+its rows depend only on the tokens before them, so a deposit keeps only the rows past the deposit of an entry
+it extends (`ExtraRows`), which an evicted entry keeps while a later deposit reads it. Other deposits (the
+drafter's sink-and-window context) are kept whole.
+
 Memory is bounded by bytes (least recently used first out); an entry larger than the budget is not
 stored. Entries are namespaced by a scope (the API key) unless the operator shares them. Stored arrays
 are copies: a live cache never aliases a stored one.
@@ -60,6 +65,34 @@ class PrefixRows:
 
 
 @dataclass(eq=False)
+class ExtraRows:
+    """An engine's attention cache over rows 0..`end` deposited on an entry, held as its rows `start`..`end`
+    past `base`, the deposit of an entry whose tokens this one's extend (None: from row 0)."""
+
+    base: ExtraRows | None
+    start: int
+    end: int
+    keys: mx.array     # (B, heads, end - start, dim)
+    values: mx.array
+    users: int = 0     # deposits whose base this is: they read its rows, so they stay while it is evicted
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes + self.values.nbytes
+
+    def cache(self) -> KVCache:
+        """A fresh cache over rows 0..end (copies: the request's cache never aliases the stored rows)."""
+        parts, part = [], self
+        while part is not None:
+            parts.append(part)
+            part = part.base
+        parts.reverse()
+        cache = KVCache()
+        cache.state = (_joined([p.keys for p in parts], 2), _joined([p.values for p in parts], 2), self.end)
+        return cache
+
+
+@dataclass(eq=False)
 class PrefixEntry:
     scope: str
     tokens: tuple[int, ...]
@@ -72,7 +105,7 @@ class PrefixEntry:
     # engine name -> that engine's own state built from these rows (MTP head KV, drafter context),
     # deposited by the first request of that engine to reach this boundary
     extras: dict[str, Any] = field(default_factory=dict)
-    extra_bytes: int = 0
+    extra_sizes: dict[str, int] = field(default_factory=dict)   # engine name -> bytes of its deposit here
     kids: list[PrefixEntry] = field(default_factory=list)   # entries whose parent this is
 
     @property
@@ -82,6 +115,10 @@ class PrefixEntry:
     @property
     def end(self) -> int:
         return len(self.tokens)
+
+    @property
+    def extra_bytes(self) -> int:
+        return sum(self.extra_sizes.values())
 
     @property
     def nbytes(self) -> int:
@@ -240,9 +277,10 @@ class PrefixCache:
         """Drop an entry's state; its rows go too unless a later entry extends it, and the rows no entry left
         reads go from the hollow entries it extends. Lock held."""
         del self.entries[(entry.scope, entry.tokens)]
-        self.bytes -= entry.state_bytes + entry.extra_bytes
+        self.bytes -= entry.state_bytes
         entry.states, entry.state_bytes = None, 0
-        entry.extras, entry.extra_bytes = {}, 0
+        for engine in list(entry.extras):
+            self._drop_extra(entry, engine)
         while entry is not None and entry.states is None and not entry.kids:
             del self.nodes[(entry.scope, entry.tokens)]
             self.bytes -= entry.rows.nbytes
@@ -284,21 +322,62 @@ class PrefixCache:
         return next((e for e in sorted(found, key=lambda e: -e.end) if self._serves(e, len(tokens))), None)
 
     def add_extra(self, entry: PrefixEntry, engine: str, state: Any, nbytes: int) -> None:
-        """Attach an engine's state at the entry's boundary (deep-copied); evicts others to fit."""
+        """Attach an engine's state at the entry's boundary (copied; an attention cache over rows 0..n as the rows
+        past the deposit of an entry it extends); evicts others to fit."""
         with self._lock:
             if engine in entry.extras or (entry.scope, entry.tokens) not in self.entries:
                 return
+            base = next((e.extras[engine] for e in entry.chain()[-2::-1] if engine in e.extras), None) \
+                if _kv_layer(state) else None
+            start = base.end if isinstance(base, ExtraRows) and base.end <= state.offset else 0
+            if _kv_layer(state):
+                nbytes = (state.offset - start) * (state.keys.nbytes + state.values.nbytes) // state.keys.shape[2]
             if _alone(entry) + nbytes > self.max_bytes:
                 return
-        state = copy.deepcopy(state)
+        if _kv_layer(state):
+            state = ExtraRows(base if start else None, start, state.offset,
+                              mx.array(state.keys[..., start:state.offset, :]),
+                              mx.array(state.values[..., start:state.offset, :]))
+            mx.eval(state.keys, state.values)
+            nbytes = state.nbytes
+        else:
+            state = copy.deepcopy(state)
         with self._lock:
             if engine in entry.extras or (entry.scope, entry.tokens) not in self.entries:
                 return
-            entry.extras[engine] = state
-            entry.extra_bytes += nbytes
+            if isinstance(state, ExtraRows) and state.base is not None:
+                if not any(e.extras.get(engine) is state.base for e in entry.chain()):
+                    return   # its base went meanwhile
+                state.base.users += 1
+            entry.extras[engine], entry.extra_sizes[engine] = state, nbytes
             self.bytes += nbytes
             self.entries.move_to_end((entry.scope, entry.tokens))
             self._evict(keep=1)   # the grown entry is the most recent: others go first
+
+    def extra(self, entry: PrefixEntry, engine: str) -> Any | None:
+        """A copy of the state `engine` deposited on `entry` (None: none)."""
+        with self._lock:
+            state = entry.extras.get(engine)
+            if isinstance(state, ExtraRows):
+                return state.cache()
+        return copy.deepcopy(state) if state is not None else None
+
+    def _drop_extra(self, entry: PrefixEntry, engine: str) -> None:
+        """An evicted entry's deposit goes unless later deposits read its rows; the rows it read of its base go
+        with it where nothing else reads them. Lock held."""
+        while entry is not None:
+            state = entry.extras[engine]
+            if isinstance(state, ExtraRows) and state.users > 0:
+                return
+            del entry.extras[engine]
+            self.bytes -= entry.extra_sizes.pop(engine)
+            base = state.base if isinstance(state, ExtraRows) else None
+            if base is None:
+                return
+            base.users -= 1
+            entry = next(e for e in entry.chain() if e.extras.get(engine) is base)
+            if entry.states is not None:   # still an entry: its deposit stays with it
+                return
 
     def clear(self) -> None:
         with self._lock:

@@ -14,7 +14,7 @@ import pytest
 from contracts.engine import CancelToken, PrefixHint
 from contracts.sampling import SamplingParams
 from engines.prefill import PrefixPlan, prefill_cached, prefill_stepwise
-from engines.prefix_cache import PrefixCache, _shortest_reader
+from engines.prefix_cache import ExtraRows, PrefixCache, _shortest_reader
 from engines.rows import READS_ALL, HeldRows, Reads, RowsNotHeld, Window, widest
 from tests.engine_helpers import run_engine
 
@@ -53,6 +53,19 @@ def _consistent(store: PrefixCache) -> None:
             assert [(a, a + block.shape[0]) for a, block in held.spans] == spans
         if node.states is None:
             assert node.children > 0 and (node.scope, node.tokens) not in store.entries
+        # an engine's attention-cache deposit holds the rows past its base's, a deposit on an entry it extends,
+        # and stays on an evicted entry exactly while later deposits read it
+        assert node.extras.keys() == node.extra_sizes.keys()
+        for engine, extra in node.extras.items():
+            if isinstance(extra, ExtraRows):
+                assert node.extra_sizes[engine] == extra.nbytes
+                assert extra.users == sum(other.extras.get(engine) is not None and other.extras[engine].base is extra
+                                          for other in store.nodes.values())
+                assert node.states is not None or extra.users > 0
+                assert extra.end == len(node.tokens) - 1 and extra.keys.shape[2] == extra.end - extra.start
+                if extra.base is not None:
+                    assert extra.start == extra.base.end
+                    assert any(e.extras.get(engine) is extra.base for e in node.chain()[:-1])
     assert all(entry.states is not None and store.nodes[key] is entry for key, entry in store.entries.items())
 
 
@@ -334,11 +347,8 @@ def test_a_trimmed_hollow_entry_is_not_stored_again_on_its_own_prompt(windowed):
         windowed.set_prefix_cache(0)
 
 
-def test_the_mtp_heads_rows_with_a_hit_are_those_without_one(runtime, windowed, monkeypatch):
-    """Turn by turn, the head's cache after a hit holds the rows it holds without the cache: with no window
-    every row from the first (resumed from the entry's deposit), with one only the prompt's last rows. A
-    deposit holds rows from row 0, so a window that starts later computes its rows afresh: resumed, the head
-    attended to the old turn's rows in front of its window as well (46, 68, 90 rows for a window of 24)."""
+def _recording_heads(monkeypatch) -> list:
+    """Records every MTP request's head cache as its first draft reads it: (rows, keys, values)."""
     from engines import mtp
 
     heads = []
@@ -346,10 +356,19 @@ def test_the_mtp_heads_rows_with_a_hit_are_those_without_one(runtime, windowed, 
 
     def recorded(self, engine, request):
         start(self, engine, request)
-        head = self.head_cache
-        heads.append((head.offset, mx.array(head.keys[..., :head.offset, :]), mx.array(head.values[..., :head.offset, :])))
+        head, rows = self.head_cache, slice(0, self.head_cache.offset)
+        heads.append((head.offset, mx.array(head.keys[..., rows, :]), mx.array(head.values[..., rows, :])))
 
     monkeypatch.setattr(mtp._MTPDrafting, "__init__", recorded)
+    return heads
+
+
+def test_the_mtp_heads_rows_with_a_hit_are_those_without_one(runtime, windowed, monkeypatch):
+    """Turn by turn, the head's cache after a hit holds the rows it holds without the cache: with no window
+    every row from the first (resumed from the entry's deposit), with one only the prompt's last rows. A
+    deposit holds rows from row 0, so a window that starts later computes its rows afresh: resumed, the head
+    attended to the old turn's rows in front of its window as well (46, 68, 90 rows for a window of 24)."""
+    heads = _recording_heads(monkeypatch)
     for family in (runtime, windowed):
         turns = [family.chat_prompt(m) for m in _conversation(4)]
         for prompt in turns:
@@ -368,3 +387,47 @@ def test_the_mtp_heads_rows_with_a_hit_are_those_without_one(runtime, windowed, 
             assert rows == hit_rows == (len(prompt.ids) if window is None else min(window, len(prompt.ids)))
             assert mx.allclose(keys, hit_keys, atol=1e-5) and mx.allclose(values, hit_values, atol=1e-5)
         heads.clear()
+
+
+def test_the_mtp_heads_deposits_chain_along_a_conversation_and_outlive_eviction_while_read(runtime, monkeypatch):
+    """Without a window the head's cache covers every row, and each turn deposits it: stored whole, a
+    conversation's deposits held every earlier turn's rows again. Each deposit keeps only the rows past the
+    previous turn's, so together they hold each row once; under a budget that evicts old turns, an evicted
+    turn's deposit stays while a later one reads it, goes with the last, and every turn's head still starts
+    from exactly the rows it computes without the cache."""
+    turns = [runtime.chat_prompt(m) for m in _conversation(6)]
+    heads = _recording_heads(monkeypatch)
+    for prompt in turns:
+        run_engine(runtime.engines["mtp"], prompt.ids, 2, GREEDY)
+    without = list(heads)
+    runtime.set_prefix_cache(64 * 2**20)
+    try:
+        store = runtime.prefix_cache
+        for prompt in turns:
+            run_engine(runtime.engines["mtp"], prompt.ids, 2, GREEDY,
+                       prefix=PrefixPlan(store, "", prompt.cache_points))
+            _consistent(store)
+        deposits = [node.extras["mtp"] for node in store.nodes.values() if "mtp" in node.extras]
+        assert len(deposits) == len(turns)
+        last = max(deposits, key=lambda d: d.end)
+        assert sum(d.keys.shape[2] for d in deposits) == last.end   # every row once
+        assert mx.array_equal(last.cache().keys, heads[-1][1][..., :last.end, :])
+        whole = sum(last.nbytes * d.end // (last.end - last.start) for d in deposits)
+        assert sum(d.nbytes for d in deposits) < whole / 2
+        # a budget that holds the last turn's rows and a few entries' states: old turns are evicted as it goes
+        final = store.entries[("", tuple(turns[-1].ids[:-1]))]
+        budget = sum(e.rows.nbytes for e in final.chain()) + 3 * final.state_bytes + 2 * last.nbytes
+        runtime.set_prefix_cache(budget)
+        store, heads[:] = runtime.prefix_cache, []
+        kept_while_read = False
+        for prompt in turns:
+            run_engine(runtime.engines["mtp"], prompt.ids, 2, GREEDY,
+                       prefix=PrefixPlan(store, "", prompt.cache_points))
+            _consistent(store)
+            kept_while_read |= any(n.states is None and "mtp" in n.extras for n in store.nodes.values())
+        assert store.stats.evictions > 0 and kept_while_read
+        for (rows, keys, values), (hit_rows, hit_keys, hit_values) in zip(without, heads):
+            assert rows == hit_rows
+            assert mx.allclose(keys, hit_keys, atol=1e-5) and mx.allclose(values, hit_values, atol=1e-5)
+    finally:
+        runtime.set_prefix_cache(0)
