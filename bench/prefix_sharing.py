@@ -1,7 +1,7 @@
 """Several agents at once under one prefix-cache budget: this checkout against another commit, in one run.
 
     PYTHONPATH=. python -m bench.prefix_sharing --base 8604533 [--agents 3] [--turns 6] [--budgets 1.5,3]
-        [--budget-mib 40,93.2] [--model DIR] [--out DIR]
+        [--budget-mib 40,93.2] [--model DIR] [--engine auto|raw|mtp|ddtree] [--out DIR]
 
 Agents of one coding tool share a system prompt and tools (bench.multiturn's agent context, ~4k tokens on the
 demo tokenizer) and each works on its own task: every turn adds a tool call and a ~350-token tool result. They
@@ -74,8 +74,8 @@ def agents(count: int, turns: int) -> list[tuple[list[dict], list[dict], list[st
     return out
 
 
-def replay(url: str, plans: list, turns: int, max_tokens: int, into: Replay) -> None:
-    params = {"model": "default", "max_tokens": max_tokens, "temperature": 0}
+def replay(url: str, plans: list, turns: int, max_tokens: int, into: Replay, engine: str = "auto") -> None:
+    params = {"model": "default", "max_tokens": max_tokens, "temperature": 0, "engine": engine}
     conversations = [opening for opening, _, _ in plans]
     for turn in range(turns):
         for agent, (_, tools, results) in enumerate(plans):
@@ -91,7 +91,7 @@ def replay(url: str, plans: list, turns: int, max_tokens: int, into: Replay) -> 
     into.peak_bytes = series(samples, "switchyard_model_memory_bytes").get((("kind", "peak"),), 0.0)
 
 
-def one_conversation_bytes(model: list[str], plans: list, turns: int, out: Path) -> int:
+def one_conversation_bytes(model: list[str], plans: list, turns: int, out: Path, engine: str = "auto") -> int:
     """What this checkout's cache holds after one agent's last prompt (its whole conversation), sent once."""
     opening, tools, results = plans[0]
     messages = opening
@@ -100,19 +100,19 @@ def one_conversation_bytes(model: list[str], plans: list, turns: int, out: Path)
     proc = ServeProcess(model, out / "serve-calibrate.log")
     try:
         stream_once(proc.url, {"model": "default", "max_tokens": 1, "temperature": 0, "messages": messages,
-                               "tools": tools})
+                               "tools": tools, "engine": engine})
         return int(series(scrape(proc.url), "switchyard_model_memory_bytes")[(("kind", "prefix_cache"),)])
     finally:
         proc.stop()
 
 
 def run(base: str, model: Path | None, out: Path, agent_count: int, turns: int, factors: list[float],
-        max_tokens: int, budgets_mib: list[float] = ()) -> dict:
+        max_tokens: int, budgets_mib: list[float] = (), engine: str = "auto") -> dict:
     """Each budget (`factors` times one conversation, then `budgets_mib` as they are) served by both commits."""
     out.mkdir(parents=True, exist_ok=True)
     plans = agents(agent_count, turns)
     model_args = ["--model", str(model)] if model is not None else []   # none: serve's embedded demo
-    unit = one_conversation_bytes(model_args, plans, turns, out)
+    unit = one_conversation_bytes(model_args, plans, turns, out, engine)
     replays: list[Replay] = []
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "base"
@@ -126,12 +126,13 @@ def run(base: str, model: Path | None, out: Path, agent_count: int, turns: int, 
                                         out / f"serve-{len(replays)}.log", repo=repo)
                     try:
                         replays.append(Replay(name, factor, budget))
-                        replay(proc.url, plans, turns, max_tokens, replays[-1])
+                        replay(proc.url, plans, turns, max_tokens, replays[-1], engine)
                     finally:
                         proc.stop()
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
-    report = {"base": base, "model": str(model) if model is not None else "embedded demo", "agents": agent_count,
+    report = {"base": base, "model": str(model) if model is not None else "embedded demo", "engine": engine,
+              "agents": agent_count,
               "turns": turns, "max_tokens": max_tokens, "one_conversation_bytes": unit,
               "replays": [{**asdict(r), "summary": r.summary()} for r in replays]}
     (out / "prefix_sharing.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -140,7 +141,8 @@ def run(base: str, model: Path | None, out: Path, agent_count: int, turns: int, 
 
 
 def markdown(report: dict) -> str:
-    lines = [f"{report['agents']} agents x {report['turns']} turns, round robin; one conversation stored once = "
+    lines = [f"{report['agents']} agents x {report['turns']} turns, round robin, engine "
+             f"{report.get('engine', 'auto')}; one conversation stored once = "
              f"{report['one_conversation_bytes'] / 2**20:.1f} MiB", "",
              "| budget (x one conversation) | server | cached share of later turns' prompts | tokens prefilled | "
              "TTFT later turns, median / mean (s) | cache MiB at the end | entries | evictions | peak MiB |",
@@ -163,11 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", default="1.5,3", help="budgets, as multiples of one conversation stored once")
     parser.add_argument("--budget-mib", default="", help="more budgets, in MiB (comparable across runs)")
     parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--engine", default="auto", choices=("auto", "raw", "mtp", "ddtree"),
+                        help="the engine every request asks for (mtp: the head's deposits on every entry)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "prefix-sharing")
     args = parser.parse_args(argv)
     report = run(args.base, args.model, args.out, args.agents, min(args.turns, TURNS),
                  [float(f) for f in args.budgets.split(",") if f], args.max_tokens,
-                 [float(m) for m in args.budget_mib.split(",") if m])
+                 [float(m) for m in args.budget_mib.split(",") if m], args.engine)
     print(markdown(report))
     return 0
 
