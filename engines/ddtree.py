@@ -20,7 +20,7 @@ import numpy as np
 from mlx_lm.models.cache import KVCache
 
 from .bundle import ModelBundle
-from .dflash import DFlashDrafter
+from .dflash import DFlashDrafter, DraftContext
 from .processing import TargetProcessor
 from .request_cost import CONTEXT_SINK, CONTEXT_WINDOW
 from .rows import NO_ROW, Reads, Rows, Window
@@ -199,16 +199,17 @@ class DDTreeEngine(SpeculativeDecoding):
     def start(self, request: Prefilled) -> _TreeDrafting:
         layers, prefix = request.out.layer_outputs, request.prefix
         found = prefix.extra(self.name) if prefix is not None else None
-        done, context = found if found is not None else (0, self.drafter.new_context(self.context_sink,
-                                                                                        self.context_window))
+        if found is not None:
+            done, context = found[0], DraftContext.from_rows(found[1], self.context_sink, self.context_window)
+        else:
+            done, context = 0, self.drafter.new_context(self.context_sink, self.context_window)
         # the drafter's context rows are per-row projections of the target's layers: an entry of L
         # tokens can hold the context after its L rows (added in pieces or at once, the same rows stay)
         stored = prefix.stored if prefix is not None else None
         if stored is not None and self.name not in stored.extras and done < len(stored.tokens):
             self._add_prompt_rows(layers, done, len(stored.tokens), context)
             done = len(stored.tokens)
-            mx.eval(context.keys, context.values, context.positions)
-            prefix.deposit(self.name, done, context, context.nbytes)
+            prefix.deposit(self.name, done, context.bound, context.rows())
         self._add_prompt_rows(layers, done, request.prompt.shape[0], context)
         return _TreeDrafting(self, request, context)
 

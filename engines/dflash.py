@@ -12,6 +12,7 @@ all context rows and, in full-attention layers, to every block row (non-causal).
 from __future__ import annotations
 
 import json
+from itertools import accumulate
 from pathlib import Path
 
 import mlx.core as mx
@@ -25,6 +26,7 @@ from contracts.errors import ModelLoadError
 from .bundle import ModelBundle
 from .dflash_config import DrafterConfig
 from .kernels.attention import ops_attention, use_ops_attention
+from .rows import EVERY_ROW, HeldRows, Rows, Window
 
 
 class DraftAttention(nn.Module):
@@ -111,6 +113,42 @@ class DraftContext:
         old_k, old_v = self.keys[layer], self.values[layer]
         self.keys[layer] = keys if old_k is None else mx.concatenate([old_k, keys], axis=2)
         self.values[layer] = values if old_v is None else mx.concatenate([old_v, values], axis=2)
+
+    @property
+    def bound(self) -> Window:
+        """The rows of a prompt the context keeps: its sink and its window."""
+        return Window(self.sink, self.window) if self.window is not None else EVERY_ROW
+
+    def rows(self) -> list[Rows]:
+        """Every layer's keys and values as rows of the prompt so far (rows first; its sink and window held):
+        what the prefix cache stores. A context of committed rows only (a prefill's)."""
+        total = int(self.length)
+        spans = self.bound.spans(0, total, total)
+        sizes = [b - a for a, b in spans]
+        out: list[Rows] = []
+        for array in (*self.keys, *self.values):
+            rows = mx.moveaxis(array, 2, 0)
+            if spans == [(0, total)]:
+                out.append(rows)
+                continue
+            cuts = list(accumulate(sizes))[:-1]
+            out.append(HeldRows(total, tuple(zip((a for a, _ in spans), mx.split(rows, cuts) if cuts else [rows]))))
+        return out
+
+    @classmethod
+    def from_rows(cls, rows: list[Rows], sink: int, window: int | None) -> DraftContext:
+        """The context `rows()` gave (each layer's keys, then each layer's values)."""
+        layers = len(rows) // 2
+        context = cls(layers, sink, window)
+        total = rows[0].shape[0]
+        spans = context.bound.spans(0, total, total)
+        parts = [[r[a:b] for a, b in spans] for r in rows]
+        stacked = [mx.moveaxis(p[0] if len(p) == 1 else mx.concatenate(p), 0, 2) for p in parts]
+        context.keys, context.values = stacked[:layers], stacked[layers:]
+        context.positions = mx.concatenate([mx.arange(a, b, dtype=mx.int32) for a, b in spans]) if spans \
+            else mx.zeros((0,), dtype=mx.int32)
+        context.length = total
+        return context
 
     def trim(self) -> None:
         """Keep the first `sink` rows and the last `window` rows (long prompts)."""

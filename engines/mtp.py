@@ -15,7 +15,7 @@ from mlx_lm.models.cache import KVCache
 from .bundle import ModelBundle
 from .mtp_head import MTPHead
 from .prefill import PrefixUse, chunk_slices
-from .rows import NO_ROW, Reads, Rows, Window
+from .rows import EVERY_ROW, NO_ROW, Reads, Rows, Window
 from .sampling import candidates, log_probs
 from .speculative import (
     Committed,
@@ -92,7 +92,8 @@ class _MTPDrafting:
         found = prefix.extra(self.engine.name) if prefix is not None else None
         if found is None:
             return 0
-        length, self.head_cache = found
+        length, (keys, values) = found
+        self.head_cache.state = (mx.moveaxis(keys, 0, 2), mx.moveaxis(values, 0, 2), length - 1)
         return length - 1
 
     def _deposit(self, prefix: PrefixUse | None, next_tokens: mx.array, hidden: mx.array, done: int) -> int:
@@ -101,8 +102,10 @@ class _MTPDrafting:
             return done
         upto = len(stored.tokens) - 1
         self.engine.head_rows(next_tokens[done:upto], hidden[done:upto], self.head_cache)
-        mx.eval(self.head_cache.state)
-        prefix.deposit(self.engine.name, len(stored.tokens), self.head_cache, self.head_cache.nbytes)
+        head = self.head_cache
+        # rows first, as the prefix cache holds rows: an entry keeps only those past the deposit it extends
+        prefix.deposit(self.engine.name, len(stored.tokens), EVERY_ROW,
+                       [mx.moveaxis(head.keys[..., :upto, :], 2, 0), mx.moveaxis(head.values[..., :upto, :], 2, 0)])
         return upto
 
     def cycle(self, pending: int, sync: bool) -> Cycle:

@@ -16,7 +16,7 @@ from contracts.engine import Pause
 
 from .bundle import ModelBundle
 from .prefix_cache import PrefixCache, PrefixEntry
-from .rows import READS_ALL, Reads, Rows, arrays, hold, joined
+from .rows import READS_ALL, Reads, Rows, Window, arrays, hold, joined
 from .target import ForwardOutput, forward_causal
 
 PREFILL_CHUNK = 2048
@@ -55,14 +55,16 @@ class PrefixUse:
     resumed: PrefixEntry | None
     stored: PrefixEntry | None
 
-    def extra(self, engine: str) -> tuple[int, object] | None:
-        """(rows, state) an engine may resume from: its deposit on the resumed entry."""
-        state = self.store.extra(self.resumed, engine) if self.resumed is not None else None
-        return (len(self.resumed.tokens), state) if state is not None else None
+    def extra(self, engine: str) -> tuple[int, list[Rows]] | None:
+        """(tokens, rows) an engine may resume from: the rows of its deposit on the resumed entry."""
+        rows = self.store.extra(self.resumed, engine) if self.resumed is not None else None
+        return (len(self.resumed.tokens), rows) if rows is not None else None
 
-    def deposit(self, engine: str, rows: int, state: object, nbytes: int) -> None:
-        if self.stored is not None and len(self.stored.tokens) == rows:
-            self.store.add_extra(self.stored, engine, state, nbytes)
+    def deposit(self, engine: str, tokens: int, window: Window, arrays: list[Rows]) -> None:
+        """Leave an engine's per-row state after the stored entry's `tokens` (what `window` reads of its rows,
+        rows first) for later requests."""
+        if self.stored is not None and len(self.stored.tokens) == tokens:
+            self.store.add_extra(self.stored, engine, window, arrays)
 
 
 class _Outputs:

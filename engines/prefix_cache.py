@@ -20,10 +20,10 @@ Of the hidden states and captured layers an entry holds only the rows the engine
 drafter's sink and window, the MTP head's window) at its end; once hollow, at the end of the shortest entry
 that still reads it, so an evicted turn keeps its KV and little else.
 
-An engine's own attention cache deposited on an entry (the MTP head's, over rows 0..end) chains the same way:
-its rows depend only on the tokens before them, so a deposit keeps only the rows past the deposit of an entry
-it extends (`ExtraRows`), which an evicted entry keeps while a later deposit reads it. Other deposits (the
-drafter's sink-and-window context) are kept whole.
+An engine's own state deposited on an entry chains the same way (`Deposit`): it is per-row keys and values
+(the MTP head's over every row, the drafter's context over its sink and window), each row depending only on
+the tokens before it, so a deposit keeps only the rows past the deposit of an entry it extends, which an
+evicted entry keeps while a later deposit reads it.
 
 Memory is bounded by bytes (least recently used first out); an entry larger than the budget is not
 stored. Entries are namespaced by a scope (the API key) unless the operator shares them. Stored arrays
@@ -65,31 +65,30 @@ class PrefixRows:
 
 
 @dataclass(eq=False)
-class ExtraRows:
-    """An engine's attention cache over rows 0..`end` deposited on an entry, held as its rows `start`..`end`
-    past `base`, the deposit of an entry whose tokens this one's extend (None: from row 0)."""
+class Deposit:
+    """An engine's per-row state after rows 0..`end` (arrays whose first axis is the prompt's rows, of which a
+    state holds those `window` reads at `end`), deposited on an entry and held as its rows past `base`: the
+    deposit of an entry whose tokens this one's extend (None: from row 0). A state at `end` reads of the rows
+    before `base.end` only what the base's own state held, so the chain holds every row it needs."""
 
-    base: ExtraRows | None
-    start: int
+    base: Deposit | None
     end: int
-    keys: mx.array     # (B, heads, end - start, dim)
-    values: mx.array
-    users: int = 0     # deposits whose base this is: they read its rows, so they stay while it is evicted
+    window: Window
+    rows: list[HeldRows]   # per array, its own rows
+    users: int = 0         # deposits whose base this is: they read its rows, so they stay while it is evicted
 
     @property
     def nbytes(self) -> int:
-        return self.keys.nbytes + self.values.nbytes
+        return sum(r.nbytes for r in self.rows)
 
-    def cache(self) -> KVCache:
-        """A fresh cache over rows 0..end (copies: the request's cache never aliases the stored rows)."""
+    def held(self) -> list[Rows]:
+        """Every array's rows a state at `end` holds, gathered along the chain (copies)."""
         parts, part = [], self
         while part is not None:
             parts.append(part)
             part = part.base
         parts.reverse()
-        cache = KVCache()
-        cache.state = (_joined([p.keys for p in parts], 2), _joined([p.values for p in parts], 2), self.end)
-        return cache
+        return [_chained(self.end, [p.rows[i] for p in parts], self.window) for i in range(len(self.rows))]
 
 
 @dataclass(eq=False)
@@ -104,7 +103,7 @@ class PrefixEntry:
     state_bytes: int
     # engine name -> that engine's own state built from these rows (MTP head KV, drafter context),
     # deposited by the first request of that engine to reach this boundary
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, Deposit] = field(default_factory=dict)
     extra_sizes: dict[str, int] = field(default_factory=dict)   # engine name -> bytes of its deposit here
     kids: list[PrefixEntry] = field(default_factory=list)   # entries whose parent this is
 
@@ -321,57 +320,48 @@ class PrefixCache:
                  and tokens[:e.end] == e.tokens]
         return next((e for e in sorted(found, key=lambda e: -e.end) if self._serves(e, len(tokens))), None)
 
-    def add_extra(self, entry: PrefixEntry, engine: str, state: Any, nbytes: int) -> None:
-        """Attach an engine's state at the entry's boundary (copied; an attention cache over rows 0..n as the rows
-        past the deposit of an entry it extends); evicts others to fit."""
+    def add_extra(self, entry: PrefixEntry, engine: str, window: Window, arrays: list[Rows]) -> None:
+        """Attach an engine's state after the entry's rows (`arrays`: what `window` reads of them, rows first), as
+        the rows past the deposit of an entry it extends (copies); evicts others to fit."""
+        end = arrays[0].shape[0]
         with self._lock:
             if engine in entry.extras or (entry.scope, entry.tokens) not in self.entries:
                 return
-            base = next((e.extras[engine] for e in entry.chain()[-2::-1] if engine in e.extras), None) \
-                if _kv_layer(state) else None
-            start = base.end if isinstance(base, ExtraRows) and base.end <= state.offset else 0
-            if _kv_layer(state):
-                nbytes = (state.offset - start) * (state.keys.nbytes + state.values.nbytes) // state.keys.shape[2]
-            if _alone(entry) + nbytes > self.max_bytes:
-                return
-        if _kv_layer(state):
-            state = ExtraRows(base if start else None, start, state.offset,
-                              mx.array(state.keys[..., start:state.offset, :]),
-                              mx.array(state.values[..., start:state.offset, :]))
-            mx.eval(state.keys, state.values)
-            nbytes = state.nbytes
-        else:
-            state = copy.deepcopy(state)
+            base = next((e.extras[engine] for e in entry.chain()[-2::-1] if engine in e.extras), None)
+            if base is not None and (base.window != window or base.end > end):
+                base = None
+        spans = window.spans(base.end if base is not None else 0, end, end)
+        deposit = Deposit(base, end, window, [copied(a, end, spans) for a in arrays])
+        mx.eval([a for rows in deposit.rows for a in rows.arrays()])
         with self._lock:
-            if engine in entry.extras or (entry.scope, entry.tokens) not in self.entries:
+            if engine in entry.extras or (entry.scope, entry.tokens) not in self.entries \
+                    or _alone(entry) + deposit.nbytes > self.max_bytes:
                 return
-            if isinstance(state, ExtraRows) and state.base is not None:
-                if not any(e.extras.get(engine) is state.base for e in entry.chain()):
+            if base is not None:
+                if not any(e.extras.get(engine) is base for e in entry.chain()):
                     return   # its base went meanwhile
-                state.base.users += 1
-            entry.extras[engine], entry.extra_sizes[engine] = state, nbytes
-            self.bytes += nbytes
+                base.users += 1
+            entry.extras[engine], entry.extra_sizes[engine] = deposit, deposit.nbytes
+            self.bytes += deposit.nbytes
             self.entries.move_to_end((entry.scope, entry.tokens))
             self._evict(keep=1)   # the grown entry is the most recent: others go first
 
-    def extra(self, entry: PrefixEntry, engine: str) -> Any | None:
-        """A copy of the state `engine` deposited on `entry` (None: none)."""
+    def extra(self, entry: PrefixEntry, engine: str) -> list[Rows] | None:
+        """The rows of the state `engine` deposited on `entry` (copies; None: none)."""
         with self._lock:
-            state = entry.extras.get(engine)
-            if isinstance(state, ExtraRows):
-                return state.cache()
-        return copy.deepcopy(state) if state is not None else None
+            deposit = entry.extras.get(engine)
+            return deposit.held() if deposit is not None else None
 
     def _drop_extra(self, entry: PrefixEntry, engine: str) -> None:
         """An evicted entry's deposit goes unless later deposits read its rows; the rows it read of its base go
         with it where nothing else reads them. Lock held."""
         while entry is not None:
-            state = entry.extras[engine]
-            if isinstance(state, ExtraRows) and state.users > 0:
+            deposit = entry.extras[engine]
+            if deposit.users > 0:
                 return
             del entry.extras[engine]
             self.bytes -= entry.extra_sizes.pop(engine)
-            base = state.base if isinstance(state, ExtraRows) else None
+            base = deposit.base
             if base is None:
                 return
             base.users -= 1

@@ -14,7 +14,7 @@ import pytest
 from contracts.engine import CancelToken, PrefixHint
 from contracts.sampling import SamplingParams
 from engines.prefill import PrefixPlan, prefill_cached, prefill_stepwise
-from engines.prefix_cache import ExtraRows, PrefixCache, _shortest_reader
+from engines.prefix_cache import PrefixCache, _shortest_reader
 from engines.rows import READS_ALL, HeldRows, Reads, RowsNotHeld, Window, widest
 from tests.engine_helpers import run_engine
 
@@ -53,19 +53,21 @@ def _consistent(store: PrefixCache) -> None:
             assert [(a, a + block.shape[0]) for a, block in held.spans] == spans
         if node.states is None:
             assert node.children > 0 and (node.scope, node.tokens) not in store.entries
-        # an engine's attention-cache deposit holds the rows past its base's, a deposit on an entry it extends,
-        # and stays on an evicted entry exactly while later deposits read it
+        # an engine's deposit holds what its window reads of the rows past its base's, a deposit on an entry it
+        # extends, and stays on an evicted entry exactly while later deposits read it
         assert node.extras.keys() == node.extra_sizes.keys()
-        for engine, extra in node.extras.items():
-            if isinstance(extra, ExtraRows):
-                assert node.extra_sizes[engine] == extra.nbytes
-                assert extra.users == sum(other.extras.get(engine) is not None and other.extras[engine].base is extra
-                                          for other in store.nodes.values())
-                assert node.states is not None or extra.users > 0
-                assert extra.end == len(node.tokens) - 1 and extra.keys.shape[2] == extra.end - extra.start
-                if extra.base is not None:
-                    assert extra.start == extra.base.end
-                    assert any(e.extras.get(engine) is extra.base for e in node.chain()[:-1])
+        for engine, deposit in node.extras.items():
+            assert node.extra_sizes[engine] == deposit.nbytes
+            assert deposit.users == sum(other.extras.get(engine) is not None and other.extras[engine].base is deposit
+                                        for other in store.nodes.values())
+            assert node.states is not None or deposit.users > 0
+            assert deposit.end == len(node.tokens) - (engine == "mtp")   # a head row pairs a row with the next token
+            start = deposit.base.end if deposit.base is not None else 0
+            for rows in deposit.rows:
+                assert [(a, a + block.shape[0]) for a, block in rows.spans] == deposit.window.spans(start, deposit.end,
+                                                                                                  deposit.end)
+            if deposit.base is not None:
+                assert any(e.extras.get(engine) is deposit.base for e in node.chain()[:-1])
     assert all(entry.states is not None and store.nodes[key] is entry for key, entry in store.entries.items())
 
 
@@ -410,10 +412,10 @@ def test_the_mtp_heads_deposits_chain_along_a_conversation_and_outlive_eviction_
         deposits = [node.extras["mtp"] for node in store.nodes.values() if "mtp" in node.extras]
         assert len(deposits) == len(turns)
         last = max(deposits, key=lambda d: d.end)
-        assert sum(d.keys.shape[2] for d in deposits) == last.end   # every row once
-        assert mx.array_equal(last.cache().keys, heads[-1][1][..., :last.end, :])
-        whole = sum(last.nbytes * d.end // (last.end - last.start) for d in deposits)
-        assert sum(d.nbytes for d in deposits) < whole / 2
+        assert sum(block.shape[0] for d in deposits for _, block in d.rows[0].spans) == last.end   # every row once
+        assert mx.array_equal(mx.moveaxis(last.held()[0], 0, 2), heads[-1][1][..., :last.end, :])
+        row_bytes = sum(d.nbytes for d in deposits) // last.end
+        assert sum(d.nbytes for d in deposits) < sum(d.end for d in deposits) * row_bytes / 2   # whole: each again
         # a budget that holds the last turn's rows and a few entries' states: old turns are evicted as it goes
         final = store.entries[("", tuple(turns[-1].ids[:-1]))]
         budget = sum(e.rows.nbytes for e in final.chain()) + 3 * final.state_bytes + 2 * last.nbytes
@@ -431,3 +433,55 @@ def test_the_mtp_heads_deposits_chain_along_a_conversation_and_outlive_eviction_
             assert mx.allclose(keys, hit_keys, atol=1e-5) and mx.allclose(values, hit_values, atol=1e-5)
     finally:
         runtime.set_prefix_cache(0)
+
+
+def test_the_drafters_deposits_chain_and_its_context_with_a_hit_is_the_one_without(runtime, windowed, monkeypatch):
+    """The drafter's context after the prompt (keys and values of every layer, over its sink and window): turn
+    by turn, with the cache, under a budget that evicts old turns, it holds the rows and positions it holds
+    without the cache, and each turn's deposit stores only the rows past the previous turn's that its window
+    reads (stored whole, every deposit held the sink and the window again)."""
+    from engines.ddtree import DDTreeEngine
+
+    contexts = []
+    start = DDTreeEngine.start
+
+    def recorded(self, request):
+        drafting = start(self, request)
+        c = drafting.context
+        contexts.append((int(c.length), c.positions.tolist(), [mx.array(a) for a in (*c.keys, *c.values)]))
+        return drafting
+
+    monkeypatch.setattr(DDTreeEngine, "start", recorded)
+    for family in (runtime, windowed):
+        turns = [family.chat_prompt(m) for m in _conversation(6)]
+        for prompt in turns:
+            run_engine(family.engines["ddtree"], prompt.ids, 2, GREEDY)
+        without, contexts[:] = list(contexts), []
+        family.set_prefix_cache(64 * 2**20)
+        store = family.prefix_cache
+        try:
+            for prompt in turns:
+                run_engine(family.engines["ddtree"], prompt.ids, 2, GREEDY,
+                           prefix=PrefixPlan(store, "", prompt.cache_points))
+                _consistent(store)
+            deposits = sorted((n.extras["ddtree"] for n in store.nodes.values() if "ddtree" in n.extras),
+                              key=lambda d: d.end)
+            assert len(deposits) == len(turns)
+            own = [sum(block.shape[0] for _, block in d.rows[0].spans) for d in deposits]
+            whole = [sum(b - a for a, b in d.window.spans(0, d.end, d.end)) for d in deposits]
+            assert sum(own) < sum(whole) / 2 and own[0] == whole[0]
+            final = store.entries[("", tuple(turns[-1].ids[:-1]))]
+            budget = sum(e.rows.nbytes for e in final.chain()) + 3 * final.state_bytes + 3 * deposits[-1].nbytes
+            family.set_prefix_cache(budget)
+            store, contexts[:] = family.prefix_cache, []
+            for prompt in turns:
+                run_engine(family.engines["ddtree"], prompt.ids, 2, GREEDY,
+                           prefix=PrefixPlan(store, "", prompt.cache_points))
+                _consistent(store)
+            assert store.stats.evictions > 0 and store.stats.hits >= len(turns) - 1
+        finally:
+            family.set_prefix_cache(0)
+        for (length, positions, arrays), (hit_length, hit_positions, hit_arrays) in zip(without, contexts):
+            assert (length, positions) == (hit_length, hit_positions)
+            assert all(mx.allclose(a, b, atol=1e-5) for a, b in zip(arrays, hit_arrays))
+        contexts.clear()
