@@ -82,7 +82,7 @@ class Deposit:
         return sum(r.nbytes for r in self.rows)
 
     def held(self) -> list[Rows]:
-        """Every array's rows a state at `end` holds, gathered along the chain (copies)."""
+        """Every array's rows a state at `end` holds, gathered along the chain."""
         parts, part = [], self
         while part is not None:
             parts.append(part)
@@ -104,7 +104,6 @@ class PrefixEntry:
     # engine name -> that engine's own state built from these rows (MTP head KV, drafter context),
     # deposited by the first request of that engine to reach this boundary
     extras: dict[str, Deposit] = field(default_factory=dict)
-    extra_sizes: dict[str, int] = field(default_factory=dict)   # engine name -> bytes of its deposit here
     kids: list[PrefixEntry] = field(default_factory=list)   # entries whose parent this is
 
     @property
@@ -117,7 +116,7 @@ class PrefixEntry:
 
     @property
     def extra_bytes(self) -> int:
-        return sum(self.extra_sizes.values())
+        return sum(deposit.nbytes for deposit in self.extras.values())
 
     @property
     def nbytes(self) -> int:
@@ -341,13 +340,13 @@ class PrefixCache:
                 if not any(e.extras.get(engine) is base for e in entry.chain()):
                     return   # its base went meanwhile
                 base.users += 1
-            entry.extras[engine], entry.extra_sizes[engine] = deposit, deposit.nbytes
+            entry.extras[engine] = deposit
             self.bytes += deposit.nbytes
             self.entries.move_to_end((entry.scope, entry.tokens))
             self._evict(keep=1)   # the grown entry is the most recent: others go first
 
     def extra(self, entry: PrefixEntry, engine: str) -> list[Rows] | None:
-        """The rows of the state `engine` deposited on `entry` (copies; None: none)."""
+        """The rows of the state `engine` deposited on `entry` (None: none)."""
         with self._lock:
             deposit = entry.extras.get(engine)
             return deposit.held() if deposit is not None else None
@@ -360,7 +359,7 @@ class PrefixCache:
             if deposit.users > 0:
                 return
             del entry.extras[engine]
-            self.bytes -= entry.extra_sizes.pop(engine)
+            self.bytes -= deposit.nbytes
             base = deposit.base
             if base is None:
                 return

@@ -55,9 +55,7 @@ def _consistent(store: PrefixCache) -> None:
             assert node.children > 0 and (node.scope, node.tokens) not in store.entries
         # an engine's deposit holds what its window reads of the rows past its base's, a deposit on an entry it
         # extends, and stays on an evicted entry exactly while later deposits read it
-        assert node.extras.keys() == node.extra_sizes.keys()
         for engine, deposit in node.extras.items():
-            assert node.extra_sizes[engine] == deposit.nbytes
             assert deposit.users == sum(other.extras.get(engine) is not None and other.extras[engine].base is deposit
                                         for other in store.nodes.values())
             assert node.states is not None or deposit.users > 0
