@@ -155,9 +155,10 @@ def _chained(end: int, parts: list[HeldRows], window: Window) -> Rows:
     return hold(HeldRows(end, spans), window)
 
 
-def _own(rows: Rows, start: int, end: int, window: Window) -> HeldRows:
-    """What `window` reads of rows start..end of a prompt that ends at `end`."""
-    return copied(rows, end, window.spans(start, end, end))
+def _own(rows: Rows, start: int, end: int, window: Window, read_at: int | None = None) -> HeldRows:
+    """What `window` reads of rows start..end at the end of a prompt of `read_at` rows (default: `end`)."""
+    return copied(rows, end, window.spans(start, end, end if read_at is None else read_at))
+
 
 
 class PrefixCache:
@@ -231,9 +232,13 @@ class PrefixCache:
                 self.entries.move_to_end(key)
                 return self.entries[key]
             node = self.nodes.get(key)
-            if node is not None and not self._serves(node, n):   # hollow, and trimmed below what it reads
-                return None
+            # a hollow entry comes back on its rows; those trimmed below what it reads (its own or those it
+            # extends) are refilled from this prompt's, which the prefill holds where an entry here reads them
+            stale = [e for e in node.chain() if not self._holds(e, n)] if node is not None else []
             parent = node.parent if node is not None else self._parent(scope, key[1])
+        refills = {e: PrefixRows(e.rows.start, e.rows.kv, _own(hidden, e.rows.start, e.end, self.reads.hidden, n),
+                                 {i: _own(a, e.rows.start, e.end, self.reads.layers, n) for i, a in layers.items()})
+                   for e in stale}
         states = {i: copy.deepcopy(c) for i, c in enumerate(cache) if not _kv_layer(c)}
         state_bytes = sum(c.nbytes for c in states.values())
         if node is not None:   # a hollow entry: its rows are still here, only its state comes back
@@ -246,12 +251,16 @@ class PrefixCache:
                  for i, c in enumerate(cache) if _kv_layer(c)},
                 _own(hidden, start, n, self.reads.hidden),
                 {i: _own(a, start, n, self.reads.layers) for i, a in layers.items()})
-        incoming = state_bytes + (0 if node is not None else rows.nbytes)
+        refilled = sum(new.nbytes - e.rows.nbytes for e, new in refills.items())
+        incoming = state_bytes + refilled + (0 if node is not None else rows.nbytes)
         # the rows it extends stay whatever else goes: with them it must fit
         if incoming + _rows_bytes(node or parent) > self.max_bytes:
             return None
-        mx.eval(rows.arrays(), [c.state for c in states.values()])
+        mx.eval(rows.arrays(), [c.state for c in states.values()], [new.arrays() for new in refills.values()])
         with self._lock:
+            for e, new in refills.items():
+                self.bytes += new.nbytes - e.rows.nbytes
+                e.rows = new
             if node is None:
                 node = PrefixEntry(scope, key[1], parent, rows, None, 0)
                 if parent is not None:
@@ -306,12 +315,13 @@ class PrefixCache:
 
     def _serves(self, entry: PrefixEntry, end: int) -> bool:
         """Whether `entry`'s rows, and those it extends, hold what an entry ending at `end` reads of them."""
-        for e in entry.chain():
-            for held, window in ((e.rows.hidden, self.reads.hidden),
-                                 *((h, self.reads.layers) for h in e.rows.layers.values())):
-                if not all(held.holds(a, b) for a, b in window.spans(e.rows.start, e.end, end)):
-                    return False
-        return True
+        return all(self._holds(e, end) for e in entry.chain())
+
+    def _holds(self, entry: PrefixEntry, end: int) -> bool:
+        """Whether `entry`'s own rows hold what an entry ending at `end` reads of them."""
+        return all(held.holds(a, b) for held, window in ((entry.rows.hidden, self.reads.hidden),
+                                                          *((h, self.reads.layers) for h in entry.rows.layers.values()))
+                   for a, b in window.spans(entry.rows.start, entry.end, end))
 
     def _parent(self, scope: str, tokens: tuple[int, ...]) -> PrefixEntry | None:
         """The longest entry (hollow or not) that `tokens` extend and whose rows serve them."""

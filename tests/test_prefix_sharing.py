@@ -319,9 +319,10 @@ def test_a_shared_system_prompt_stays_a_hit_while_conversations_on_it_are_evicte
         runtime.set_prefix_cache(0)
 
 
-def test_a_trimmed_hollow_entry_is_not_stored_again_on_its_own_prompt(windowed):
-    """Its rows were cut to what its extension reads, which is less than its own prompt reads: that boundary is
-    refused, the store stays as it was, and the extension still serves its prompts."""
+def test_a_trimmed_hollow_entry_comes_back_on_its_own_prompt_refilled(windowed):
+    """Its rows were cut to what its extension reads, which is less than its own prompt reads: on that prompt
+    again they are refilled from the prefill (which holds what the entry reads), the entry is a hit again, and
+    the extension still serves its prompts. Before, that boundary was refused until the extension went."""
     ids = windowed.encode_prompt(LONG * 2)
     windowed.set_prefix_cache(64 * 2**20)
     try:
@@ -336,13 +337,18 @@ def test_a_trimmed_hollow_entry_is_not_stored_again_on_its_own_prompt(windowed):
         _consistent(store)
         layer = next(iter(a.rows.layers.values()))
         assert a.states is None and sum(block.shape[0] for _, block in layer.spans) == 64   # the sink alone
-        before = store.bytes
         store.max_bytes = 64 * 2**20
-        cached, use = _prefill(windowed, store, ids[:101])     # A's own prompt again
-        assert cached == 0 and use.stored is None and store.bytes == before and a.states is None
+        cached, use = _prefill(windowed, store, ids[:101])     # A's own prompt again: refilled, stored
+        assert cached == 0 and use.stored is a and a.states is not None
+        assert sum(block.shape[0] for _, block in next(iter(a.rows.layers.values())).spans) == 64 + 16
         _consistent(store)
-        cached, _ = _prefill(windowed, store, ids[:211])       # B still serves what extends it
-        assert cached == 200
+        for engine in ("mtp", "ddtree"):                      # a hit again, drafting from the refilled rows
+            hits = store.stats.hits
+            assert _steps(windowed, engine, ids[:101], PrefixPlan(store, "", ())) == \
+                _steps(windowed, engine, ids[:101], None)
+            assert store.stats.hits == hits + 1
+        assert _prefill(windowed, store, ids[:211])[0] == 200   # B still serves what extends it
+        _consistent(store)
     finally:
         windowed.set_prefix_cache(0)
 
