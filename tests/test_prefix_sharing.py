@@ -13,7 +13,7 @@ import pytest
 
 from contracts.engine import CancelToken, PrefixHint
 from contracts.sampling import SamplingParams
-from engines.prefill import PrefixPlan, prefill_cached, prefill_stepwise
+from engines.prefill import SNAPSHOT_GAP, PrefixPlan, prefill_cached, prefill_stepwise
 from engines.prefix_cache import PrefixCache, _shortest_reader
 from engines.rows import READS_ALL, HeldRows, Reads, RowsNotHeld, Window, widest
 from tests.engine_helpers import run_engine
@@ -69,6 +69,11 @@ def _consistent(store: PrefixCache) -> None:
     assert all(entry.states is not None and store.nodes[key] is entry for key, entry in store.entries.items())
 
 
+def _end_entry(store: PrefixCache, prompt):
+    """The entry a chat prompt's end resumes from: the conversation's end, SNAPSHOT_GAP rows or fewer before it."""
+    return store.entries[("", tuple(prompt.ids[:prompt.cache_points[-1]]))]
+
+
 def _kv_rows(node) -> int:
     return next(iter(node.rows.kv.values()))[0].shape[2]
 
@@ -92,10 +97,32 @@ def test_a_requests_boundaries_store_their_rows_once(runtime):
         _run(runtime, prompt, "raw")
         store = runtime.prefix_cache
         _consistent(store)
-        body = max(store.entries.values(), key=lambda e: len(e.tokens))
-        chain = body.chain()
-        assert [len(e.tokens) for e in chain] == [*prompt.cache_points, len(prompt.ids) - 1]
-        assert sum(_kv_rows(e) for e in chain) == len(body.tokens)   # each row once
+        last = max(store.entries.values(), key=lambda e: len(e.tokens))
+        chain = last.chain()
+        # the prompt's end, a few rows past the conversation's (its generation prompt), has no snapshot of its own
+        assert [len(e.tokens) for e in chain] == list(prompt.cache_points)
+        assert 0 < len(prompt.ids) - 1 - prompt.cache_points[-1] <= SNAPSHOT_GAP
+        assert sum(_kv_rows(e) for e in chain) == len(last.tokens)   # each row once
+    finally:
+        runtime.set_prefix_cache(0)
+
+
+def test_a_prompt_resent_resumes_at_its_conversations_end_and_the_engines_deposit_there(runtime):
+    """The prompt's end is not snapshotted a few rows after the conversation's (a second GatedDeltaNet state for
+    the generation prompt's tokens): the same prompt again resumes at the conversation's end, prefills those
+    rows, and gives the same output for every engine; each engine's state is deposited on that entry."""
+    prompt = runtime.chat_prompt(_conversation(2)[1])
+    reference = {engine: _run(runtime, prompt, engine)[0] for engine in ENGINES}
+    runtime.set_prefix_cache(64 * 2**20)
+    try:
+        store = runtime.prefix_cache
+        for engine in ENGINES:
+            _run(runtime, prompt, engine)
+            tokens, cached = _run(runtime, prompt, engine)
+            assert tokens == reference[engine] and cached == prompt.cache_points[-1], engine
+        end = _end_entry(store, prompt)
+        assert set(end.extras) == {"mtp", "ddtree"} and len(store.nodes) == len(prompt.cache_points)
+        _consistent(store)
     finally:
         runtime.set_prefix_cache(0)
 
@@ -107,7 +134,7 @@ def test_turns_chain_and_outputs_stay_exact_while_entries_are_evicted(runtime):
     try:
         for prompt in turns:
             _run(runtime, prompt, "raw")
-        last = runtime.prefix_cache.entries[("", tuple(turns[-1].ids[:-1]))]
+        last = _end_entry(runtime.prefix_cache, turns[-1])
         rows, state = sum(e.rows.nbytes for e in last.chain()), last.state_bytes
         for engine in ENGINES:
             # room for the conversation's rows and a few states: older turns' entries are evicted as it grows,
@@ -124,7 +151,7 @@ def test_turns_chain_and_outputs_stay_exact_while_entries_are_evicted(runtime):
                 hollow_seen |= any(node.states is None for node in store.nodes.values())
             assert hollow_seen and store.stats.evictions > 0, engine
             # the last turn's entry is stored, with its rows once: a copy per boundary would take twice as much
-            last = store.entries[("", tuple(turns[-1].ids[:-1]))]
+            last = _end_entry(store, turns[-1])
             assert store.bytes < 2 * sum(e.rows.nbytes for e in last.chain())
     finally:
         runtime.set_prefix_cache(0)
@@ -268,7 +295,7 @@ def test_hollow_entries_keep_only_the_rows_later_entries_read(windowed):
         for prompt in turns:
             run_engine(windowed.engines["raw"], prompt.ids, 2, GREEDY,
                        prefix=PrefixPlan(windowed.prefix_cache, "", prompt.cache_points))
-        last = windowed.prefix_cache.entries[("", tuple(turns[-1].ids[:-1]))]
+        last = _end_entry(windowed.prefix_cache, turns[-1])
         budget = sum(e.rows.nbytes for e in last.chain()) + 3 * last.state_bytes
         for engine in ("mtp", "ddtree"):
             windowed.set_prefix_cache(budget)
@@ -421,7 +448,7 @@ def test_the_mtp_heads_deposits_chain_along_a_conversation_and_outlive_eviction_
         row_bytes = sum(d.nbytes for d in deposits) // last.end
         assert sum(d.nbytes for d in deposits) < sum(d.end for d in deposits) * row_bytes / 2   # whole: each again
         # a budget that holds the last turn's rows and a few entries' states: old turns are evicted as it goes
-        final = store.entries[("", tuple(turns[-1].ids[:-1]))]
+        final = _end_entry(store, turns[-1])
         budget = sum(e.rows.nbytes for e in final.chain()) + 3 * final.state_bytes + 2 * last.nbytes
         runtime.set_prefix_cache(budget)
         store, heads[:] = runtime.prefix_cache, []
@@ -474,7 +501,7 @@ def test_the_drafters_deposits_chain_and_its_context_with_a_hit_is_the_one_witho
             own = [sum(block.shape[0] for _, block in d.rows[0].spans) for d in deposits]
             whole = [sum(b - a for a, b in d.window.spans(0, d.end, d.end)) for d in deposits]
             assert sum(own) < sum(whole) / 2 and own[0] == whole[0]
-            final = store.entries[("", tuple(turns[-1].ids[:-1]))]
+            final = _end_entry(store, turns[-1])
             budget = sum(e.rows.nbytes for e in final.chain()) + 3 * final.state_bytes + 3 * deposits[-1].nbytes
             family.set_prefix_cache(budget)
             store, contexts[:] = family.prefix_cache, []
