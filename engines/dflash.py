@@ -124,16 +124,11 @@ class DraftContext:
         what the prefix cache stores. A context of committed rows only (a prefill's)."""
         total = int(self.length)
         spans = self.bound.spans(0, total, total)
-        sizes = [b - a for a, b in spans]
-        out: list[Rows] = []
-        for array in (*self.keys, *self.values):
-            rows = mx.moveaxis(array, 2, 0)
-            if spans == [(0, total)]:
-                out.append(rows)
-                continue
-            cuts = list(accumulate(sizes))[:-1]
-            out.append(HeldRows(total, tuple(zip((a for a, _ in spans), mx.split(rows, cuts) if cuts else [rows]))))
-        return out
+        rows = [mx.moveaxis(array, 2, 0) for array in (*self.keys, *self.values)]
+        if spans == [(0, total)]:
+            return rows
+        cuts = list(accumulate(b - a for a, b in spans))[:-1]
+        return [HeldRows(total, tuple(zip((a for a, _ in spans), mx.split(r, cuts) if cuts else [r]))) for r in rows]
 
     @classmethod
     def from_rows(cls, rows: list[Rows], sink: int, window: int | None) -> DraftContext:

@@ -36,7 +36,7 @@ import copy
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
@@ -83,11 +83,7 @@ class Deposit:
 
     def held(self) -> list[Rows]:
         """Every array's rows a state at `end` holds, gathered along the chain."""
-        parts, part = [], self
-        while part is not None:
-            parts.append(part)
-            part = part.base
-        parts.reverse()
+        parts = _first_to_last(self, lambda deposit: deposit.base)
         return [_chained(self.end, [p.rows[i] for p in parts], self.window) for i in range(len(self.rows))]
 
 
@@ -124,11 +120,7 @@ class PrefixEntry:
 
     def chain(self) -> list[PrefixEntry]:
         """The entries whose rows make up this one's prefix, first to last."""
-        entries, entry = [], self
-        while entry is not None:
-            entries.append(entry)
-            entry = entry.parent
-        return entries[::-1]
+        return _first_to_last(self, lambda entry: entry.parent)
 
 
 @dataclass
@@ -138,6 +130,15 @@ class PrefixStats:
     cached_tokens: int = 0            # prompt tokens served from the cache
     evictions: int = 0
     inserts: int = 0
+
+
+def _first_to_last(last: Any, before: Callable[[Any], Any]) -> list:
+    """`last` and what it extends (`before`, until None), first to last."""
+    out = []
+    while last is not None:
+        out.append(last)
+        last = before(last)
+    return out[::-1]
 
 
 def _kv_layer(cache: Any) -> bool:
