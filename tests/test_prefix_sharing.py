@@ -380,6 +380,15 @@ def test_a_trimmed_hollow_entry_comes_back_on_its_own_prompt_refilled(windowed):
         windowed.set_prefix_cache(0)
 
 
+def _each_turn(family, engine: str, turns, store: PrefixCache | None = None) -> None:
+    """A conversation's turns with `engine` (2 tokens each), through `store` if given, which is checked after each."""
+    for prompt in turns:
+        run_engine(family.engines[engine], prompt.ids, 2, GREEDY,
+                   prefix=PrefixPlan(store, "", prompt.cache_points) if store is not None else None)
+        if store is not None:
+            _consistent(store)
+
+
 def _recording_heads(monkeypatch) -> list:
     """Records every MTP request's head cache as its first draft reads it: (rows, keys, values)."""
     from engines import mtp
@@ -404,14 +413,11 @@ def test_the_mtp_heads_rows_with_a_hit_are_those_without_one(runtime, windowed, 
     heads = _recording_heads(monkeypatch)
     for family in (runtime, windowed):
         turns = [family.chat_prompt(m) for m in _conversation(4)]
-        for prompt in turns:
-            run_engine(family.engines["mtp"], prompt.ids, 2, GREEDY)
+        _each_turn(family, "mtp", turns)
         without, heads[:] = list(heads), []
         family.set_prefix_cache(64 * 2**20)
         try:
-            for prompt in turns:
-                plan = PrefixPlan(family.prefix_cache, "", prompt.cache_points)
-                run_engine(family.engines["mtp"], prompt.ids, 2, GREEDY, prefix=plan)
+            _each_turn(family, "mtp", turns, family.prefix_cache)
             assert family.prefix_cache.stats.hits == len(turns) - 1
         finally:
             family.set_prefix_cache(0)
@@ -430,16 +436,12 @@ def test_the_mtp_heads_deposits_chain_along_a_conversation_and_outlive_eviction_
     from exactly the rows it computes without the cache."""
     turns = [runtime.chat_prompt(m) for m in _conversation(6)]
     heads = _recording_heads(monkeypatch)
-    for prompt in turns:
-        run_engine(runtime.engines["mtp"], prompt.ids, 2, GREEDY)
+    _each_turn(runtime, "mtp", turns)
     without = list(heads)
     runtime.set_prefix_cache(64 * 2**20)
     try:
         store = runtime.prefix_cache
-        for prompt in turns:
-            run_engine(runtime.engines["mtp"], prompt.ids, 2, GREEDY,
-                       prefix=PrefixPlan(store, "", prompt.cache_points))
-            _consistent(store)
+        _each_turn(runtime, "mtp", turns, store)
         deposits = [node.extras["mtp"] for node in store.nodes.values() if "mtp" in node.extras]
         assert len(deposits) == len(turns)
         last = max(deposits, key=lambda d: d.end)
@@ -454,9 +456,7 @@ def test_the_mtp_heads_deposits_chain_along_a_conversation_and_outlive_eviction_
         store, heads[:] = runtime.prefix_cache, []
         kept_while_read = False
         for prompt in turns:
-            run_engine(runtime.engines["mtp"], prompt.ids, 2, GREEDY,
-                       prefix=PrefixPlan(store, "", prompt.cache_points))
-            _consistent(store)
+            _each_turn(runtime, "mtp", [prompt], store)
             kept_while_read |= any(n.states is None and "mtp" in n.extras for n in store.nodes.values())
         assert store.stats.evictions > 0 and kept_while_read
         for (rows, keys, values), (hit_rows, hit_keys, hit_values) in zip(without, heads):
@@ -485,16 +485,12 @@ def test_the_drafters_deposits_chain_and_its_context_with_a_hit_is_the_one_witho
     monkeypatch.setattr(DDTreeEngine, "start", recorded)
     for family in (runtime, windowed):
         turns = [family.chat_prompt(m) for m in _conversation(6)]
-        for prompt in turns:
-            run_engine(family.engines["ddtree"], prompt.ids, 2, GREEDY)
+        _each_turn(family, "ddtree", turns)
         without, contexts[:] = list(contexts), []
         family.set_prefix_cache(64 * 2**20)
         store = family.prefix_cache
         try:
-            for prompt in turns:
-                run_engine(family.engines["ddtree"], prompt.ids, 2, GREEDY,
-                           prefix=PrefixPlan(store, "", prompt.cache_points))
-                _consistent(store)
+            _each_turn(family, "ddtree", turns, store)
             deposits = sorted((n.extras["ddtree"] for n in store.nodes.values() if "ddtree" in n.extras),
                               key=lambda d: d.end)
             assert len(deposits) == len(turns)
@@ -505,10 +501,7 @@ def test_the_drafters_deposits_chain_and_its_context_with_a_hit_is_the_one_witho
             budget = sum(e.rows.nbytes for e in final.chain()) + 3 * final.state_bytes + 3 * deposits[-1].nbytes
             family.set_prefix_cache(budget)
             store, contexts[:] = family.prefix_cache, []
-            for prompt in turns:
-                run_engine(family.engines["ddtree"], prompt.ids, 2, GREEDY,
-                           prefix=PrefixPlan(store, "", prompt.cache_points))
-                _consistent(store)
+            _each_turn(family, "ddtree", turns, store)
             assert store.stats.evictions > 0 and store.stats.hits >= len(turns) - 1
         finally:
             family.set_prefix_cache(0)
