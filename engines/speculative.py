@@ -262,8 +262,8 @@ def speculative_generate(
     request = Prefilled(cache, mx.array([int(t) for t in prompt_ids], dtype=mx.uint32), prefilled, first, cfg, rng,
                         capture, processor, probe_every, prefix_use)
     states: dict[str, Drafting] = {e: engines[e].start(request) for e in live if e in engines}
-    # the engines hold what they read of the prompt's rows now: a long prompt's hidden states and captured layers
-    # must not stay for the whole reply (~1.2 GiB at 100k tokens on a 27B-class model without an MTP window)
+    # the engines hold what they read of the prompt's rows now: the prefill's output must not stay for the whole
+    # reply (without an MTP window, every prompt row's hidden state: ~1 GiB at 100k tokens on a 27B-class model)
     del request, prefilled
     pending = int(first.item())
     logprobs = processor.logprobs(first_logits, [pending])
