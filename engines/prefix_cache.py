@@ -156,10 +156,9 @@ def _chained(end: int, parts: list[HeldRows], window: Window) -> Rows:
     return hold(HeldRows(end, spans), window)
 
 
-def _own(rows: Rows, start: int, end: int, window: Window, read_at: int | None = None) -> HeldRows:
-    """What `window` reads of rows start..end at the end of a prompt of `read_at` rows (default: `end`)."""
-    return copied(rows, end, window.spans(start, end, end if read_at is None else read_at))
-
+def _own(rows: Rows, start: int, end: int, window: Window, read_at: int) -> HeldRows:
+    """What `window` reads of rows start..end at the end of a prompt of `read_at` rows."""
+    return copied(rows, end, window.spans(start, end, read_at))
 
 
 class PrefixCache:
@@ -237,21 +236,15 @@ class PrefixCache:
             # extends) are refilled from this prompt's, which the prefill holds where an entry here reads them
             stale = [e for e in node.chain() if not self._holds(e, n)] if node is not None else []
             parent = node.parent if node is not None else self._parent(scope, key[1])
-        refills = {e: PrefixRows(e.rows.start, e.rows.kv, _own(hidden, e.rows.start, e.end, self.reads.hidden, n),
-                                 {i: _own(a, e.rows.start, e.end, self.reads.layers, n) for i, a in layers.items()})
-                   for e in stale}
+        refills = {e: self._rows(e.rows.start, e.end, e.rows.kv, hidden, layers, n) for e in stale}
         states = {i: copy.deepcopy(c) for i, c in enumerate(cache) if not _kv_layer(c)}
         state_bytes = sum(c.nbytes for c in states.values())
         if node is not None:   # a hollow entry: its rows are still here, only its state comes back
             rows = node.rows
         else:
             start = parent.end if parent is not None else 0
-            rows = PrefixRows(
-                start,
-                {i: (mx.array(c.keys[..., start:n, :]), mx.array(c.values[..., start:n, :]))
-                 for i, c in enumerate(cache) if _kv_layer(c)},
-                _own(hidden, start, n, self.reads.hidden),
-                {i: _own(a, start, n, self.reads.layers) for i, a in layers.items()})
+            rows = self._rows(start, n, {i: (mx.array(c.keys[..., start:n, :]), mx.array(c.values[..., start:n, :]))
+                                         for i, c in enumerate(cache) if _kv_layer(c)}, hidden, layers, n)
         refilled = sum(new.nbytes - e.rows.nbytes for e, new in refills.items())
         incoming = state_bytes + refilled + (0 if node is not None else rows.nbytes)
         # the rows it extends stay whatever else goes: with them it must fit
@@ -274,6 +267,12 @@ class PrefixCache:
             self._evict(keep=1)   # the new entry is the most recent: others go first
             self.stats.inserts += 1
         return node
+
+    def _rows(self, start: int, end: int, kv: dict, hidden: Rows, layers: dict[int, Rows], read_at: int) -> PrefixRows:
+        """An entry's own rows start..end: `kv`, and copies of what the store's windows read of a prefill's hidden
+        states and captured layers at the end of a prompt of `read_at` rows."""
+        return PrefixRows(start, kv, _own(hidden, start, end, self.reads.hidden, read_at),
+                          {i: _own(a, start, end, self.reads.layers, read_at) for i, a in layers.items()})
 
     def _evict(self, keep: int) -> None:
         """Least recently used first, until the bytes fit (never below `keep` entries). Lock held."""
