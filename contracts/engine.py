@@ -153,10 +153,12 @@ def marginal_batch_cost(costs: Sequence[float], others: int) -> float:
 
 
 class CancelToken:
-    """A flag the decode loop polls once per step."""
+    """Flags the decode loop polls once per step: stop for good (`cancel`), or give the caches back and wait
+    (`ask_release`: the scheduler's memory budget needs them; the request yields `Released` and later resumes)."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._release = threading.Event()
 
     def cancel(self) -> None:
         self._event.set()
@@ -164,6 +166,17 @@ class CancelToken:
     @property
     def cancelled(self) -> bool:
         return self._event.is_set()
+
+    def ask_release(self) -> None:
+        self._release.set()
+
+    @property
+    def release_asked(self) -> bool:
+        return self._release.is_set()
+
+    def released(self) -> None:
+        """The request gave its caches back: the ask is answered."""
+        self._release.clear()
 
 
 class Engine(Protocol):
@@ -179,11 +192,13 @@ class Engine(Protocol):
         switch: SwitchRule | None = None,
         peers: Mapping[str, Engine] | None = None,
         prefix: Any = None,
+        written: Sequence[int] = (),
     ) -> Iterator[StepResult]:
         """Prefill, then yield one StepResult per step until cancelled or the caller stops. With a
         `switch` rule the request may move mid-way to raw or to one of the `peers` (the other
         loaded speculative engines, which share the target). `prefix` (engines.prefill.PrefixPlan)
-        lets the prefill resume from the prefix cache."""
+        lets the prefill resume from the prefix cache. `written`: the reply's tokens so far, of a request that
+        gave its caches back (Released): prefilled after the prompt, and the steps go on after them."""
         ...
 
 
@@ -195,6 +210,13 @@ class Pause:
 
     done: int    # prompt rows prefilled so far
     total: int   # rows this prefill computes
+
+
+@dataclass(frozen=True)
+class Released(Pause):
+    """A Pause after which the request holds no caches (it answered CancelToken.ask_release): the scheduler
+    parks it until its memory fits again. Resumed, it prefills its prompt and the tokens it already wrote
+    and goes on from there (engines/resume.py); the reply's text and its stream are untouched."""
 
 
 @dataclass

@@ -17,6 +17,7 @@ from .batch import DecodeBatch
 from .bundle import ModelBundle
 from .prefill import PrefixPlan, prefill_stepwise
 from .processing import TargetProcessor
+from .resume import request_processor, request_rng
 from .rows import READS_NOTHING
 from .sampling import Rng, SamplerConfig, choose, resolve
 
@@ -129,6 +130,7 @@ class RawEngine:
         switch: SwitchRule | None = None,
         peers: Mapping | None = None,
         prefix: PrefixPlan | None = None,
+        written: Sequence[int] = (),
     ) -> Iterator[StepResult]:
         """Plain decoding, unless the rule lets the request move to a speculative peer: then it runs
         in the one speculative loop, which probes the peers for the rule's first steps."""
@@ -136,18 +138,18 @@ class RawEngine:
             from .speculative import speculative_generate  # the loop builds on this module's decode
 
             return speculative_generate(self.bundle, dict(peers or {}), self.name, prompt_ids, params, cancel, switch,
-                                        prefix=prefix)
-        return self._generate(prompt_ids, params, cancel, prefix)
+                                        prefix=prefix, written=written)
+        return self._generate(prompt_ids, params, cancel, prefix, written)
 
     def _generate(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken,
-                  prefix: PrefixPlan | None) -> Iterator[StepResult]:
+                  prefix: PrefixPlan | None, written: Sequence[int]) -> Iterator[StepResult]:
         cfg = resolve(params, self.bundle.generation)
-        rng = Rng(params.seed)
-        processor = TargetProcessor(params, prompt_ids, self.bundle.tokenizer, self.bundle.vocab_size)
+        rng = request_rng(params, written)
+        processor = request_processor(params, prompt_ids, written, self.bundle.tokenizer, self.bundle.vocab_size)
+        ids = [*prompt_ids, *written]
         cache = self.bundle.make_cache()
-        _, cached, _ = yield from prefill_stepwise(self.bundle, cache, prompt_ids[:-1], plan=prefix,
-                                                   reads=READS_NOTHING)
-        steps = decode(self.bundle, cache, int(prompt_ids[-1]), cfg, rng, cancel, processor=processor,
+        _, cached, _ = yield from prefill_stepwise(self.bundle, cache, ids[:-1], plan=prefix, reads=READS_NOTHING)
+        steps = decode(self.bundle, cache, int(ids[-1]), cfg, rng, cancel, processor=processor,
                        batch=self.bundle.decode_batch)
         for index, step in enumerate(steps):
             yield replace(step, cached_tokens=cached) if index == 0 else step

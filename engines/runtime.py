@@ -52,6 +52,7 @@ from .processing import ending_tokens
 from .raw import RawEngine
 from .reply import FirstCallEnd, ReplySplitter, split_reply, stop_skips
 from .request_cost import DrafterShape, RequestCost
+from .resume import resumable
 from .rows import READS_NOTHING, widest
 from .score import prompt_logprobs
 from .text import fill_in_middle, fim_token_ids, start_of_text, stream_text
@@ -187,11 +188,16 @@ class Runtime:
             raise InvalidRequestError("the prompt is empty", param="prompt")
         if len(prompt_ids) + params.max_tokens > self.context_length:
             raise ContextLengthExceeded(len(prompt_ids), self.context_length, params.max_tokens)
-        peers = {name: e for name, e in self.engines.items() if name not in ("raw", engine)}
         plan = PrefixPlan(self.prefix_cache, prefix.scope, prefix.points) \
             if prefix is not None and self.prefix_cache is not None else None
-        steps = self._counted(self.engines[engine].generate(prompt_ids, params, cancel, switch=switch, peers=peers,
-                                                            prefix=plan))
+
+        def start(written: tuple[int, ...], running: str, rule: SwitchRule | None) -> Iterator[StepResult | Pause]:
+            peers = {name: e for name, e in self.engines.items() if name not in ("raw", running)}
+            resumed = {"written": written} if written else {}
+            return self._counted(self.engines[running].generate(prompt_ids, params, cancel, switch=rule, peers=peers,
+                                                                prefix=plan, **resumed))
+
+        steps = resumable(start, engine, switch, cancel)
         skip, inside = stop_skips(self.bundle.tokenizer, reply) if reply is not None else ((), None)
         chunks = stream_text(
             steps, self.bundle.tokenizer, eos_token_ids=ending_tokens(self.bundle.eos_token_ids, params),

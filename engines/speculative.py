@@ -31,6 +31,7 @@ from .bundle import ModelBundle
 from .prefill import PrefixPlan, PrefixUse, prefill_stepwise
 from .processing import TargetProcessor
 from .raw import decode
+from .resume import request_processor, request_rng
 from .rows import Reads, widest
 from .sampling import Candidates, Rng, SamplerConfig, candidates, choose, resolve
 from .switching import SwitchWatch
@@ -199,9 +200,11 @@ class SpeculativeDecoding:
         switch: SwitchRule | None = None,
         peers: Mapping[str, SpeculativeEngine] | None = None,
         prefix: PrefixPlan | None = None,
+        written: Sequence[int] = (),
     ) -> Iterator[StepResult]:
         engines = {**(peers or {}), self.name: self}
-        return speculative_generate(self.bundle, engines, self.name, prompt_ids, params, cancel, switch, prefix=prefix)
+        return speculative_generate(self.bundle, engines, self.name, prompt_ids, params, cancel, switch, prefix=prefix,
+                                    written=written)
 
 
 class RawStepping:
@@ -234,8 +237,10 @@ def speculative_generate(
     cancel: CancelToken,
     switch: SwitchRule | None,
     prefix: PrefixPlan | None = None,
+    written: Sequence[int] = (),
 ) -> Iterator[StepResult]:
-    """The one speculative decode loop: prefill, first token, then steps until cancelled.
+    """The one speculative decode loop: prefill, first token, then steps until cancelled (`written`: the reply's
+    tokens so far, of a request resumed after releasing its caches, prefilled after the prompt).
 
     `running` starts the request (raw or a key of `engines`). With a switch rule, every engine in its
     targets is kept in sync for the first `probe_steps` steps (its state absorbs the rows the running
@@ -244,7 +249,7 @@ def speculative_generate(
     decodes the rest pipelined on the same caches.
     """
     cfg = resolve(params, bundle.generation)
-    rng = Rng(params.seed)
+    rng = request_rng(params, written)
     cache = bundle.make_cache()
     started = time.perf_counter()
 
@@ -254,12 +259,13 @@ def speculative_generate(
     reads = widest(engines[e].reads for e in live if e in engines)   # the last row's always comes too
     probe_every = switch.probe_every if switch is not None else 1
 
-    processor = TargetProcessor(params, prompt_ids, bundle.tokenizer, bundle.vocab_size)
-    prefilled, cached, prefix_use = yield from prefill_stepwise(bundle, cache, prompt_ids, capture, last_alone=True,
+    processor = request_processor(params, prompt_ids, written, bundle.tokenizer, bundle.vocab_size)
+    ids = [*prompt_ids, *written]
+    prefilled, cached, prefix_use = yield from prefill_stepwise(bundle, cache, ids, capture, last_alone=True,
                                                                 plan=prefix, reads=reads)
     first_logits = processor.apply(bundle.lm_head(prefilled.hidden[-1:]), [[]])
     first = choose(first_logits, cfg, rng)
-    request = Prefilled(cache, mx.array([int(t) for t in prompt_ids], dtype=mx.uint32), prefilled, first, cfg, rng,
+    request = Prefilled(cache, mx.array([int(t) for t in ids], dtype=mx.uint32), prefilled, first, cfg, rng,
                         capture, processor, probe_every, prefix_use)
     states: dict[str, Drafting] = {e: engines[e].start(request) for e in live if e in engines}
     # the engines hold what they read of the prompt's rows now: the prefill's output must not stay for the whole

@@ -19,7 +19,16 @@ import numpy as np
 import uvicorn
 
 from contracts.chat import ChatPrompt, PromptLogprobs, ReplyFormat, TokenLogprob, TopLogprob
-from contracts.engine import CancelToken, GenerationChunk, Pause, PrefixHint, StepResult, SwitchRule, checked_token_ids
+from contracts.engine import (
+    CancelToken,
+    GenerationChunk,
+    Pause,
+    PrefixHint,
+    Released,
+    StepResult,
+    SwitchRule,
+    checked_token_ids,
+)
 from contracts.errors import EngineFailure, InvalidRequestError
 from contracts.sampling import SamplingParams
 from gateway.routing.interface import RouteDecision, RouteRequest
@@ -69,6 +78,7 @@ class FakeBackend:
     prefixes: list = field(default_factory=list)
     scored: list = field(default_factory=list)   # the prompts prompt_logprobs scored
     embedded: list = field(default_factory=list)   # the inputs embed embedded
+    released: list[tuple[int, int]] = field(default_factory=list)   # (call, tokens written) at each release
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
         self.threads.add(threading.get_ident())
@@ -166,6 +176,7 @@ class FakeBackend:
         self.threads.add(threading.get_ident())
         self.calls.append({"prompt_ids": list(prompt_ids), "params": params, "engine": engine, "switch": switch,
                            "reply": reply})
+        call = len(self.calls) - 1
         self.started.set()
         if self.gate is not None:
             self.gate.wait(timeout=30)
@@ -180,6 +191,10 @@ class FakeBackend:
                 if cancel.cancelled and self.poll_cancel:
                     yield GenerationChunk("", [], "cancelled", None, len(prompt_ids), produced)
                     return
+                if cancel.release_asked:   # as engines.resume does: the caches go, the reply goes on later
+                    cancel.released()
+                    self.released.append((call, produced))
+                    yield Released(produced, produced)
                 if self.fail_after_steps is not None and i >= self.fail_after_steps:
                     raise EngineFailure(engine, RuntimeError("injected failure"))
                 if self.fatal_after_steps is not None and i >= self.fatal_after_steps:

@@ -1,8 +1,12 @@
-"""The running requests' memory budget (--request-memory-bytes): a request whose caches (prompt + max_tokens)
-would not fit beside the running ones' waits, routed, ahead of the queue, until they have freed enough."""
+"""The running requests' memory budget (--request-memory-bytes): a request counts for what its caches hold (its
+context so far, and room to grow 256 tokens, at most prompt + max_tokens). One that would not fit beside the
+running ones' waits, routed, ahead of the queue, until they have freed enough; when the running ones outgrow the
+budget, the newest gives its caches back and goes on later from its last token (tests/test_release.py for the
+engines' side)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -224,3 +228,84 @@ def test_inspect_reports_the_caches_the_server_reserves(tiny_target, tiny_drafte
         assert set(info.weights.dtypes) == {"F32"}   # run as stored: the weights count once
         weights = info.weights.bytes + info.drafter["bytes"]
         assert info.memory["all engines"] - weights == runtime.request_bytes(context) > 0
+
+
+def test_requests_run_on_what_their_caches_hold_and_the_newest_gives_them_back_as_they_grow():
+    """Two chats of 600 tokens: each starts on its prompt + 256 tokens, which fit together (prompt + max_tokens
+    would not: the second would wait for the first). As they write, they outgrow the budget: the newer one gives
+    its caches back, waits, and finishes after the older one; the older one is never asked."""
+    reply = " ".join(f"w{i}" for i in range(600))
+    backend = FakeBackend(step_seconds=0.002, reply=reply)
+    start = _reserve(backend, "first", 256)
+    budget = 2 * start + 10 * 100      # the two prompts + 256 tokens each, and 100 tokens more
+    assert 2 * _reserve(backend, "first", 600) > budget
+    app = create_app(backend, config=GatewayConfig(max_running=4, request_memory_bytes=budget))
+    scheduler = app.state.gateway.scheduler
+    with live_server(app) as server:
+        url = server.base_url + CHAT
+        first = Background(url, chat("first", max_tokens=600))
+        wait_until(lambda: len(backend.calls) == 1)
+        second = Background(url, chat("other", max_tokens=600, stream=True))
+        wait_until(lambda: len(backend.calls) == 2)     # started beside the first: nothing waited for memory
+        wait_until(lambda: scheduler.waiting_for_memory == 1)
+        assert scheduler.running == 1 and scheduler.reserved_bytes <= budget
+        answer = first.response()
+        assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"] == reply
+        streamed = second.response()
+        assert streamed.status_code == 200
+        text = "".join(json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                       for line in streamed.text.splitlines() if line.startswith("data: {"))
+        assert text == reply
+        metrics = httpx.get(server.base_url + "/metrics").text
+    assert backend.released and {call for call, _ in backend.released} == {1}
+    assert all(0 < written < 600 for _, written in backend.released)
+    assert metric(metrics, "switchyard_requests_released_total") == len(backend.released) == scheduler.releases
+    assert scheduler.idle and scheduler.reserved_bytes == 0
+
+
+def test_a_released_request_resumes_before_queued_ones_and_the_oldest_always_runs():
+    """Scheduler level: three requests that each grow past the budget alone. The oldest runs to its end without a
+    release; the others give their caches back and finish in the order they started, none lost."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from contracts.engine import Released
+    from gateway.worker.scheduler import Scheduler
+
+    log: list[tuple[str, int]] = []
+
+    def work(name: str, tokens: int):
+        def run(ticket):
+            yield SimpleNamespace(reserve_tokens=10 + tokens, prompt_tokens=10)
+            written = 0
+            while written < tokens:
+                if ticket.cancel_token.release_asked:
+                    ticket.cancel_token.released()
+                    log.append((name, written))
+                    yield Released(written, written)
+                    continue
+                written += 1
+                yield SimpleNamespace(token_ids=[written], finish_reason="length" if written == tokens else None)
+            log.append((name, -1))
+        return run
+
+    async def drain(ticket) -> list:
+        return [item async for item in ticket]
+
+    async def main():
+        # reserve = tokens: a request counts for its context + 256; the budget holds two at their start, one grown
+        scheduler = Scheduler(max_queue=4, max_running=4, memory_budget=600, reserve=lambda tokens: tokens)
+        scheduler.start()
+        try:
+            tickets = [scheduler.submit(work(name, 300)) for name in ("a", "b", "c")]
+            items = await asyncio.gather(*(drain(t) for t in tickets))
+            return [sum(1 for i in got if getattr(i, "token_ids", None)) for got in items], scheduler.releases
+        finally:
+            scheduler.stop()
+
+    counts, releases = asyncio.run(main())
+    assert counts == [300, 300, 300]
+    ends = [name for name, written in log if written == -1]
+    assert ends == ["a", "b", "c"]
+    released = [name for name, written in log if written >= 0]
+    assert "a" not in released and released and releases == len(released)

@@ -109,7 +109,7 @@ def create_app(backend: Backend, *, router: Router | None = None, config: Gatewa
         capacity=config.max_queue, running_limit=lambda: scheduler.running_limit,
         token_latency=lambda: scheduler.token_seconds if scheduler.token_seconds is not None else math.nan,
         waiting_memory=lambda: scheduler.waiting_for_memory, reserved=lambda: scheduler.reserved_bytes,
-        memory_budget=config.request_memory_bytes,
+        memory_budget=config.request_memory_bytes, released=lambda: scheduler.releases,
     )
     state = GatewayState(
         backend=backend,

@@ -9,7 +9,7 @@ import logging
 import platform
 import time
 from importlib import metadata
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -53,6 +53,16 @@ def build_info_labels() -> dict[str, str]:
         "mlx_version": _version("mlx"),
         "mlx_lm_version": _version("mlx-lm"),
     }
+
+
+class CallbackCounter(Collector):
+    """A counter kept elsewhere (the scheduler's), read at scrape time."""
+
+    def __init__(self, name: str, documentation: str, read: Callable[[], float]):
+        self._name, self._documentation, self._read = name, documentation, read
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self._name, self._documentation, value=float(self._read()))
 
 
 class BackendCollector(Collector):

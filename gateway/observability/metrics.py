@@ -26,7 +26,7 @@ from contracts.names import CLASSES, ENGINE_NAMES
 from gateway.routing.interface import RouteDecision
 from gateway.routing.router import AdaptiveRouter
 
-from .collectors import BackendCollector, PolicyInfoCollector, TimedClassifier, build_info_labels
+from .collectors import BackendCollector, CallbackCounter, PolicyInfoCollector, TimedClassifier, build_info_labels
 from .router_collector import RouterCollector
 
 disable_created_metrics()  # no *_created series: they double the series count and no panel uses them
@@ -165,7 +165,8 @@ class GatewayMetrics:
         )
         self.memory_reserved = Gauge(
             "switchyard_request_memory_reserved_bytes",
-            "Bytes the running requests' caches may reach together (each its prompt + max_tokens)", registry=r,
+            "Bytes the running requests' caches hold together, each with room for 256 more tokens (at most its "
+            "prompt + max_tokens)", registry=r,
         )
         self.memory_budget = Gauge(
             "switchyard_request_memory_budget_bytes",
@@ -212,6 +213,7 @@ class GatewayMetrics:
         capacity: int | None = None, running_limit: Callable[[], float] | None = None,
         token_latency: Callable[[], float] | None = None, waiting_memory: Callable[[], float] | None = None,
         reserved: Callable[[], float] | None = None, memory_budget: int | None = None,
+        released: Callable[[], float] | None = None,
     ) -> None:
         if capacity is not None:
             self.queue_capacity.set(capacity)
@@ -224,6 +226,10 @@ class GatewayMetrics:
         self.waiting_memory.set_function(waiting_memory or (lambda: 0.0))
         self.memory_reserved.set_function(reserved or (lambda: 0.0))
         self.memory_budget.set(memory_budget or 0)
+        self.registry.register(CallbackCounter(
+            "switchyard_requests_released",
+            "Times a running request gave its caches back for the memory budget (--request-memory-bytes) and waited, "
+            "to go on from its last token once they fit", released or (lambda: 0.0)))
 
     def bind_backend(self, backend: Backend) -> None:
         """Model memory (read at scrape time) and which engines are loaded."""

@@ -13,12 +13,18 @@ per-token latency the clients see; its EWMA, per running count, goes to the `adm
 (the router applies the policy's batching.max_token_latency_ms), whose answer caps how many requests
 run at once. Requests already running are never stopped for it; at least one always runs.
 
-Memory budget: a request's first item (`Routed`) says how many tokens its context may reach
-(`reserve_tokens`: prompt + max_tokens), and `reserve` turns that into the bytes its caches may hold. A
-request whose bytes do not fit beside the running ones' under `memory_budget` is parked right there (its
-route taken, nothing computed yet) and resumes, ahead of every queued request, once the running ones have
-freed enough: several long agent contexts wait their turn instead of overrunning the machine's memory.
-At least one request always runs, whatever its size; a running request is never stopped for memory.
+Memory budget: a request's first item (`Routed`) says how long its prompt is and how many tokens its context
+may reach (`reserve_tokens`: prompt + max_tokens); every item with tokens adds them. `reserve` turns a context
+into the bytes its caches hold, and a request counts for its context now plus GROWTH_TOKENS (at most what it
+may reach): what it holds, and what it may add before the worker looks again. A request that does not fit
+beside the running ones under `memory_budget` is parked right there (its route taken, nothing computed yet).
+When the running ones grow past the budget, the newest is asked to give its caches back
+(CancelToken.ask_release): it yields `Released` at its next step and is parked with the tokens it wrote
+(engines/resume.py). Parked requests resume, oldest first and ahead of every queued one, once the running ones
+have freed enough. So the budget holds what the caches are, not what max_tokens says they might become (a chat
+UI's request that sends no max_tokens asks for 32k tokens and writes a few hundred), and several long agent
+contexts take turns instead of overrunning the machine's memory. At least one request (the oldest) always
+runs, whatever its size, and is never asked to release.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from contracts.engine import CancelToken, Pause
+from contracts.engine import CancelToken, Pause, Released
 from gateway.routing.interface import AdmissionLimit, LoadReading
 
 from .errors import QueueFull, RequestTimedOut, WorkerUnavailable
@@ -40,6 +46,9 @@ log = logging.getLogger("switchyard.scheduler")
 _ITEM, _ERROR, _END = "item", "error", "end"
 LATENCY_ALPHA = 0.25   # EWMA weight of one decode round's per-token latency (remembers ~4 rounds)
 SETTLE_ROUNDS = 4      # decode rounds at one running count before its latency is published
+# Tokens a running request may add before the worker looks at the budget again: a round adds a few (a step, a
+# verify's accepted drafts), and mlx-lm's KV caches grow in blocks of 256 rows, so this covers what a cache holds.
+GROWTH_TOKENS = 256
 
 
 class Ticket:
@@ -60,7 +69,11 @@ class Ticket:
         self.decoding = False  # its last item carried tokens: the next one costs a decode step, not a prefill
         self.step_kind = ""    # what its last advance was: "start", "prefill", "decode" or "other"
         self.step_tokens = 0   # tokens its last item carried
-        self.reserved = 0      # bytes its caches may reach (known once it is routed): the memory budget's
+        self.reserved = 0      # bytes its caches hold, and may reach before the next look (known once routed)
+        self.limit_tokens = 0  # the most tokens its context may reach (prompt + max_tokens; 0: not routed yet)
+        self.context_tokens = 0   # its prompt's tokens and those written since (all its choices': an upper bound)
+        self.order = 0         # when it first ran: the newest running request is the one asked to release
+        self.released = False  # it gave its caches back (Released) and waits for memory to go on
         self._loop = loop
         self._inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._on_cancel: Callable[[Ticket], None] | None = None
@@ -126,7 +139,9 @@ class Scheduler:
         self._running: list[Ticket] = []
         self.memory_budget = memory_budget   # bytes the running requests' caches may reach together (None: no limit)
         self._reserve = reserve              # bytes the caches of a request whose context reaches n tokens hold
-        self._parked: collections.deque[Ticket] = collections.deque()   # routed, waiting for memory
+        self._parked: list[Ticket] = []   # routed, waiting for memory (oldest first)
+        self._started = 0                  # requests that have run so far (Ticket.order)
+        self.releases = 0                  # times a running request gave its caches back for the budget
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -146,7 +161,7 @@ class Scheduler:
 
     @property
     def reserved_bytes(self) -> int:
-        """Bytes the running requests' caches may reach together."""
+        """Bytes the running requests' caches hold together, each with room for GROWTH_TOKENS more."""
         return sum(t.reserved for t in list(self._running))
 
     @property
@@ -269,6 +284,8 @@ class Scheduler:
                     break   # the SLO holds it back; the queue keeps its priority order
                 self._waiting.popleft()
                 head.concurrent = len(self._running)
+                self._started += 1
+                head.order = self._started
                 self._running.append(head)
             return True
 
@@ -279,10 +296,28 @@ class Scheduler:
         return self.memory_budget is None or others == 0 or others + ticket.reserved <= self.memory_budget
 
     def _park(self, ticket: Ticket) -> None:
-        """The ticket, just routed, waits for memory: out of the running slots, first in line."""
+        """The ticket (just routed, or released) waits for memory: out of the running slots, ahead of the queue,
+        behind the parked ones older than it."""
         with self._cond:
             self._running.remove(ticket)
-            self._parked.append(ticket)
+            at = next((i for i, t in enumerate(self._parked) if t.order > ticket.order), len(self._parked))
+            self._parked.insert(at, ticket)
+
+    def _ask_releases(self) -> None:
+        """While the running requests' caches (with their growth room) are over the budget, the newest ones are
+        asked to give theirs back; the oldest always runs."""
+        if self.memory_budget is None:
+            return
+        routed = sorted((t for t in self._running if t.limit_tokens), key=lambda t: t.order)
+        total = sum(t.reserved for t in routed)
+        for ticket in reversed(routed[1:]):
+            if total <= self.memory_budget:
+                return
+            if not ticket.cancel_token.release_asked:
+                log.info("memory budget: %d of %d bytes; the newest request gives its caches back", total,
+                         self.memory_budget)
+                ticket.cancel_token.ask_release()
+            total -= ticket.reserved
 
     def _unpark(self) -> None:
         """Parked tickets resume, oldest first, while they fit (and the latency SLO's cap allows); cancelled or
@@ -292,7 +327,9 @@ class Scheduler:
             for ticket in gone:
                 self._parked.remove(ticket)
             while self._parked and self._fits(self._parked[0]) and len(self._running) < self.running_limit:
-                self._running.append(self._parked.popleft())
+                ticket = self._parked.pop(0)
+                ticket.released = False
+                self._running.append(ticket)
         for ticket in gone:
             if not ticket.cancel_token.cancelled:
                 ticket.cancel_token.cancel()
@@ -316,6 +353,7 @@ class Scheduler:
     def _run(self) -> None:
         try:
             while self._admit():
+                self._ask_releases()
                 tickets = list(self._running)
                 started = self._clock()
                 decode_tokens: list[int] = []
@@ -323,7 +361,7 @@ class Scheduler:
                 for ticket in tickets:
                     if not self._advance(ticket):
                         self._finish(ticket)
-                    elif ticket.step_kind == "start" and not self._fits(ticket):
+                    elif ticket.released or (ticket.step_kind == "start" and not self._fits(ticket)):
                         self._park(ticket)
                     if ticket.step_kind in ("start", "prefill"):
                         measurable = False   # a prompt's prefill is not what streams wait for per token
@@ -365,9 +403,10 @@ class Scheduler:
             except StopIteration:
                 return False
             self._note_step(ticket, item)
-            reserve_tokens = getattr(item, "reserve_tokens", None)
-            if reserve_tokens is not None and self._reserve is not None:
-                ticket.reserved = self._reserve(reserve_tokens)
+            self._count(ticket, item)
+            if isinstance(item, Released):   # it gave its caches back: parked until they fit again
+                ticket.released = True
+                self.releases += 1
             if isinstance(item, Pause):   # the request gave the worker back mid-prefill: nothing to send
                 return not self._stop_if_expired(ticket)
             ticket._post(_ITEM, item)
@@ -376,6 +415,17 @@ class Scheduler:
         except Exception as exc:  # a request's failure, not the worker's
             ticket._post(_ERROR, exc)
             return False
+
+    def _count(self, ticket: Ticket, item: Any) -> None:
+        """The ticket's context after this item, and the bytes it counts for under the memory budget."""
+        limit = getattr(item, "reserve_tokens", None)
+        if limit is not None:   # Routed: its prompt (prompts) and the most its context may reach
+            ticket.limit_tokens = limit
+            ticket.context_tokens = getattr(item, "prompt_tokens", limit)
+        else:
+            ticket.context_tokens += ticket.step_tokens
+        if ticket.limit_tokens and self._reserve is not None:
+            ticket.reserved = self._reserve(min(ticket.limit_tokens, ticket.context_tokens + GROWTH_TOKENS))
 
     @staticmethod
     def _stop_if_expired(ticket: Ticket) -> bool:
