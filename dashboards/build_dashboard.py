@@ -201,9 +201,14 @@ def build() -> dict[str, Any]:
     d.timeseries("Model memory", [
         (f"max by (kind) ({q('switchyard_model_memory_bytes')})", "{{kind}}")], "bytes")
     d.timeseries("Running requests' memory", [
-        (f"sum({q('switchyard_request_memory_reserved_bytes')})", "reserved (prompt + max_tokens each)"),
+        (f"sum({q('switchyard_request_memory_reserved_bytes')})", "held (+256 tokens of growth each)"),
         (f"max({q('switchyard_request_memory_budget_bytes')})", "budget (--request-memory-bytes)"),
-    ], "bytes", description="A request that would take the reserved bytes over the budget waits for memory.")
+    ], "bytes", description="A request that would take the held bytes over the budget waits for memory; when the "
+                            "running ones outgrow it, the newest gives its caches back and waits.")
+    d.timeseries("Requests released for memory / s", [
+        (f"sum({rate('switchyard_requests_released_total')})", "released"),
+    ], "short", description="A released request waits, then prefills its prompt and what it wrote again: a rate "
+                            "that stays up says the budget is small for the contexts served at once.")
     d.timeseries("Finish reasons", [
         (f"sum by (reason) ({rate('switchyard_finish_reasons_total')})", "{{reason}}")], "short")
     d.timeseries("Client disconnects / s", [

@@ -15,9 +15,10 @@ class GatewayConfig(BaseModel):
     # Requests the worker runs at once, interleaved step by step; those decoding raw share one batched
     # forward (continuous batching). 1 = one at a time. `switchyard serve --max-batch` sets it.
     max_running: int = Field(1, ge=1, le=256)
-    # Bytes the running requests' caches may reach together, each reserving what its context may grow to
-    # (prompt + max_tokens: Backend.request_bytes); a request that would not fit waits, routed, ahead of the
-    # queue, until enough has finished. At least one always runs. None: no budget. `--request-memory-bytes`.
+    # Bytes the running requests' caches may hold together, each counting its context so far and 256 tokens of
+    # growth (Backend.request_bytes; gateway/worker/scheduler.py); a request that would not fit waits, routed, ahead
+    # of the queue, until enough has finished, and the newest running one gives its caches back when they outgrow
+    # it. At least one always runs. None: no budget. `--request-memory-bytes`.
     request_memory_bytes: int | None = Field(None, ge=1)
     retry_after_seconds: int = Field(1, ge=1)
     # max_tokens when a request does not say (OpenAI's chat default is "until the context ends"); always

@@ -57,9 +57,10 @@ def _register_limits_and_auth(p: argparse.ArgumentParser) -> None:
                    help="bytes the prefix cache may hold (prompt snapshots reused across requests); 0 turns it "
                         "off (default: a quarter of the memory free after the model loads)")
     g.add_argument("--request-memory-bytes", type=int, default=None, metavar="N",
-                   help="bytes the running requests' caches may reach together, each reserving its prompt + "
-                        "max_tokens; a request that does not fit waits for running ones to finish (one always "
-                        "runs); 0 turns the budget off (default: half the memory free after the model loads)")
+                   help="bytes the running requests' caches may hold together, each counting its context so far "
+                        "and 256 tokens of growth; a request that does not fit waits for running ones to finish, "
+                        "and the newest gives its caches back when they outgrow it (one always runs); 0 turns the "
+                        "budget off (default: half the memory free after the model loads)")
     g.add_argument("--share-prefix-cache", action="store_true",
                    help="with API keys, let requests of different keys reuse each other's cached prompts")
     g.add_argument("--max-choices", type=int, default=d.max_choices, metavar="N",
