@@ -6,6 +6,8 @@ from the target given everything written, as a request whose prompt held it)."""
 from __future__ import annotations
 
 import gc
+import json
+import time
 import weakref
 from dataclasses import replace
 
@@ -156,8 +158,6 @@ def test_a_sampled_request_resumes_as_a_fresh_draw_given_what_it_wrote(runtime, 
 def test_a_constrained_reply_released_inside_its_json_stays_in_its_schema(runtime, engine):
     """The constraint's matcher is replayed over the tokens written: released in the middle of a JSON answer, the
     request writes the same valid value as without the release."""
-    import json
-
     from gateway.http.request_spec import json_grammar
 
     schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no", "maybe"]},
@@ -200,3 +200,82 @@ def test_openai_clients_past_the_budget_take_turns_by_releasing_and_get_their_an
                                   at_once=True)
     assert got == want
     assert metric(metrics, "switchyard_requests_released_total") >= 1
+
+
+def test_many_streams_under_a_tight_budget_release_resume_and_hang_up_without_loss(tiny_agree_target,
+                                                                                   tiny_agree_drafter):
+    """Six streaming chats at once on every engine, greedy and sampled, under a budget that two of them at once
+    outgrow (the rest wait their turn); two clients hang up mid-stream. Every stream the client kept ends
+    with [DONE] after max_tokens tokens, greedy ones with the text they get alone; the server ends idle, with
+    its budget free and releases counted."""
+    import threading
+
+    import httpx
+
+    from engines.runtime import load_runtime
+    from gateway.config import GatewayConfig
+    from gateway.http.app import create_app
+    from tests.fakes import live_server
+    from tests.test_batching import metric
+
+    runtime = load_runtime(str(tiny_agree_target), draft_dir=str(tiny_agree_drafter), dtype="float32")
+    runtime.set_batching(4)
+    asks = [(f"Tell me about river number {i} and the towns along it.", engine, sampled)
+            for i, (engine, sampled) in enumerate([("raw", False), ("mtp", False), ("ddtree", False),
+                                                    ("raw", True), ("mtp", True), ("ddtree", False)])]
+    hang_up = {3: 40, 5: 300}   # client index -> content frames after which it hangs up
+
+    def body(prompt: str, engine: str, sampled: bool) -> dict:
+        return {"model": "default", "messages": [{"role": "user", "content": prompt}], "max_tokens": 400,
+                "stream": True, "stream_options": {"include_usage": True}, "engine": engine, "ignore_eos": True,
+                **({"temperature": 0.8, "seed": 5} if sampled else {"temperature": 0})}
+
+    def stream(url: str, index: int, out: dict) -> None:
+        text, frames, done = [], 0, False
+        with httpx.stream("POST", url + "/v1/chat/completions", json=body(*asks[index]), timeout=120) as response:
+            out[index] = {"status": response.status_code}
+            for line in response.iter_lines():
+                if line == "data: [DONE]":
+                    done = True
+                elif line.startswith("data: {"):
+                    data = json.loads(line[6:])
+                    assert "error" not in data, data
+                    for choice in data.get("choices") or []:
+                        if choice["delta"].get("content"):
+                            text.append(choice["delta"]["content"])
+                            frames += 1
+                    if data.get("usage"):
+                        out[index]["usage"] = data["usage"]
+                if index in hang_up and frames >= hang_up[index]:
+                    break
+        out[index].update(text="".join(text), done=done)
+
+    with live_server(create_app(runtime, config=GatewayConfig(max_running=8))) as server:
+        alone: dict = {}
+        for index, (_, _, sampled) in enumerate(asks):
+            if not sampled and index not in hang_up:
+                stream(server.base_url, index, alone)
+    tokens = max(len(runtime.encode_chat([{"role": "user", "content": p}])) for p, _, _ in asks)
+    budget = 2 * runtime.request_bytes(tokens + 300)   # two start; 50 tokens on, one of them must give way
+    app = create_app(runtime, config=GatewayConfig(max_running=8, request_memory_bytes=budget))
+    scheduler = app.state.gateway.scheduler
+    with live_server(app) as server:
+        got: dict = {}
+        threads = [threading.Thread(target=stream, args=(server.base_url, i, got)) for i in range(len(asks))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(180)
+        deadline = time.monotonic() + 10   # the hung-up streams end at the worker's next step
+        while not scheduler.idle and time.monotonic() < deadline:
+            time.sleep(0.05)
+        metrics = httpx.get(server.base_url + "/metrics").text
+    assert scheduler.idle and scheduler.reserved_bytes == 0
+    assert metric(metrics, "switchyard_requests_released_total") >= 2
+    for index, (_, _, sampled) in enumerate(asks):
+        assert got[index]["status"] == 200
+        if index in hang_up:
+            continue
+        assert got[index]["done"] and got[index]["usage"]["completion_tokens"] == 400, index
+        if not sampled:
+            assert got[index]["text"] == alone[index]["text"], index
