@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +74,20 @@ class ServeProcess:
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
+
+
+@contextlib.contextmanager
+def side_by_side(base: str) -> Iterator[list[tuple[str, Path]]]:
+    """The two checkouts a side-by-side bench serves from, in order: `base` (a commit, checked out in a temporary
+    worktree, removed afterwards) and this one, as (name, repo) pairs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "base"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), base], check=True,
+                       capture_output=True)
+        try:
+            yield [(f"base {base}", tree), ("this checkout", REPO)]
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
 
 
 def error_lines(log: str, limit: int = 300) -> list[str]:

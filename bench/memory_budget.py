@@ -20,14 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .load_server import REPO, ServeProcess, scrape, series
+from .load_server import REPO, ServeProcess, scrape, series, side_by_side
 from .multiturn import stream_once
 from .workloads import load_workload
 
@@ -127,21 +125,15 @@ def run(base: str, model: Path | None, out: Path, clients: int, requests: int, c
     budget = int(one * contexts)
     model_args = ["--model", str(model)] if model is not None else []
     runs: list[Run] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp) / "base"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), base], check=True,
-                       capture_output=True)
-        try:
-            for name, repo in ((f"base {base}", tree), ("this checkout", REPO)):
-                proc = ServeProcess([*model_args, "--max-batch", "8", "--request-memory-bytes", str(budget)],
-                                    out / f"serve-{len(runs)}.log", repo=repo)
-                try:
-                    runs.append(Run(name, budget))
-                    drive(proc.url, clients, requests, max_tokens, runs[-1])
-                finally:
-                    proc.stop()
-        finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
+    with side_by_side(base) as servers:
+        for name, repo in servers:
+            proc = ServeProcess([*model_args, "--max-batch", "8", "--request-memory-bytes", str(budget)],
+                                out / f"serve-{len(runs)}.log", repo=repo)
+            try:
+                runs.append(Run(name, budget))
+                drive(proc.url, clients, requests, max_tokens, runs[-1])
+            finally:
+                proc.stop()
     report = {"base": base, "model": str(model) if model is not None else "embedded demo", "clients": clients,
               "requests_per_client": requests, "context": context, "one_context_bytes": one, "contexts": contexts,
               "max_tokens": max_tokens, "runs": [{**asdict(r), "summary": r.summary()} for r in runs]}

@@ -20,12 +20,10 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .load_server import REPO, ServeProcess, scrape, series
+from .load_server import REPO, ServeProcess, scrape, series, side_by_side
 from .multiturn import TURNS, _text, after_tool_call, agent_context, stream_once
 
 
@@ -114,23 +112,17 @@ def run(base: str, model: Path | None, out: Path, agent_count: int, turns: int, 
     model_args = ["--model", str(model)] if model is not None else []   # none: serve's embedded demo
     unit = one_conversation_bytes(model_args, plans, turns, out, engine)
     replays: list[Replay] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp) / "base"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), base], check=True,
-                       capture_output=True)
-        try:
-            for factor, budget in [*((f, int(unit * f)) for f in factors),
-                                   *((m * 2**20 / unit, int(m * 2**20)) for m in budgets_mib)]:
-                for name, repo in ((f"base {base}", tree), ("this checkout", REPO)):
-                    proc = ServeProcess([*model_args, "--prefix-cache-bytes", str(budget)],
-                                        out / f"serve-{len(replays)}.log", repo=repo)
-                    try:
-                        replays.append(Replay(name, factor, budget))
-                        replay(proc.url, plans, turns, max_tokens, replays[-1], engine)
-                    finally:
-                        proc.stop()
-        finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
+    with side_by_side(base) as servers:
+        for factor, budget in [*((f, int(unit * f)) for f in factors),
+                               *((m * 2**20 / unit, int(m * 2**20)) for m in budgets_mib)]:
+            for name, repo in servers:
+                proc = ServeProcess([*model_args, "--prefix-cache-bytes", str(budget)],
+                                    out / f"serve-{len(replays)}.log", repo=repo)
+                try:
+                    replays.append(Replay(name, factor, budget))
+                    replay(proc.url, plans, turns, max_tokens, replays[-1], engine)
+                finally:
+                    proc.stop()
     report = {"base": base, "model": str(model) if model is not None else "embedded demo", "engine": engine,
               "agents": agent_count,
               "turns": turns, "max_tokens": max_tokens, "one_conversation_bytes": unit,

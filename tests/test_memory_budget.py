@@ -104,6 +104,11 @@ def test_waiting_for_memory_goes_before_the_queue_and_frees_its_place_on_disconn
     assert scheduler.idle
 
 
+async def _drain(ticket) -> list:
+    """Every item of a scheduler ticket's stream."""
+    return [item async for item in ticket]
+
+
 def test_a_request_whose_deadline_passes_while_it_waits_for_memory_gets_its_timeout():
     """Scheduler level: the running request's step outlasts the waiting one's deadline."""
     import asyncio
@@ -121,9 +126,6 @@ def test_a_request_whose_deadline_passes_while_it_waits_for_memory_gets_its_time
                 yield SimpleNamespace(token_ids=[i], finish_reason="length" if i == steps - 1 else None)
         return run
 
-    async def drain(ticket) -> list:
-        return [item async for item in ticket]
-
     async def main():
         scheduler = Scheduler(max_queue=4, max_running=4, memory_budget=100, reserve=lambda tokens: tokens)
         scheduler.start()
@@ -135,9 +137,9 @@ def test_a_request_whose_deadline_passes_while_it_waits_for_memory_gets_its_time
             waiting.deadline, waiting.timeout = time.monotonic() + 0.15, 0.15
             while scheduler.waiting_for_memory == 0:
                 await asyncio.sleep(0.005)
-            first = await drain(running)
+            first = await _drain(running)
             try:
-                await drain(waiting)
+                await _drain(waiting)
             except RequestTimedOut:
                 return first, "timed out", scheduler.waiting
             return first, "ran", scheduler.waiting
@@ -289,16 +291,13 @@ def test_a_released_request_resumes_before_queued_ones_and_the_oldest_always_run
             log.append((name, -1))
         return run
 
-    async def drain(ticket) -> list:
-        return [item async for item in ticket]
-
     async def main():
         # reserve = tokens: a request counts for its context + 256; the budget holds two at their start, one grown
         scheduler = Scheduler(max_queue=4, max_running=4, memory_budget=600, reserve=lambda tokens: tokens)
         scheduler.start()
         try:
             tickets = [scheduler.submit(work(name, 300)) for name in ("a", "b", "c")]
-            items = await asyncio.gather(*(drain(t) for t in tickets))
+            items = await asyncio.gather(*(_drain(t) for t in tickets))
             return [sum(1 for i in got if getattr(i, "token_ids", None)) for got in items], scheduler.releases
         finally:
             scheduler.stop()
