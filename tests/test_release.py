@@ -279,3 +279,36 @@ def test_many_streams_under_a_tight_budget_release_resume_and_hang_up_without_lo
         assert got[index]["done"] and got[index]["usage"]["completion_tokens"] == 400, index
         if not sampled:
             assert got[index]["text"] == alone[index]["text"], index
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_released_request_resumes_from_its_prompt_in_the_prefix_cache(tiny_agree_target, tiny_agree_drafter,
+                                                                       engine):
+    """With the prefix cache on, the prefill after a release is a hit at the prompt's end: only the tokens written
+    are computed again. The reply is the one without the release."""
+    from contracts.engine import PrefixHint
+    from engines.runtime import load_runtime
+
+    runtime = load_runtime(str(tiny_agree_target), draft_dir=str(tiny_agree_drafter), dtype="float32",
+                           prefix_cache_bytes=64 * 2**20)
+    prompt = runtime.chat_prompt([{"role": "user", "content": PROMPT}])
+    hint = PrefixHint("", prompt.cache_points)
+    want = [t for c in runtime.generate(prompt.ids, GREEDY, engine, CancelToken())
+            if hasattr(c, "token_ids") for t in c.token_ids]
+    runtime.set_prefix_cache(64 * 2**20)   # empty again
+    cancel = CancelToken()
+    got: list[int] = []
+    stats_at_release = None
+    for chunk in runtime.generate(prompt.ids, GREEDY, engine, cancel, prefix=hint):
+        if isinstance(chunk, Released):
+            stats_at_release = runtime.prefix_cache_stats()
+            continue
+        if hasattr(chunk, "token_ids"):
+            got += chunk.token_ids
+            if len(got) >= 10 and stats_at_release is None and not cancel.release_asked:
+                cancel.ask_release()
+    after = runtime.prefix_cache_stats()
+    assert got == want and stats_at_release is not None
+    assert stats_at_release["hits"] == 0 and after["hits"] == 1
+    restored = after["cached_tokens"] - stats_at_release["cached_tokens"]
+    assert len(prompt.ids) - 16 <= restored <= len(prompt.ids)   # the prompt (up to its generation prompt's tokens)
