@@ -265,46 +265,77 @@ def test_requests_run_on_what_their_caches_hold_and_the_newest_gives_them_back_a
     assert scheduler.idle and scheduler.reserved_bytes == 0
 
 
-def test_a_released_request_resumes_before_queued_ones_and_the_oldest_always_runs():
-    """Scheduler level: three requests that each grow past the budget alone. The oldest runs to its end without a
-    release; the others give their caches back and finish in the order they started, none lost."""
-    import asyncio
+def _growing(name: str, tokens: int, log: list[tuple[str, int]], routed: dict[str, bool]):
+    """Scheduler-level work: routed with a 10-token prompt, then one token per item up to `tokens`, giving its
+    caches back whenever asked (logged as (name, written); its end as (name, -1)). It writes nothing (yields a
+    Pause) until every request of `routed` has been routed."""
     from types import SimpleNamespace
 
-    from contracts.engine import Released
+    from contracts.engine import Pause, Released
+
+    def run(ticket):
+        yield SimpleNamespace(reserve_tokens=10 + tokens, prompt_tokens=10)
+        routed[name] = True
+        while not all(routed.values()):
+            yield Pause(0, 0)
+        written = 0
+        while written < tokens:
+            if ticket.cancel_token.release_asked:
+                ticket.cancel_token.released()
+                log.append((name, written))
+                yield Released(written, written)
+                continue
+            written += 1
+            yield SimpleNamespace(token_ids=[written], finish_reason="length" if written == tokens else None)
+        log.append((name, -1))
+    return run
+
+
+def _run_growing(plan: list[tuple[str, int]], stagger: bool = False) -> tuple[list[int], int, list[tuple[str, int]]]:
+    """(name, priority) requests of 300 tokens each on a scheduler whose budget holds two at their start and one
+    grown (reserve = tokens: a request counts for its context + 256). `stagger`: each submitted once the ones
+    before it run, and none writes until the first two are routed. Returns the tokens each got, the releases
+    counted, and the log."""
+    import asyncio
+
     from gateway.worker.scheduler import Scheduler
 
     log: list[tuple[str, int]] = []
-
-    def work(name: str, tokens: int):
-        def run(ticket):
-            yield SimpleNamespace(reserve_tokens=10 + tokens, prompt_tokens=10)
-            written = 0
-            while written < tokens:
-                if ticket.cancel_token.release_asked:
-                    ticket.cancel_token.released()
-                    log.append((name, written))
-                    yield Released(written, written)
-                    continue
-                written += 1
-                yield SimpleNamespace(token_ids=[written], finish_reason="length" if written == tokens else None)
-            log.append((name, -1))
-        return run
+    routed = {name: False for name, _ in plan[:2]} if stagger else {}
 
     async def main():
-        # reserve = tokens: a request counts for its context + 256; the budget holds two at their start, one grown
         scheduler = Scheduler(max_queue=4, max_running=4, memory_budget=600, reserve=lambda tokens: tokens)
         scheduler.start()
         try:
-            tickets = [scheduler.submit(work(name, 300)) for name in ("a", "b", "c")]
+            tickets = []
+            for name, priority in plan:
+                tickets.append(scheduler.submit(_growing(name, 300, log, routed), priority=priority))
+                while stagger and tickets[-1].order == 0:   # not started yet
+                    await asyncio.sleep(0.001)
             items = await asyncio.gather(*(_drain(t) for t in tickets))
             return [sum(1 for i in got if getattr(i, "token_ids", None)) for got in items], scheduler.releases
         finally:
             scheduler.stop()
 
     counts, releases = asyncio.run(main())
+    return counts, releases, log
+
+
+def test_a_released_request_resumes_before_queued_ones_and_the_oldest_always_runs():
+    """Scheduler level: three requests that each grow past the budget alone. The oldest runs to its end without a
+    release; the others give their caches back and finish in the order they started, none lost."""
+    counts, releases, log = _run_growing([("a", 0), ("b", 0), ("c", 0)])
     assert counts == [300, 300, 300]
     ends = [name for name, written in log if written == -1]
     assert ends == ["a", "b", "c"]
     released = [name for name, written in log if written >= 0]
     assert "a" not in released and released and releases == len(released)
+
+
+def test_the_lower_priority_request_gives_way_though_it_started_first():
+    """A request of priority 5 started after one of priority 0: when both outgrow the budget, the older one of
+    lower priority gives its caches back and the higher one runs to its end first."""
+    counts, releases, log = _run_growing([("low", 0), ("high", 5)], stagger=True)
+    assert counts == [300, 300]
+    assert [name for name, written in log if written >= 0] == ["low"] and releases == 1
+    assert [name for name, written in log if written == -1] == ["high", "low"]

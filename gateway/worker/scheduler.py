@@ -18,13 +18,13 @@ may reach (`reserve_tokens`: prompt + max_tokens); every item with tokens adds t
 into the bytes its caches hold, and a request counts for its context now plus GROWTH_TOKENS (at most what it
 may reach): what it holds, and what it may add before the worker looks again. A request that does not fit
 beside the running ones under `memory_budget` is parked right there (its route taken, nothing computed yet).
-When the running ones grow past the budget, the newest is asked to give its caches back
+When the running ones grow past the budget, the newest of the lowest priority is asked to give its caches back
 (CancelToken.ask_release): it yields `Released` at its next step and is parked with the tokens it wrote
-(engines/resume.py). Parked requests resume, oldest first and ahead of every queued one, once the running ones
-have freed enough. So the budget holds what the caches are, not what max_tokens says they might become (a chat
-UI's request that sends no max_tokens asks for 32k tokens and writes a few hundred), and several long agent
-contexts take turns instead of overrunning the machine's memory. At least one request (the oldest) always
-runs, whatever its size, and is never asked to release.
+(engines/resume.py). Parked requests resume, highest priority and then oldest first and ahead of every queued
+one, once the running ones have freed enough. So the budget holds what the caches are, not what max_tokens says
+they might become (a chat UI's request that sends no max_tokens asks for 32k tokens and writes a few hundred),
+and several long agent contexts take turns instead of overrunning the machine's memory. At least one request
+(the first of the highest priority) always runs, whatever its size, and is never asked to release.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class Ticket:
         self.reserved = 0      # bytes its caches hold, and may reach before the next look (known once routed)
         self.limit_tokens = 0  # the most tokens its context may reach (prompt + max_tokens; 0: not routed yet)
         self.context_tokens = 0   # its prompt's tokens and those written since (all its choices': an upper bound)
-        self.order = 0         # when it first ran: the newest running request is the one asked to release
+        self.order = 0         # when it first ran: of one priority, the newest running request is asked to release
         self.released = False  # it gave its caches back (Released) and waits for memory to go on
         self._loop = loop
         self._inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -295,26 +295,32 @@ class Scheduler:
         others = sum(t.reserved for t in self._running if t is not ticket)
         return self.memory_budget is None or others == 0 or others + ticket.reserved <= self.memory_budget
 
+    @staticmethod
+    def _rank(ticket: Ticket) -> tuple[int, int]:
+        """Who keeps its memory first: the higher priority, then the one that started first."""
+        return -ticket.priority, ticket.order
+
     def _park(self, ticket: Ticket) -> None:
         """The ticket (just routed, or released) waits for memory: out of the running slots, ahead of the queue,
-        behind the parked ones older than it."""
+        behind the parked ones that rank before it."""
         with self._cond:
             self._running.remove(ticket)
-            at = next((i for i, t in enumerate(self._parked) if t.order > ticket.order), len(self._parked))
+            at = next((i for i, t in enumerate(self._parked) if self._rank(t) > self._rank(ticket)),
+                      len(self._parked))
             self._parked.insert(at, ticket)
 
     def _ask_releases(self) -> None:
-        """While the running requests' caches (with their growth room) are over the budget, the newest ones are
-        asked to give theirs back; the oldest always runs."""
+        """While the running requests' caches (with their growth room) are over the budget, the last-ranked ones
+        (lowest priority, newest) are asked to give theirs back; the first-ranked always runs."""
         if self.memory_budget is None:
             return
-        routed = sorted((t for t in self._running if t.limit_tokens), key=lambda t: t.order)
+        routed = sorted((t for t in self._running if t.limit_tokens), key=self._rank)
         total = sum(t.reserved for t in routed)
         for ticket in reversed(routed[1:]):
             if total <= self.memory_budget:
                 return
             if not ticket.cancel_token.release_asked:
-                log.info("memory budget: %d of %d bytes; the newest request gives its caches back", total,
+                log.info("memory budget: %d of %d bytes; a request gives its caches back", total,
                          self.memory_budget)
                 ticket.cancel_token.ask_release()
             total -= ticket.reserved
