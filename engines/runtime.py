@@ -193,9 +193,8 @@ class Runtime:
 
         def start(written: tuple[int, ...], running: str, rule: SwitchRule | None) -> Iterator[StepResult | Pause]:
             peers = {name: e for name, e in self.engines.items() if name not in ("raw", running)}
-            resumed = {"written": written} if written else {}
             return self._counted(self.engines[running].generate(prompt_ids, params, cancel, switch=rule, peers=peers,
-                                                                prefix=plan, **resumed))
+                                                                prefix=plan, written=written))
 
         steps = resumable(start, engine, switch, cancel)
         skip, inside = stop_skips(self.bundle.tokenizer, reply) if reply is not None else ((), None)

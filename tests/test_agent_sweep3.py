@@ -41,7 +41,8 @@ class ScriptedEngine:
         text = self.tokenizer.decode([token])
         return TokenLogprob(text, token, -0.5, tuple(TopLogprob(text, token, -0.5) for _ in range(top)))
 
-    def generate(self, prompt_ids, params, cancel, switch=None, peers=None, prefix=None) -> Iterator[StepResult]:
+    def generate(self, prompt_ids, params, cancel, switch=None, peers=None, prefix=None,
+                 written=()) -> Iterator[StepResult]:
         for start in range(0, len(self.ids), self.width):
             tokens = self.ids[start:start + self.width]
             logprobs = [self._logprob(t, params.top_logprobs) for t in tokens] if params.logprobs else []
