@@ -32,14 +32,14 @@ def _ids(runtime) -> list[int]:
     return runtime.encode_chat([{"role": "user", "content": PROMPT}])
 
 
-def _reply(runtime, ids, params, engine, release_after=(), on_release=None) -> tuple[list[int], list[int]]:
+def _reply(runtime, ids, params, engine, release_after=(), on_release=None, prefix=None) -> tuple[list[int], list[int]]:
     """The reply's tokens, the scheduler's ask made after each chunk count in `release_after`; and the tokens
     written each time the request gave its caches back."""
     cancel = CancelToken()
     tokens: list[int] = []
     released: list[int] = []
     chunks = 0
-    for chunk in runtime.generate(ids, params, engine, cancel):
+    for chunk in runtime.generate(ids, params, engine, cancel, prefix=prefix):
         if isinstance(chunk, Released):
             released.append(len(tokens))
             if on_release is not None:
@@ -292,23 +292,13 @@ def test_a_released_request_resumes_from_its_prompt_in_the_prefix_cache(tiny_agr
     runtime = load_runtime(str(tiny_agree_target), draft_dir=str(tiny_agree_drafter), dtype="float32",
                            prefix_cache_bytes=64 * 2**20)
     prompt = runtime.chat_prompt([{"role": "user", "content": PROMPT}])
-    hint = PrefixHint("", prompt.cache_points)
-    want = [t for c in runtime.generate(prompt.ids, GREEDY, engine, CancelToken())
-            if hasattr(c, "token_ids") for t in c.token_ids]
-    runtime.set_prefix_cache(64 * 2**20)   # empty again
-    cancel = CancelToken()
-    got: list[int] = []
-    stats_at_release = None
-    for chunk in runtime.generate(prompt.ids, GREEDY, engine, cancel, prefix=hint):
-        if isinstance(chunk, Released):
-            stats_at_release = runtime.prefix_cache_stats()
-            continue
-        if hasattr(chunk, "token_ids"):
-            got += chunk.token_ids
-            if len(got) >= 10 and stats_at_release is None and not cancel.release_asked:
-                cancel.ask_release()
+    want, _ = _reply(runtime, prompt.ids, GREEDY, engine)
+    at_release: list[dict] = []
+    got, released = _reply(runtime, prompt.ids, GREEDY, engine, release_after=(10,),
+                           on_release=lambda: at_release.append(runtime.prefix_cache_stats()),
+                           prefix=PrefixHint("", prompt.cache_points))
     after = runtime.prefix_cache_stats()
-    assert got == want and stats_at_release is not None
-    assert stats_at_release["hits"] == 0 and after["hits"] == 1
-    restored = after["cached_tokens"] - stats_at_release["cached_tokens"]
+    assert got == want and len(released) == 1
+    assert at_release[0]["hits"] == 0 and after["hits"] == 1
+    restored = after["cached_tokens"] - at_release[0]["cached_tokens"]
     assert len(prompt.ids) - 16 <= restored <= len(prompt.ids)   # the prompt (up to its generation prompt's tokens)
