@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from contracts.engine import CancelToken, Pause, Released, StepResult, SwitchRule
-from contracts.sampling import SamplingParams
+from contracts.sampling import SEEDS, SamplingParams
 
 from .processing import TargetProcessor
 from .sampling import Rng
@@ -31,7 +31,7 @@ def request_rng(params: SamplingParams, written: Sequence[int]) -> Rng:
     written (another draw of the same distribution)."""
     if params.seed is None or not written:
         return Rng(params.seed)
-    return Rng((params.seed * 1_000_003 + len(written)) % 2**63)
+    return Rng((params.seed * 1_000_003 + len(written)) % SEEDS)
 
 
 def request_processor(params: SamplingParams, prompt_ids: Sequence[int], written: Sequence[int], tokenizer,
